@@ -1,0 +1,42 @@
+from agentmesh.type.v1 import execution_profile_pb2 as _execution_profile_pb2
+from agentmesh.type.v1 import message_pb2 as _message_pb2
+from agentmesh.type.v1 import run_event_pb2 as _run_event_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    REPLY_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    thread_id: str
+    executor: _execution_profile_pb2.Executor
+    profile: _execution_profile_pb2.ExecutionProfile
+    context_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    input_message: _message_pb2.Message
+    tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSpec]
+    client_tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSpec]
+    time_zone: str
+    reply_message_id: str
+    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ...) -> None: ...
+
+class ExecuteResponse(_message.Message):
+    __slots__ = ("event", "message")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    event: _run_event_pb2.RunEvent
+    message: _message_pb2.Message
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ...) -> None: ...

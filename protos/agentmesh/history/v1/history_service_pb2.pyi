@@ -1,0 +1,263 @@
+import datetime
+
+from agentmesh.type.v1 import execution_profile_pb2 as _execution_profile_pb2
+from agentmesh.type.v1 import message_pb2 as _message_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_QUEUED: _ClassVar[RunState]
+    RUN_STATE_RUNNING: _ClassVar[RunState]
+    RUN_STATE_SUCCEEDED: _ClassVar[RunState]
+    RUN_STATE_FAILED: _ClassVar[RunState]
+    RUN_STATE_CANCELLED: _ClassVar[RunState]
+    RUN_STATE_INTERRUPTED: _ClassVar[RunState]
+
+class Direction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DIRECTION_UNSPECIFIED: _ClassVar[Direction]
+    DIRECTION_FORWARD: _ClassVar[Direction]
+    DIRECTION_BACKWARD: _ClassVar[Direction]
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_QUEUED: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_SUCCEEDED: RunState
+RUN_STATE_FAILED: RunState
+RUN_STATE_CANCELLED: RunState
+RUN_STATE_INTERRUPTED: RunState
+DIRECTION_UNSPECIFIED: Direction
+DIRECTION_FORWARD: Direction
+DIRECTION_BACKWARD: Direction
+
+class Thread(_message.Message):
+    __slots__ = ("id", "runtime_mode", "create_time", "update_time", "message_count")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_MODE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    runtime_mode: _message_pb2.RuntimeMode
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    message_count: int
+    def __init__(self, id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    thread_id: str
+    state: RunState
+    profile: _execution_profile_pb2.ExecutionProfile
+    origin: _message_pb2.RuntimeMode
+    create_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    error_code: str
+    error_message: str
+    def __init__(self, id: _Optional[str] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ContextOptions(_message.Message):
+    __slots__ = ("window", "time_zone", "max_chars")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHARS_FIELD_NUMBER: _ClassVar[int]
+    window: str
+    time_zone: str
+    max_chars: int
+    def __init__(self, window: _Optional[str] = ..., time_zone: _Optional[str] = ..., max_chars: _Optional[int] = ...) -> None: ...
+
+class BeginRunRequest(_message.Message):
+    __slots__ = ("thread_id", "runtime_mode", "run_id", "profile", "input_messages", "context")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_MODE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    runtime_mode: _message_pb2.RuntimeMode
+    run_id: str
+    profile: _execution_profile_pb2.ExecutionProfile
+    input_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    context: ContextOptions
+    def __init__(self, thread_id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., run_id: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., input_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ...) -> None: ...
+
+class BeginRunResponse(_message.Message):
+    __slots__ = ("thread", "run", "context_messages")
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    thread: Thread
+    run: Run
+    context_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., run: _Optional[_Union[Run, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
+
+class FinishRunRequest(_message.Message):
+    __slots__ = ("run_id", "state", "output_messages", "error_code", "error_message")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: RunState
+    output_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    error_code: str
+    error_message: str
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., output_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class FinishRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class AppendMessagesRequest(_message.Message):
+    __slots__ = ("thread_id", "messages")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
+
+class AppendMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
+
+class ListHistoryRequest(_message.Message):
+    __slots__ = ("thread_id", "page_size", "page_token", "direction")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    page_size: int
+    page_token: str
+    direction: Direction
+    def __init__(self, thread_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., direction: _Optional[_Union[Direction, str]] = ...) -> None: ...
+
+class ListHistoryResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class LoadContextRequest(_message.Message):
+    __slots__ = ("thread_id", "context", "page_size", "page_token")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    context: ContextOptions
+    page_size: int
+    page_token: str
+    def __init__(self, thread_id: _Optional[str] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class LoadContextResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListThreadsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListThreadsResponse(_message.Message):
+    __slots__ = ("threads", "next_page_token")
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    threads: _containers.RepeatedCompositeFieldContainer[Thread]
+    next_page_token: str
+    def __init__(self, threads: _Optional[_Iterable[_Union[Thread, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetThreadRequest(_message.Message):
+    __slots__ = ("thread_id",)
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    def __init__(self, thread_id: _Optional[str] = ...) -> None: ...
+
+class GetThreadResponse(_message.Message):
+    __slots__ = ("thread",)
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    thread: Thread
+    def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class AuditFilter(_message.Message):
+    __slots__ = ("origin", "executor", "execution_profile_name", "thread_id", "start_time", "end_time")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    origin: _message_pb2.RuntimeMode
+    executor: _execution_profile_pb2.Executor
+    execution_profile_name: str
+    thread_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    def __init__(self, origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., execution_profile_name: _Optional[str] = ..., thread_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListAuditRequest(_message.Message):
+    __slots__ = ("owner_id", "filter", "page_size", "page_token")
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    owner_id: str
+    filter: AuditFilter
+    page_size: int
+    page_token: str
+    def __init__(self, owner_id: _Optional[str] = ..., filter: _Optional[_Union[AuditFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListAuditResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

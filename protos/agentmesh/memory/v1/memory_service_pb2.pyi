@@ -1,0 +1,106 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Memory(_message.Message):
+    __slots__ = ("id", "content", "kind", "source_run_id", "source_message_ids", "create_time", "update_time", "version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    content: str
+    kind: str
+    source_run_id: str
+    source_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    version: int
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class WriteMemoryRequest(_message.Message):
+    __slots__ = ("content", "kind", "source_run_id", "source_message_ids")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    kind: str
+    source_run_id: str
+    source_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WriteMemoryResponse(_message.Message):
+    __slots__ = ("memory", "created")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    memory: Memory
+    created: bool
+    def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class ForgetMemoryRequest(_message.Message):
+    __slots__ = ("id", "content_query")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_QUERY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    content_query: str
+    def __init__(self, id: _Optional[str] = ..., content_query: _Optional[str] = ...) -> None: ...
+
+class ForgetMemoryResponse(_message.Message):
+    __slots__ = ("forgotten_ids",)
+    FORGOTTEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    forgotten_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, forgotten_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SearchMemoriesRequest(_message.Message):
+    __slots__ = ("query", "page_size")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    page_size: int
+    def __init__(self, query: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class SearchMemoriesResponse(_message.Message):
+    __slots__ = ("memories",)
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[Memory]
+    def __init__(self, memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ...) -> None: ...
+
+class ListMemoriesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListMemoriesResponse(_message.Message):
+    __slots__ = ("memories", "next_page_token")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[Memory]
+    next_page_token: str
+    def __init__(self, memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetMemoryRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: Memory
+    def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ...) -> None: ...

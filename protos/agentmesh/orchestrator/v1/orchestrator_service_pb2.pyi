@@ -1,0 +1,73 @@
+from agentmesh.type.v1 import execution_profile_pb2 as _execution_profile_pb2
+from agentmesh.type.v1 import message_pb2 as _message_pb2
+from agentmesh.type.v1 import run_event_pb2 as _run_event_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_PROPS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    run_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
+    tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSpec]
+    context: _containers.RepeatedCompositeFieldContainer[_message_pb2.ContextItem]
+    state: _struct_pb2.Value
+    forwarded_props: _struct_pb2.Value
+    origin: _message_pb2.RuntimeMode
+    profile_name: str
+    profile: _execution_profile_pb2.ExecutionProfile
+    time_zone: str
+    parent_run_id: str
+    declared_tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: _run_event_pb2.RunEvent
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ...) -> None: ...
+
+class StreamRunRequest(_message.Message):
+    __slots__ = ("run_id", "after_sequence")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_sequence: int
+    def __init__(self, run_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class StreamRunResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: _run_event_pb2.RunEvent
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
+    __slots__ = ("cancelled",)
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...

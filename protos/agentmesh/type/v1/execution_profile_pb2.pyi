@@ -1,0 +1,52 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Executor(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTOR_UNSPECIFIED: _ClassVar[Executor]
+    EXECUTOR_WORKER: _ClassVar[Executor]
+    EXECUTOR_MEMORY: _ClassVar[Executor]
+
+class ToolPolicyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_POLICY_MODE_UNSPECIFIED: _ClassVar[ToolPolicyMode]
+    TOOL_POLICY_MODE_INTERSECTION: _ClassVar[ToolPolicyMode]
+EXECUTOR_UNSPECIFIED: Executor
+EXECUTOR_WORKER: Executor
+EXECUTOR_MEMORY: Executor
+TOOL_POLICY_MODE_UNSPECIFIED: ToolPolicyMode
+TOOL_POLICY_MODE_INTERSECTION: ToolPolicyMode
+
+class ToolPolicy(_message.Message):
+    __slots__ = ("mode", "allowlist")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
+    mode: ToolPolicyMode
+    allowlist: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[ToolPolicyMode, str]] = ..., allowlist: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HistoryPolicy(_message.Message):
+    __slots__ = ("window",)
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    window: str
+    def __init__(self, window: _Optional[str] = ...) -> None: ...
+
+class ExecutionProfile(_message.Message):
+    __slots__ = ("name", "enable_router", "executor", "tool_policy", "history_policy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_ROUTER_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    TOOL_POLICY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    enable_router: bool
+    executor: Executor
+    tool_policy: ToolPolicy
+    history_policy: HistoryPolicy
+    def __init__(self, name: _Optional[str] = ..., enable_router: _Optional[bool] = ..., executor: _Optional[_Union[Executor, str]] = ..., tool_policy: _Optional[_Union[ToolPolicy, _Mapping]] = ..., history_policy: _Optional[_Union[HistoryPolicy, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""What every agentmesh service shares: bootstrap, errors, settings, storage, event log, domain rules."""

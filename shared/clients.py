@@ -1,0 +1,50 @@
+"""gRPC client channels: round-robin over every address a name resolves to, keepalive,
+retries (via service config) only for idempotent methods, and a deadline on every call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import grpc
+
+from shared.server import MAX_MESSAGE_BYTES
+
+
+def _service_config(idempotent_services: Sequence[str]) -> str:
+    config: dict[str, object] = {"loadBalancingConfig": [{"round_robin": {}}]}
+    if idempotent_services:
+        config["methodConfig"] = [
+            {
+                "name": [{"service": s} for s in idempotent_services],
+                "retryPolicy": {
+                    "maxAttempts": 3,
+                    "initialBackoff": "0.05s",
+                    "maxBackoff": "0.5s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    return json.dumps(config)
+
+
+def open_channel(address: str, *, idempotent_services: Sequence[str] = ()) -> grpc.aio.Channel:
+    """A channel to `address` ("host:port" or "dns:///name:port").
+
+    `idempotent_services` lists full service names whose every method may be retried on
+    UNAVAILABLE; only services whose writes carry client-chosen ids qualify.
+    """
+    target = address if "://" in address or address.startswith("dns:") else f"dns:///{address}"
+    return grpc.aio.insecure_channel(
+        target,
+        options=[
+            ("grpc.service_config", _service_config(idempotent_services)),
+            ("grpc.enable_retries", 1),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+    )

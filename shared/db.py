@@ -1,0 +1,90 @@
+"""SQLAlchemy 2 async engines and Alembic migrations, one schema per service.
+
+Embedded default: a SQLite file per service under the data folder (aiosqlite, WAL).
+Distributed: AGENTMESH_DATABASE_URL names a PostgreSQL database (asyncpg); each service
+keeps its tables in its own schema (search_path), so no service reads another's tables.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from shared.settings import Settings
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def is_postgres(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def create_engine(settings: Settings, service: str) -> AsyncEngine:
+    if not settings.database_url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        path = (settings.data_dir / f"{service}.db").resolve()
+        engine = create_async_engine(
+            f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 30}
+        )
+        _sqlite_pragmas(engine)
+        return engine
+    url = make_url(settings.database_url)
+    if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):
+        url = url.set(drivername="postgresql+asyncpg")
+    if url.drivername != "postgresql+asyncpg":
+        raise ValueError(f"AGENTMESH_DATABASE_URL: unsupported database {url.drivername!r}")
+    schema = settings.schema_for(service)
+    if not _SCHEMA_RE.match(schema):
+        raise ValueError(f"AGENTMESH_DB_SCHEMA_PREFIX: {schema!r} is not a valid schema name")
+    return create_async_engine(
+        url,
+        pool_size=10,
+        max_overflow=20,
+        pool_pre_ping=True,
+        connect_args={"server_settings": {"search_path": schema}},
+    )
+
+
+def _sqlite_pragmas(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+        # Let SQLAlchemy's "begin" event issue BEGIN (the driver would issue a deferred one).
+        dbapi_conn.isolation_level = None
+
+    # SQLite's default deferred transactions fail with "database is locked" when two
+    # writers upgrade at once; BEGIN IMMEDIATE takes the write lock up front instead.
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+async def migrate(engine: AsyncEngine, migrations_dir: Path, schema: str) -> None:
+    """Apply the service's Alembic migrations up to head (safe with many replicas at once)."""
+    async with engine.begin() as conn:
+        if is_postgres(engine):
+            # One replica migrates at a time; the others wait, then find nothing to do.
+            await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": schema})
+            await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        await conn.run_sync(_upgrade, str(migrations_dir))
+
+
+def _upgrade(conn: Connection, migrations_dir: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", migrations_dir)
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")
+
+

@@ -1,0 +1,63 @@
+"""Domain enums shared by every service, and their protobuf counterparts."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from agentmesh.type.v1 import execution_profile_pb2, message_pb2
+
+from shared.errors import InvalidArgument
+
+
+class RuntimeMode(StrEnum):
+    CHAT = "chat"
+    AUTOMATION = "automation"
+
+
+class MessageKind(StrEnum):
+    USER_MESSAGE = "user_message"
+    AGENT_REPLY = "agent_reply"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+
+
+class ExecutorKind(StrEnum):
+    WORKER = "worker"
+    MEMORY = "memory"
+
+
+RUNTIME_MODE_TO_PB = {
+    RuntimeMode.CHAT: message_pb2.RUNTIME_MODE_CHAT,
+    RuntimeMode.AUTOMATION: message_pb2.RUNTIME_MODE_AUTOMATION,
+}
+RUNTIME_MODE_FROM_PB = {v: k for k, v in RUNTIME_MODE_TO_PB.items()}
+
+MESSAGE_KIND_TO_PB = {
+    MessageKind.USER_MESSAGE: message_pb2.MESSAGE_KIND_USER_MESSAGE,
+    MessageKind.AGENT_REPLY: message_pb2.MESSAGE_KIND_AGENT_REPLY,
+    MessageKind.TOOL_CALL: message_pb2.MESSAGE_KIND_TOOL_CALL,
+    MessageKind.TOOL_RESULT: message_pb2.MESSAGE_KIND_TOOL_RESULT,
+}
+MESSAGE_KIND_FROM_PB = {v: k for k, v in MESSAGE_KIND_TO_PB.items()}
+
+EXECUTOR_TO_PB = {
+    ExecutorKind.WORKER: execution_profile_pb2.EXECUTOR_WORKER,
+    ExecutorKind.MEMORY: execution_profile_pb2.EXECUTOR_MEMORY,
+}
+EXECUTOR_FROM_PB = {v: k for k, v in EXECUTOR_TO_PB.items()}
+
+
+def runtime_mode_from_pb(value: int, field: str) -> RuntimeMode:
+    try:
+        return RUNTIME_MODE_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(field, "must be chat or automation") from None
+
+
+def message_kind_from_pb(value: int, field: str) -> MessageKind:
+    try:
+        return MESSAGE_KIND_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(
+            field, "must be user_message, agent_reply, tool_call or tool_result"
+        ) from None

@@ -1,0 +1,168 @@
+"""The one error family of agentmesh and its mapping to gRPC status (google.rpc.Status).
+
+Services raise a DomainError subclass; the error interceptor turns it into a status with
+ErrorInfo(reason, domain) and, for invalid arguments, BadRequest field violations. Clients
+turn an RpcError back into the same class with `from_rpc_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "agentmesh"
+
+
+class DomainError(Exception):
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    default_reason = "UNKNOWN"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        violations: Sequence[tuple[str, str]] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.violations = tuple(violations)
+        self.metadata = dict(metadata or {})
+
+    def to_status(self) -> status_pb2.Status:
+        details = []
+        info = any_pb2.Any()
+        info.Pack(error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata))
+        details.append(info)
+        if self.violations:
+            bad = any_pb2.Any()
+            bad.Pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field=f, description=d)
+                        for f, d in self.violations
+                    ]
+                )
+            )
+            details.append(bad)
+        return status_pb2.Status(code=self.code.value[0], message=self.message, details=details)
+
+    def to_grpc_status(self) -> grpc.Status:
+        return rpc_status.to_status(self.to_status())
+
+
+class InvalidArgument(DomainError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    default_reason = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, description: str, *, reason: str | None = None) -> None:
+        super().__init__(f"{field}: {description}", reason=reason, violations=[(field, description)])
+
+
+class NotFound(DomainError):
+    code = grpc.StatusCode.NOT_FOUND
+    default_reason = "NOT_FOUND"
+
+
+class AlreadyExists(DomainError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+    default_reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(DomainError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    default_reason = "FAILED_PRECONDITION"
+
+
+class Aborted(DomainError):
+    code = grpc.StatusCode.ABORTED
+    default_reason = "ABORTED"
+
+
+class PermissionDenied(DomainError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+    default_reason = "PERMISSION_DENIED"
+
+
+class Unauthenticated(DomainError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+    default_reason = "UNAUTHENTICATED"
+
+
+class ResourceExhausted(DomainError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    default_reason = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(DomainError):
+    code = grpc.StatusCode.UNAVAILABLE
+    default_reason = "UNAVAILABLE"
+
+
+class DeadlineExceeded(DomainError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    default_reason = "DEADLINE_EXCEEDED"
+
+
+class Internal(DomainError):
+    code = grpc.StatusCode.INTERNAL
+    default_reason = "INTERNAL"
+
+
+_BY_CODE: dict[grpc.StatusCode, type[DomainError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        FailedPrecondition,
+        Aborted,
+        PermissionDenied,
+        Unauthenticated,
+        ResourceExhausted,
+        Unavailable,
+        DeadlineExceeded,
+        Internal,
+    )
+}
+
+# Codes that mean "the peer is not there or too slow", not "the request was wrong".
+UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def from_rpc_error(err: grpc.RpcError) -> DomainError:
+    """Rebuild the DomainError a peer raised (reason and field violations included)."""
+    code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
+    message: str = err.details() or code.name  # type: ignore[attr-defined]
+    cls = _BY_CODE.get(code, Internal)
+    reason = cls.default_reason
+    violations: list[tuple[str, str]] = []
+    metadata: dict[str, str] = {}
+    status = None
+    try:
+        status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    except (ValueError, AttributeError):
+        status = None
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                reason = info.reason or reason
+                metadata = dict(info.metadata)
+            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                violations = [(v.field, v.description) for v in bad.field_violations]
+    error = DomainError.__new__(cls)
+    DomainError.__init__(error, message, reason=reason, violations=violations, metadata=metadata)
+    return error
+
+
+assert code_pb2.OK == 0  # google.rpc.Code and grpc.StatusCode share their numbers

@@ -1,0 +1,188 @@
+"""The run event log: every run's events, in sequence order, readable and followable.
+
+The orchestrator appends each event (already numbered 1, 2, 3, ... per run) before anyone
+receives it; a reader replays what is stored after a sequence number, then follows live
+until the run's log is closed. Embedded mode keeps it in memory; the distributed mode keeps
+one Redis stream per run whose entry ids are the sequence numbers, with a retention TTL once
+the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+Entry = tuple[int, bytes]
+
+
+class EventLog(Protocol):
+    async def append(self, key: str, events: Sequence[Entry]) -> None:
+        """Store events of a run; their sequence numbers must follow the stored ones."""
+
+    async def close(self, key: str) -> None:
+        """Mark the run's log complete; it is kept for the retention period."""
+
+    async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
+        """Stored events after `after`, and whether the log is closed. KeyError if unknown."""
+
+    def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
+        """Stored events after `after`, then live ones, until the log is closed."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+@dataclass
+class _RunLog:
+    entries: list[Entry] = field(default_factory=list)
+    closed: bool = False
+    closed_at: float = 0.0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class InMemoryEventLog:
+    """One process's event log (embedded mode, tests): a list per run, evicted after retention."""
+
+    def __init__(self, retention_seconds: float = 3600.0) -> None:
+        self.retention_seconds = retention_seconds
+        self._runs: dict[str, _RunLog] = {}
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        expired = [
+            k for k, r in self._runs.items() if r.closed and now - r.closed_at > self.retention_seconds
+        ]
+        for k in expired:
+            del self._runs[k]
+
+    async def append(self, key: str, events: Sequence[Entry]) -> None:
+        log = self._runs.get(key)
+        if log is None:
+            self._evict()
+            log = self._runs[key] = _RunLog()
+        last = log.entries[-1][0] if log.entries else 0
+        for seq, _ in events:
+            if seq != last + 1:
+                raise ValueError(f"event log {key}: sequence {seq} does not follow {last}")
+            last = seq
+        log.entries.extend(events)
+        log.changed.set()
+        log.changed = asyncio.Event()
+
+    async def close(self, key: str) -> None:
+        log = self._runs.setdefault(key, _RunLog())
+        log.closed = True
+        log.closed_at = time.monotonic()
+        log.changed.set()
+
+    async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
+        log = self._runs.get(key)
+        if log is None:
+            raise KeyError(key)
+        # Sequence numbers are dense from 1, so the index of seq n is n - 1.
+        return log.entries[max(after, 0) :], log.closed
+
+    async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
+        log = self._runs.get(key)
+        if log is None:
+            raise KeyError(key)
+        position = max(after, 0)
+        while True:
+            waiter = log.changed
+            while position < len(log.entries):
+                yield log.entries[position]
+                position += 1
+            if log.closed:
+                return
+            await waiter.wait()
+
+    async def aclose(self) -> None:
+        self._runs.clear()
+
+
+_END = b"end"
+
+
+class RedisEventLog:
+    """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1."""
+
+    def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
+        self.redis = aioredis.Redis.from_url(url)
+        self.retention_seconds = retention_seconds
+        self.prefix = prefix
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    async def append(self, key: str, events: Sequence[Entry]) -> None:
+        k = self._key(key)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for seq, data in events:
+                pipe.xadd(k, {b"e": data}, id=f"{seq}-0")
+            # Live runs keep their log at least a day even if the orchestrator dies.
+            pipe.expire(k, max(self.retention_seconds, 86_400))
+            await pipe.execute()
+
+    async def close(self, key: str) -> None:
+        k = self._key(key)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(k, {_END: b"1"}, id="*")
+            pipe.expire(k, self.retention_seconds)
+            await pipe.execute()
+
+    @staticmethod
+    def _decode(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[list[Entry], bool]:
+        entries: list[Entry] = []
+        closed = False
+        for entry_id, fields in raw:
+            if _END in fields:
+                closed = True
+                continue
+            entries.append((int(entry_id.split(b"-", 1)[0]), fields[b"e"]))
+        return entries, closed
+
+    async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
+        k = self._key(key)
+        raw = await self.redis.xrange(k, min=f"({max(after, 0)}-0" if after > 0 else "-")
+        if not raw and not await self.redis.exists(k):
+            raise KeyError(key)
+        return self._decode(raw)
+
+    async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
+        entries, closed = await self.read(key, after)
+        for entry in entries:
+            yield entry
+        if closed:
+            return
+        last_id = f"{entries[-1][0]}-0" if entries else f"{max(after, 0)}-0"
+        k = self._key(key)
+        while True:
+            response = await self.redis.xread({k: last_id}, block=5000, count=500)
+            if not response:
+                if not await self.redis.exists(k):
+                    raise KeyError(key)
+                continue
+            for _stream, raw in response:
+                if raw:
+                    last_id = raw[-1][0].decode()
+                batch, closed = self._decode(raw)
+                for entry in batch:
+                    yield entry
+                if closed:
+                    return
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+def open_event_log(url: str, retention_seconds: int) -> EventLog:
+    if url.startswith("memory://"):
+        return InMemoryEventLog(retention_seconds)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisEventLog(url, retention_seconds)
+    raise ValueError(f"AGENTMESH_EVENT_LOG_URL: unsupported event log {url!r}")

@@ -1,0 +1,134 @@
+"""Execution profiles: which topology a run has (router on or off, which executor, which
+tools, which context window), validated strictly, with the built-in registry."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from agentmesh.type.v1 import execution_profile_pb2
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shared.domain import EXECUTOR_FROM_PB, EXECUTOR_TO_PB, ExecutorKind
+from shared.errors import InvalidArgument
+
+WINDOW_RE = re.compile(r"^(all|today_yesterday|last_n:[1-9][0-9]{0,5})$")
+
+
+class ToolPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mode: Literal["intersection"] = "intersection"
+    allowlist: tuple[str, ...] = ()
+
+
+class HistoryPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    window: str = "all"
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        if not WINDOW_RE.match(value):
+            raise ValueError("must be all, today_yesterday or last_n:<N> (N from 1 to 999999)")
+        return value
+
+
+class ExecutionProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(default="custom", min_length=1, max_length=100)
+    enable_router: bool
+    executor: ExecutorKind
+    tool_policy: ToolPolicy = ToolPolicy()
+    history_policy: HistoryPolicy = HistoryPolicy()
+
+
+CHAT_DEFAULT = ExecutionProfile(name="chat_default", enable_router=True, executor=ExecutorKind.WORKER)
+AUTOMATION_MEMORY_DEFAULT = ExecutionProfile(
+    name="automation_memory_default",
+    enable_router=False,
+    executor=ExecutorKind.MEMORY,
+    tool_policy=ToolPolicy(allowlist=("memory_write", "memory_forget")),
+    history_policy=HistoryPolicy(window="today_yesterday"),
+)
+BUILT_INS = {p.name: p for p in (CHAT_DEFAULT, AUTOMATION_MEMORY_DEFAULT)}
+
+
+def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    field = f"{prefix}.{loc}" if loc else prefix
+    return InvalidArgument(field, first["msg"])
+
+
+def parse_profile(data: object, *, registered_tools: Iterable[str] | None = None, field: str = "execution_profile") -> ExecutionProfile:
+    """Validate a profile from JSON/YAML data; INVALID_ARGUMENT naming the field otherwise."""
+    try:
+        profile = ExecutionProfile.model_validate(data)
+    except ValidationError as err:
+        raise _first_error(err, field) from None
+    if registered_tools is not None:
+        known = set(registered_tools)
+        unknown = [t for t in profile.tool_policy.allowlist if t not in known]
+        if unknown:
+            raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
+    return profile
+
+
+def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionProfile:
+    return execution_profile_pb2.ExecutionProfile(
+        name=profile.name,
+        enable_router=profile.enable_router,
+        executor=EXECUTOR_TO_PB[profile.executor],
+        tool_policy=execution_profile_pb2.ToolPolicy(
+            mode=execution_profile_pb2.TOOL_POLICY_MODE_INTERSECTION,
+            allowlist=list(profile.tool_policy.allowlist),
+        ),
+        history_policy=execution_profile_pb2.HistoryPolicy(window=profile.history_policy.window),
+    )
+
+
+def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "profile") -> ExecutionProfile:
+    if pb.executor not in EXECUTOR_FROM_PB:
+        raise InvalidArgument(f"{field}.executor", "must be worker or memory")
+    return parse_profile(
+        {
+            "name": pb.name or "custom",
+            "enable_router": pb.enable_router,
+            "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
+            "tool_policy": {"allowlist": list(pb.tool_policy.allowlist)},
+            "history_policy": {"window": pb.history_policy.window or "all"},
+        },
+        field=field,
+    )
+
+
+class ProfileRegistry:
+    """Built-in profiles plus those of a YAML file, all validated before any is used."""
+
+    def __init__(self, profiles: Mapping[str, ExecutionProfile]) -> None:
+        self._profiles = dict(profiles)
+
+    @classmethod
+    def load(cls, path: Path | None, registered_tools: Iterable[str]) -> ProfileRegistry:
+        profiles = dict(BUILT_INS)
+        if path is not None:
+            tools = list(registered_tools)
+            raw = yaml.safe_load(path.read_text()) or {}
+            if not isinstance(raw, dict) or not isinstance(raw.get("profiles", []), list):
+                raise InvalidArgument("profiles", f"{path}: expected a mapping with a 'profiles' list")
+            for i, entry in enumerate(raw.get("profiles", [])):
+                profile = parse_profile(entry, registered_tools=tools, field=f"profiles[{i}]")
+                profiles[profile.name] = profile
+        return cls(profiles)
+
+    def get(self, name: str) -> ExecutionProfile:
+        try:
+            return self._profiles[name]
+        except KeyError:
+            raise InvalidArgument("profile_name", f"unknown execution profile {name!r}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._profiles)

@@ -1,0 +1,141 @@
+"""The one bootstrap every gRPC service uses: grpc.aio server, standard health service,
+reflection, the error interceptor, signal handling and graceful shutdown.
+
+Shutdown: the health service turns NOT_SERVING (so balancers stop sending), then the
+server stops accepting calls and gives in-flight calls and streams `grace_seconds` to
+finish, then the service's own resources close.
+
+`python -m services.<name>` serves; `python -m services.<name> migrate` only applies the
+service's migrations (what a Kubernetes migration Job runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from shared import logs
+from shared.interceptors import ServerInterceptor
+from shared.settings import Settings, get_settings
+
+log = logging.getLogger("agentmesh.server")
+
+VERSION = "0.1.0"
+
+# Large enough for a context of many messages; the gateway bounds client input well below.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass
+class ServiceParts:
+    """What a service contributes to the shared server."""
+
+    # Adds the service's servicers to the server.
+    register: Callable[[grpc.aio.Server], None]
+    # Full names of the gRPC services it serves (health and reflection).
+    service_names: Sequence[str]
+    # Closes what the service opened (engines, channels, background tasks).
+    on_stop: Callable[[], Awaitable[None]] | None = None
+    # Background tasks to run while serving (e.g. the scheduler's claim loop).
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+class GrpcServer:
+    def __init__(self, name: str, parts: ServiceParts, *, grace_seconds: float) -> None:
+        self.name = name
+        self.parts = parts
+        self.grace_seconds = grace_seconds
+        self.health = health.aio.HealthServicer()
+        self.server = grpc.aio.server(
+            interceptors=[ServerInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+            ],
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        self.parts.register(self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = [*self.parts.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise RuntimeError(f"{self.name}: cannot listen on {host}:{port}")
+        await self.server.start()
+        for task_factory in self.parts.background:
+            self._tasks.append(asyncio.create_task(task_factory()))
+        for service_name in [*self.parts.service_names, ""]:
+            await self.health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.server.stop(self.grace_seconds)
+        if self.parts.on_stop is not None:
+            await self.parts.on_stop()
+
+
+Builder = Callable[[Settings], Awaitable[ServiceParts]]
+
+
+async def serve(name: str, build: Builder, settings: Settings) -> None:
+    parts = await build(settings)
+    server = GrpcServer(name, parts, grace_seconds=settings.grace_seconds)
+    port = await server.start(settings.host, settings.listen_port(name))
+    log.info("serving", extra={"fields": {"port": port, "version": VERSION}})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down", extra={"fields": {"grace_seconds": settings.grace_seconds}})
+    await server.stop()
+    log.info("stopped")
+
+
+def run_main(
+    name: str,
+    build: Builder,
+    migrate: Callable[[Settings], Awaitable[None]] | None = None,
+    argv: Sequence[str] | None = None,
+) -> None:
+    """Entry point of `python -m services.<name> [serve|migrate]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args else "serve"
+    settings = get_settings()
+    logs.configure(name, settings.log_level)
+    runner: Callable[[Awaitable[None]], None] = asyncio.run  # type: ignore[assignment]
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # uvloop is optional (not on every platform)
+        pass
+    if command == "migrate":
+        if migrate is None:
+            print(f"{name} owns no tables: nothing to migrate")
+            return
+        runner(migrate(settings))
+        return
+    if command != "serve":
+        raise SystemExit(f"usage: python -m services.{name} [serve|migrate]")
+    runner(serve(name, build, settings))

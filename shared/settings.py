@@ -1,0 +1,91 @@
+"""Settings of every service, read from AGENTMESH_* environment variables (pydantic-settings).
+
+Every variable is listed with its meaning in README.md ("Environment variables").
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Default localhost ports of the embedded mode; each can be overridden.
+DEFAULT_PORTS: dict[str, int] = {
+    "orchestrator": 50051,
+    "router": 50052,
+    "executor": 50053,
+    "memory": 50054,
+    "history": 50055,
+    "scheduler": 50056,
+    "gateway": 8080,
+}
+
+GRPC_SERVICES = ("history", "memory", "router", "executor", "orchestrator", "scheduler")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTMESH_", extra="ignore")
+
+    # Where the embedded mode keeps its SQLite files.
+    data_dir: Path = Path("data")
+    # Empty: SQLite file per service under data_dir. Otherwise a PostgreSQL URL
+    # (postgresql://user@host:port/db); each service uses its own schema in it.
+    database_url: str = ""
+    # PostgreSQL schema of a service = prefix + service name (lets test runs share a database).
+    db_schema_prefix: str = ""
+    # "memory://" (in-process, embedded) or a Redis URL (redis://host:port/db).
+    event_log_url: str = "memory://"
+    # How long a finished run's events stay resumable.
+    event_log_retention_seconds: int = 3600
+
+    host: str = "127.0.0.1"
+    # The port this process listens on; 0 picks a free one; unset uses DEFAULT_PORTS.
+    port: int | None = None
+    orchestrator_addr: str = f"127.0.0.1:{DEFAULT_PORTS['orchestrator']}"
+    router_addr: str = f"127.0.0.1:{DEFAULT_PORTS['router']}"
+    executor_addr: str = f"127.0.0.1:{DEFAULT_PORTS['executor']}"
+    memory_addr: str = f"127.0.0.1:{DEFAULT_PORTS['memory']}"
+    history_addr: str = f"127.0.0.1:{DEFAULT_PORTS['history']}"
+    scheduler_addr: str = f"127.0.0.1:{DEFAULT_PORTS['scheduler']}"
+
+    # HS256 secret of the gateway's bearer tokens.
+    jwt_secret: str = "agentmesh-development-secret-change-me"
+    # Graceful shutdown: in-flight calls and streams get this long to finish.
+    grace_seconds: float = 10.0
+    # Deadline of one internal unary call.
+    rpc_timeout_seconds: float = 5.0
+    # Deadline of a whole run (streaming calls).
+    run_timeout_seconds: float = 300.0
+    # Largest accepted message text, in characters.
+    max_message_chars: int = 32_000
+    # Largest accepted HTTP request body, in bytes.
+    max_request_bytes: int = 1_000_000
+    # Default IANA time zone of an owner.
+    default_timezone: str = "Asia/Shanghai"
+    # Model provider: "scripted" (offline, deterministic).
+    model_provider: str = "scripted"
+    # Scripted model: simulated latency per streamed token, in seconds.
+    scripted_token_latency: float = 0.0
+    log_level: str = "INFO"
+    # Log message contents and tool arguments (never on in production).
+    log_contents: bool = False
+
+    def listen_port(self, service: str) -> int:
+        return DEFAULT_PORTS[service] if self.port is None else self.port
+
+    def addr(self, service: str) -> str:
+        value: str = getattr(self, f"{service}_addr")
+        return value
+
+    def schema_for(self, service: str) -> str:
+        return f"{self.db_schema_prefix}{service}"
+
+    # The gateway's extra data, here so one table documents everything.
+    cors_origins: list[str] = Field(default_factory=list)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

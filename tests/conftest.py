@@ -1,0 +1,74 @@
+"""Test fixtures shared by every test.
+
+Backends: AGENTMESH_TEST_BACKEND=embedded (default: SQLite files, in-memory event log) or
+AGENTMESH_TEST_BACKEND=postgres (real PostgreSQL and Redis). `make test` runs the suite once
+per backend. A backend that cannot be reached fails the tests; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from shared.settings import Settings
+
+BACKEND = os.environ.get("AGENTMESH_TEST_BACKEND", "embedded")
+PG_URL = os.environ.get("AGENTMESH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("AGENTMESH_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+if BACKEND not in ("embedded", "postgres"):
+    raise RuntimeError(f"AGENTMESH_TEST_BACKEND must be embedded or postgres, not {BACKEND!r}")
+
+USES_POSTGRES = BACKEND == "postgres"
+
+
+def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: object) -> Settings:
+    """Settings for one test: its own data folder, PostgreSQL schemas and Redis keys."""
+    values: dict[str, object] = {
+        "data_dir": os.path.join(os.fspath(tmp_path), "data"),
+        "database_url": PG_URL if USES_POSTGRES else "",
+        "db_schema_prefix": prefix,
+        "event_log_url": REDIS_URL if USES_POSTGRES else "memory://",
+        "grace_seconds": 2.0,
+        "rpc_timeout_seconds": 5.0,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def drop_schemas(prefix: str) -> None:
+    conn = await asyncpg.connect(PG_URL)
+    try:
+        rows = await conn.fetch(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", prefix.replace("_", r"\_") + "%"
+        )
+        for row in rows:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{row["nspname"]}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def schema_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:12]}_"
+
+
+@pytest.fixture
+async def settings(tmp_path: os.PathLike[str], schema_prefix: str) -> AsyncIterator[Settings]:
+    s = make_settings(tmp_path, schema_prefix)
+    yield s
+    if USES_POSTGRES:
+        await drop_schemas(schema_prefix)
+
+
+@pytest.fixture
+async def redis_client() -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(REDIS_URL)
+    await client.ping()
+    yield client
+    await client.aclose()
