@@ -1,0 +1,1 @@
+"""The model layer: one streaming interface, providers behind it."""
