@@ -1,0 +1,220 @@
+"""`make run`: every service as its own process on localhost, health-gated, stopped cleanly.
+
+Starts history, memory, router, executor, orchestrator, scheduler and the gateway with the
+embedded defaults (SQLite files under ./data, in-memory event log, scripted model), waits
+until each gRPC service reports SERVING on grpc.health.v1 and the gateway's /readyz answers
+200, prints the gateway URL and a development bearer token, and on Ctrl-C (SIGINT) or
+SIGTERM stops every process (SIGTERM, then SIGKILL after the grace period): no orphans.
+
+The same class starts the suite for the end-to-end tests, on free ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from shared.settings import DEFAULT_PORTS, GRPC_SERVICES, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_SERVICES = (*GRPC_SERVICES, "gateway")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Child processes get SIGTERM if the launcher dies, even by kill -9 (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Suite:
+    """The whole suite as child processes."""
+
+    def __init__(
+        self,
+        *,
+        ports: Mapping[str, int] | None = None,
+        env: Mapping[str, str] | None = None,
+        log_dir: Path | None = None,
+        services: tuple[str, ...] = ALL_SERVICES,
+    ) -> None:
+        self.ports = dict(ports or DEFAULT_PORTS)
+        self.services = services
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        base = dict(os.environ)
+        base.update(env or {})
+        base["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "protos")])
+        base.setdefault("PYTHONUNBUFFERED", "1")
+        for name in GRPC_SERVICES:
+            base[f"AGENTMESH_{name.upper()}_ADDR"] = f"127.0.0.1:{self.ports[name]}"
+        self.env = base
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['gateway']}"
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    def start_service(self, name: str) -> subprocess.Popen[bytes]:
+        env = dict(self.env, AGENTMESH_PORT=str(self.ports[name]))
+        out: int | object = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", f"services.{name}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,  # type: ignore[arg-type]
+            stderr=subprocess.STDOUT if self.log_dir is not None else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def start(self, timeout: float = 60.0) -> None:
+        busy = [f"{n}:{self.ports[n]}" for n in self.services if port_in_use(self.ports[n])]
+        if busy:
+            raise RuntimeError(f"ports already in use: {', '.join(busy)} (is the suite already running?)")
+        for name in self.services:
+            self.start_service(name)
+        deadline = time.monotonic() + timeout
+        for name in self.services:
+            self.wait_ready(name, deadline)
+
+    def wait_ready(self, name: str, deadline: float) -> None:
+        while True:
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode} while starting")
+            if self.is_ready(name):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not become ready in time")
+            time.sleep(0.1)
+
+    def is_ready(self, name: str) -> bool:
+        if name == "gateway":
+            try:
+                return httpx.get(f"{self.gateway_url}/readyz", timeout=1.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+        with grpc.insecure_channel(self.address(name)) as ch:
+            try:
+                resp = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=1.0
+                )
+            except grpc.RpcError:
+                return False
+            return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def stop_service(self, name: str, sig: int = signal.SIGTERM, grace: float = 15.0) -> int | None:
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return None if proc is None else proc.returncode
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def stop(self, grace: float = 15.0) -> dict[str, int | None]:
+        """SIGTERM to every process (gateway first), then SIGKILL whatever outlives the grace."""
+        order = ["gateway", "scheduler", "orchestrator", "executor", "router", "memory", "history"]
+        for name in order:
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        codes: dict[str, int | None] = {}
+        for name in order:
+            proc = self.procs.get(name)
+            if proc is None:
+                continue
+            try:
+                codes[name] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        return codes
+
+
+def dev_token(secret: str, sub: str = "dev-user") -> str:
+    from services.gateway.auth import issue_token
+
+    return issue_token(secret, sub)
+
+
+def main() -> None:
+    settings = Settings()
+    suite = Suite(log_dir=settings.data_dir / "logs")
+    stop = False
+
+    def _on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    print(f"starting agentmesh ({', '.join(ALL_SERVICES)}); logs in {settings.data_dir / 'logs'}", flush=True)
+    try:
+        suite.start()
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        suite.stop()
+        sys.exit(1)
+    token = dev_token(settings.jwt_secret)
+    print(
+        "\nagentmesh is running.\n"
+        f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
+        f"  token:     {token}\n\n"
+        "try:\n"
+        f"  curl -N {suite.gateway_url}/api/v1/agent/runs -H 'Authorization: Bearer {token}' \\\n"
+        "    -H 'Content-Type: application/json' \\\n"
+        "    -d '{\"threadId\":\"t1\",\"runId\":\"r1\",\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n"
+        "Ctrl-C stops everything.",
+        flush=True,
+    )
+    try:
+        while not stop:
+            for name, proc in suite.procs.items():
+                if proc.poll() is not None:
+                    print(f"{name} exited with code {proc.returncode}; stopping the suite", file=sys.stderr)
+                    stop = True
+                    break
+            time.sleep(0.2)
+    finally:
+        print("stopping...", flush=True)
+        codes = suite.stop(grace=settings.grace_seconds + 5)
+        print("stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""End-to-end fixtures: the real suite as child processes on free ports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import jwt
+import pytest
+
+from services.launcher import ALL_SERVICES, Suite, free_port
+from tests.conftest import PG_URL, REDIS_URL, USES_POSTGRES, drop_schemas
+
+SECRET = "e2e-secret"
+
+
+def token(sub: str, *, admin: bool = False, secret: str = SECRET) -> str:
+    claims: dict[str, object] = {"sub": sub, "iat": int(time.time()), "exp": int(time.time()) + 3600}
+    if admin:
+        claims["scope"] = "admin"
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
+    values = {
+        "AGENTMESH_DATA_DIR": str(tmp / "data"),
+        "AGENTMESH_JWT_SECRET": SECRET,
+        "AGENTMESH_GRACE_SECONDS": "3",
+        "AGENTMESH_RPC_TIMEOUT_SECONDS": "3",
+        "AGENTMESH_DB_SCHEMA_PREFIX": prefix,
+        "AGENTMESH_DATABASE_URL": PG_URL if USES_POSTGRES else "",
+        "AGENTMESH_EVENT_LOG_URL": REDIS_URL if USES_POSTGRES else "memory://",
+        "AGENTMESH_LOG_LEVEL": "INFO",
+    }
+    values.update(env)
+    return Suite(ports={n: free_port() for n in ALL_SERVICES}, env=values, log_dir=tmp / "logs")
+
+
+@pytest.fixture(scope="session")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    tmp = tmp_path_factory.mktemp("suite")
+    prefix = f"e{uuid.uuid4().hex[:10]}_"
+    s = make_suite(tmp, prefix)
+    try:
+        s.start(timeout=90)
+    except RuntimeError:
+        s.stop()
+        _dump_logs(tmp / "logs")
+        raise
+    yield s
+    s.stop()
+    if USES_POSTGRES:
+        asyncio.run(drop_schemas(prefix))
+
+
+def _dump_logs(log_dir: Path) -> None:
+    for log in sorted(log_dir.glob("*.log")):
+        print(f"---- {log.name}\n{log.read_text()[-4000:]}")
+
+
+def parse_sse(raw: bytes) -> list[dict[str, object]]:
+    """Frames of an SSE body; asserts the framing rules a strict AG-UI client enforces."""
+    assert b"\r" not in raw, "frames must use LF only"
+    assert raw.endswith(b"\n\n"), "the stream must end with a complete frame"
+    events = []
+    for frame in raw.split(b"\n\n")[:-1]:
+        lines = frame.split(b"\n")
+        data = [line[len(b"data: ") :] for line in lines if line.startswith(b"data: ")]
+        assert len(data) == 1, f"one data line per frame: {frame!r}"
+        events.append(json.loads(data[0]))
+    return events
+
+
+def run_body(thread_id: str, run_id: str, text: str, **extra: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "threadId": thread_id,
+        "runId": run_id,
+        "messages": [{"id": f"m-{run_id}", "role": "user", "content": text}],
+    }
+    body.update(extra)
+    return body
