@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): numbers come from here, never from timed tests."""
