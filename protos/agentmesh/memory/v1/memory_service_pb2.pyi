@@ -104,3 +104,45 @@ class GetMemoryResponse(_message.Message):
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     memory: Memory
     def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ...) -> None: ...
+
+class Watermark(_message.Message):
+    __slots__ = ("name", "position", "time", "update_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    position: str
+    time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetWatermarkRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetWatermarkResponse(_message.Message):
+    __slots__ = ("watermark",)
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    watermark: Watermark
+    def __init__(self, watermark: _Optional[_Union[Watermark, _Mapping]] = ...) -> None: ...
+
+class AdvanceWatermarkRequest(_message.Message):
+    __slots__ = ("name", "expected_position", "position", "time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_POSITION_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_position: str
+    position: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., expected_position: _Optional[str] = ..., position: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AdvanceWatermarkResponse(_message.Message):
+    __slots__ = ("watermark",)
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    watermark: Watermark
+    def __init__(self, watermark: _Optional[_Union[Watermark, _Mapping]] = ...) -> None: ...

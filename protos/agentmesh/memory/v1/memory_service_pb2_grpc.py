@@ -61,6 +61,16 @@ class MemoryServiceStub:
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.FromString,
                 _registered_method=True)
+        self.GetWatermark = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/GetWatermark',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkResponse.FromString,
+                _registered_method=True)
+        self.AdvanceWatermark = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/AdvanceWatermark',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -100,6 +110,22 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetWatermark(self, request, context):
+        """The caller's watermark `name` (default "memory_agent"): how far an agent has
+        processed the owner's messages. Never advanced: an empty position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdvanceWatermark(self, request, context):
+        """Compare-and-set: moves the watermark only if it is still at expected_position
+        (empty = never advanced); otherwise ABORTED, so of two concurrent runs one wins.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +153,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.GetMemory,
                     request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.FromString,
                     response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.SerializeToString,
+            ),
+            'GetWatermark': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWatermark,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkResponse.SerializeToString,
+            ),
+            'AdvanceWatermark': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdvanceWatermark,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +302,60 @@ class MemoryService:
             '/agentmesh.memory.v1.MemoryService/GetMemory',
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.SerializeToString,
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWatermark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/GetWatermark',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdvanceWatermark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/AdvanceWatermark',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,42 @@
+"""Memory service protobuf <-> domain."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf import timestamp_pb2
+
+from agentmesh.memory.v1 import memory_service_pb2 as pb
+from services.memory.core import Memory, Watermark
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def datetime_from(ts: timestamp_pb2.Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def memory_to_pb(memory: Memory) -> pb.Memory:
+    return pb.Memory(
+        id=memory.id,
+        content=memory.content,
+        kind=memory.kind,
+        source_run_id=memory.source_run_id,
+        source_message_ids=list(memory.source_message_ids),
+        create_time=timestamp(memory.create_time),
+        update_time=timestamp(memory.update_time),
+        version=memory.version,
+    )
+
+
+def watermark_to_pb(watermark: Watermark) -> pb.Watermark:
+    out = pb.Watermark(name=watermark.name, position=watermark.position)
+    if watermark.time is not None:
+        out.time.CopyFrom(timestamp(watermark.time))
+    if watermark.update_time is not None:
+        out.update_time.CopyFrom(timestamp(watermark.update_time))
+    return out

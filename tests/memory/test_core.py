@@ -1,0 +1,152 @@
+"""The memory rules without a server: normalisation, matching, validation, ranking."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.memory import core
+from shared.errors import InvalidArgument
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _memory(memory_id: str, minutes: int) -> core.Memory:
+    return core.Memory(
+        id=memory_id,
+        owner_id="o",
+        content=memory_id,
+        content_key=memory_id,
+        kind="fact",
+        source_run_id="",
+        source_message_ids=(),
+        create_time=T0,
+        update_time=T0 + timedelta(minutes=minutes),
+        version=1,
+    )
+
+
+def test_content_key_casefolds_collapses_whitespace_and_strips_trailing_punctuation() -> None:
+    assert core.content_key("I love green tea.") == core.content_key("i love  green tea")
+    assert core.content_key("  I LOVE\tgreen tea!!! ") == "i love green tea"
+
+
+def test_content_key_strips_full_width_trailing_punctuation() -> None:
+    assert core.content_key("我喜欢绿茶。") == core.content_key("我喜欢绿茶") == "我喜欢绿茶"
+    assert core.content_key("我喜欢绿茶！") == "我喜欢绿茶"
+
+
+def test_content_key_keeps_inner_punctuation() -> None:
+    assert core.content_key("Lin, from Hangzhou.") == "lin, from hangzhou"
+
+
+def test_terms_are_words_and_cjk_runs_without_repeats() -> None:
+    assert core.terms("I love green tea, green TEA!") == ("i", "love", "green", "tea")
+    assert core.terms("我喜欢绿茶，也喜欢咖啡") == ("我喜欢绿茶", "也喜欢咖啡")
+
+
+def test_is_cjk() -> None:
+    assert core.is_cjk("绿茶")
+    assert core.is_cjk("おちゃ")
+    assert not core.is_cjk("tea")
+
+
+def test_query_words_all_contained_match() -> None:
+    assert core.matches("green tea", "I love green tea")
+    assert core.matches("Tea green", "I love green tea.")
+
+
+def test_query_with_a_word_the_memory_lacks_does_not_match() -> None:
+    assert not core.matches("green tea", "I love black tea")
+
+
+def test_non_cjk_terms_match_whole_words_only() -> None:
+    assert not core.matches("tea", "I like steam trains")
+
+
+def test_chinese_query_matches_as_substring() -> None:
+    assert core.matches("绿茶", "我喜欢绿茶")
+    assert not core.matches("红茶", "我喜欢绿茶")
+
+
+def test_mixed_query_needs_the_words_and_the_chinese_substring() -> None:
+    assert core.matches("Lin 绿茶", "Lin 喜欢绿茶")
+    assert not core.matches("Lin 绿茶", "Wang 喜欢绿茶")
+
+
+def test_equal_keys_match() -> None:
+    assert core.matches("I LOVE GREEN TEA!", "i love green tea")
+
+
+def test_query_without_words_matches_nothing() -> None:
+    assert not core.matches("...", "I love green tea")
+
+
+def test_write_defaults_leave_kind_and_run_to_the_existing_memory() -> None:
+    fact = core.validate_write("  I love green tea. ", "", "", ["m1", "m1", "m2"])
+    assert fact.content == "I love green tea."
+    assert fact.content_key == "i love green tea"
+    assert fact.kind is None and fact.source_run_id is None
+    assert fact.source_message_ids == ("m1", "m2")
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "field"),
+    [
+        ("", "", "content"),
+        ("   ", "", "content"),
+        ("x" * 2001, "", "content"),
+        ("?!.", "", "content"),
+        ("I love tea", "hobby", "kind"),
+    ],
+)
+def test_bad_write_names_the_field(content: str, kind: str, field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        core.validate_write(content, kind, "", [])
+    assert info.value.violations[0][0] == field
+
+
+def test_content_of_exactly_2000_characters_is_accepted() -> None:
+    assert core.validate_write("x" * 2000, "", "", []).content == "x" * 2000
+
+
+def test_empty_source_message_id_is_rejected() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        core.validate_write("I love tea", "", "", [""])
+    assert info.value.violations[0][0] == "source_message_ids"
+
+
+def test_merge_sources_keeps_order_without_repeats_and_is_bounded() -> None:
+    assert core.merge_sources(["a", "b"], ["b", "c"]) == ("a", "b", "c")
+    many = core.merge_sources([str(i) for i in range(100)], ["new"])
+    assert len(many) == core.KEPT_SOURCE_MESSAGE_IDS
+    assert many[-1] == "new" and "0" not in many
+
+
+def test_watermark_name_defaults_to_memory_agent() -> None:
+    assert core.watermark_name("") == "memory_agent"
+    assert core.watermark_name("summary_agent") == "summary_agent"
+
+
+@pytest.mark.parametrize("name", ["Memory", "1agent", "a b", "x" * 64])
+def test_bad_watermark_name_is_rejected(name: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        core.watermark_name(name)
+    assert info.value.violations[0][0] == "name"
+
+
+def test_full_text_hits_rank_first_by_score_then_substring_hits_newest_first() -> None:
+    a, b, c, d = _memory("a", 1), _memory("b", 2), _memory("c", 3), _memory("d", 4)
+    ranked = core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, a, d], limit=10)
+    assert [m.id for m in ranked] == ["b", "a", "d", "c"]
+    assert len(core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, d], limit=3)) == 3
+
+
+def test_page_position_round_trips_and_garbage_is_a_bad_token() -> None:
+    memory = _memory("a", 5)
+    assert core.parse_page_position(core.page_position(memory)) == (memory.update_time, "a")
+    for bad in (None, "x", ["not a time", "a"], ["2026-01-01T00:00:00", "a"], [1, 2, 3]):
+        with pytest.raises(InvalidArgument) as info:
+            core.parse_page_position(bad)
+        assert info.value.violations[0][0] == "page_token"

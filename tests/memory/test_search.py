@@ -1,0 +1,91 @@
+"""SearchMemories: full text (PostgreSQL tsvector / SQLite FTS5) plus Chinese substrings."""
+
+from __future__ import annotations
+
+import grpc
+
+from tests.memory.conftest import rpc_error
+
+
+async def test_english_query_finds_memories_with_its_words(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    await alice.write("I drink black coffee")
+    assert [m.content for m in await alice.search("green tea")] == ["I love green tea"]
+    assert [m.content for m in await alice.search("TEA")] == ["I love green tea"]
+
+
+async def test_chinese_query_finds_memories_containing_it(client) -> None:
+    alice = client("alice")
+    await alice.write("我喜欢绿茶")
+    await alice.write("我住在杭州")
+    assert [m.content for m in await alice.search("绿茶")] == ["我喜欢绿茶"]
+    assert [m.content for m in await alice.search("杭州")] == ["我住在杭州"]
+
+
+async def test_mixed_query_finds_memories_with_the_words_and_the_chinese(client) -> None:
+    alice = client("alice")
+    await alice.write("Lin 喜欢绿茶")
+    await alice.write("Wang 喜欢绿茶")
+    assert [m.content for m in await alice.search("Lin 绿茶")] == ["Lin 喜欢绿茶"]
+
+
+async def test_query_matching_nothing_finds_nothing(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    assert await alice.search("coffee") == []
+    assert await alice.search("咖啡") == []
+
+
+async def test_better_full_text_match_ranks_first(client) -> None:
+    alice = client("alice")
+    await alice.write("tea, more tea and always tea")
+    await alice.write("I sometimes drink tea with friends after work")
+    assert [m.content for m in await alice.search("tea")] == [
+        "tea, more tea and always tea",
+        "I sometimes drink tea with friends after work",
+    ]
+
+
+async def test_search_follows_updates_and_forgets(client) -> None:
+    alice = client("alice")
+    first = (await alice.write("I love green tea")).memory
+    await alice.write("I LOVE GREEN TEA!")  # same fact, new wording: still one hit
+    hits = await alice.search("green tea")
+    assert [(m.id, m.content) for m in hits] == [(first.id, "I LOVE GREEN TEA!")]
+    await alice.forget_id(first.id)
+    assert await alice.search("green tea") == []
+
+
+async def test_query_syntax_characters_are_plain_text(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    for query in ('"tea', "tea OR (", "tea*", "NEAR(tea", "tea -", "green:tea", "tea^2"):
+        await alice.search(query)  # never an error
+    assert [m.content for m in await alice.search('"green" tea')] == ["I love green tea"]
+
+
+async def test_page_size_defaults_to_20_and_is_bounded_by_100(client) -> None:
+    alice = client("alice")
+    for i in range(22):
+        await alice.write(f"green tea number {i}")
+        await alice.write(f"绿茶 第{i}杯")
+    assert len(await alice.search("tea")) == 20
+    assert len(await alice.search("绿茶")) == 20
+    assert len(await alice.search("tea", page_size=5)) == 5
+    assert len(await alice.search("tea", page_size=100)) == 22
+    error = await rpc_error(alice.search("tea", page_size=101))
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.violations[0][0] == "page_size"
+
+
+async def test_empty_query_is_invalid_argument_naming_query(client) -> None:
+    error = await rpc_error(client("alice").search(" "))
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.violations[0][0] == "query"
+
+
+async def test_query_without_words_finds_nothing_and_is_no_error(client) -> None:
+    alice = client("alice")
+    await alice.write("$")
+    assert await alice.search("$") == []
