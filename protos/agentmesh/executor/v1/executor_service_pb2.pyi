@@ -34,9 +34,21 @@ class ExecuteRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("event", "message")
+    __slots__ = ("event", "message", "result")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     event: _run_event_pb2.RunEvent
     message: _message_pb2.Message
-    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ...) -> None: ...
+    result: StepResult
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., result: _Optional[_Union[StepResult, _Mapping]] = ...) -> None: ...
+
+class StepResult(_message.Message):
+    __slots__ = ("pending_tool_call_ids", "usage", "finished_reason")
+    PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_REASON_FIELD_NUMBER: _ClassVar[int]
+    pending_tool_call_ids: _containers.RepeatedScalarFieldContainer[str]
+    usage: _message_pb2.Usage
+    finished_reason: str
+    def __init__(self, pending_tool_call_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[_message_pb2.Usage, _Mapping]] = ..., finished_reason: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,216 @@
+"""The worker agent: general conversation and tool orchestration as a bounded tool loop.
+
+Each model turn streams text and tool calls. Calls to server-side tools the run authorised
+run here and their results feed the next turn; a call to a client-side tool ends the step
+(the run finishes with outcome interrupt); any other call is not executed and the model gets
+an error result. After `max_tool_rounds` rounds of tool results, one last turn is offered
+no tools, so the step always ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field, replace
+
+from services.executor import core
+from services.executor.agents.base import StepRequest
+from services.executor.core import ToolRoute
+from services.executor.events import (
+    StepItem,
+    StepResult,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallResult,
+    ToolCallStart,
+)
+from services.executor.tools import ToolContext, ToolError, ToolRegistry
+from shared.domain import MessageKind
+from shared.errors import DomainError
+from shared.messages import (
+    Block,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolCallState,
+    ToolResultBlock,
+    ToolResultState,
+    Usage,
+    assistant,
+    new_id,
+    tool_result_message_id,
+)
+from shared.model.base import ChatModel, ToolSpec
+
+log = logging.getLogger("agentmesh.executor.worker")
+
+
+@dataclass
+class _Turn:
+    """What one model turn produced."""
+
+    text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: core.ToolCallAssembler = field(default_factory=core.ToolCallAssembler)
+    usage: Usage = Usage()
+    finished_reason: str = ""
+
+    def content(self, calls: Sequence[ToolCallBlock]) -> tuple[Block, ...]:
+        blocks: list[Block] = []
+        if self.thinking:
+            blocks.append(ThinkingBlock("".join(self.thinking)))
+        if self.text:
+            blocks.append(TextBlock("".join(self.text)))
+        blocks.extend(calls)
+        return tuple(blocks)
+
+
+class WorkerAgent:
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: ToolRegistry,
+        *,
+        max_tool_rounds: int,
+        tool_timeout_seconds: float,
+    ) -> None:
+        self.model = model
+        self.tools = tools
+        self.max_tool_rounds = max_tool_rounds
+        self.tool_timeout_seconds = tool_timeout_seconds
+
+    async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+        server = core.offered_server_tools(step.tools, self.tools.names())
+        core.check_client_tools([t.name for t in step.client_tools], server)
+        client = tuple(t.name for t in step.client_tools)
+        offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
+        tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
+        conversation: list[Msg] = [*step.context, step.input]
+        usage = Usage()
+
+        for turn_no in range(self.max_tool_rounds + 1):
+            last = turn_no == self.max_tool_rounds
+            message_id = core.turn_message_id(step.reply_message_id, turn_no)
+            turn = _Turn()
+            async for event in self._model_turn(conversation, () if last else offered, message_id, turn):
+                yield event
+            usage = usage + turn.usage
+            calls = turn.calls.blocks()
+            routes = {
+                c.id: ToolRoute.FORBIDDEN if last else core.route_tool_call(c.name, server, client)
+                for c in calls
+            }
+            calls = [replace(c, state=_call_state(routes[c.id])) for c in calls]
+            message = assistant(
+                turn.content(calls),
+                id=message_id,
+                kind=core.turn_kind(bool(calls)),
+                usage=turn.usage,
+                finished_reason=turn.finished_reason,
+            )
+            yield message
+            if not calls:
+                yield StepResult(turn.finished_reason or "stop", usage)
+                return
+            conversation.append(message)
+
+            pending: list[str] = []
+            results: list[ToolResultBlock] = []
+            results_id = new_id()
+            for call in calls:
+                route = routes[call.id]
+                if route is ToolRoute.CLIENT:
+                    pending.append(call.id)
+                    continue
+                result = await self._result_for(call, route, tool_context)
+                # The id AG-UI gives this result once stored (shared.messages.msg_to_agui).
+                event_id = tool_result_message_id(results_id, len(results))
+                yield ToolCallResult(event_id, call.id, result.text)
+                results.append(result)
+            if results:
+                results_msg = assistant(results, id=results_id, kind=MessageKind.TOOL_RESULT)
+                yield results_msg
+                conversation.append(results_msg)
+            if pending:
+                yield StepResult("tool_calls", usage, tuple(pending))
+                return
+            if last:
+                yield StepResult("max_tool_iterations", usage)
+                return
+
+    async def _model_turn(
+        self, conversation: Sequence[Msg], offered: Sequence[ToolSpec], message_id: str, turn: _Turn
+    ) -> AsyncIterator[StepItem]:
+        text_open = False
+        # aclosing: a cancelled step closes the model's stream at once (the provider's
+        # connection with it), instead of leaving it to the garbage collector.
+        async with aclosing(self.model.stream(conversation, tools=offered)) as stream:
+            async for chunk in stream:
+                for block in chunk.content:
+                    if isinstance(block, TextBlock):
+                        if not block.text:
+                            continue
+                        if not text_open:
+                            text_open = True
+                            yield TextStart(message_id)
+                        turn.text.append(block.text)
+                        yield TextDelta(message_id, block.text)
+                    elif isinstance(block, ToolCallBlock):
+                        call_id, started = turn.calls.add(block)
+                        if started:
+                            yield ToolCallStart(call_id, turn.calls.name_of(call_id), message_id)
+                        if block.input:
+                            yield ToolCallArgs(call_id, block.input)
+                    elif isinstance(block, ThinkingBlock):
+                        turn.thinking.append(block.thinking)
+                if chunk.usage is not None:
+                    # Providers report the turn's running total; the last report wins.
+                    turn.usage = chunk.usage
+                if chunk.is_last:
+                    turn.finished_reason = chunk.finished_reason
+        if text_open:
+            yield TextEnd(message_id)
+        for call in turn.calls.blocks():
+            yield ToolCallEnd(call.id)
+
+    async def _result_for(
+        self, call: ToolCallBlock, route: ToolRoute, context: ToolContext
+    ) -> ToolResultBlock:
+        tool = self.tools.get(call.name) if route is ToolRoute.SERVER else None
+        if tool is None:
+            return ToolResultBlock(
+                call.id, call.name, core.forbidden_tool_message(call.name), ToolResultState.DENIED
+            )
+        try:
+            arguments = json.loads(call.input or "{}")
+            if not isinstance(arguments, dict):
+                raise ToolError("the arguments must be a JSON object")
+            async with asyncio.timeout(self.tool_timeout_seconds):
+                output = await tool.execute(arguments, context)
+        except json.JSONDecodeError:
+            return _error(call, "the arguments are not valid JSON")
+        except (ToolError, DomainError) as exc:
+            return _error(call, str(exc))
+        except TimeoutError:
+            return _error(call, "the tool did not answer in time")
+        except Exception:
+            log.exception("tool failed", extra={"fields": {"tool": call.name}})
+            return _error(call, "the tool failed")
+        return ToolResultBlock(call.id, call.name, output, ToolResultState.SUCCESS)
+
+
+def _call_state(route: ToolRoute) -> ToolCallState:
+    return ToolCallState.SUBMITTED if route is ToolRoute.CLIENT else ToolCallState.FINISHED
+
+
+def _error(call: ToolCallBlock, reason: str) -> ToolResultBlock:
+    return ToolResultBlock(call.id, call.name, f"error: {reason}", ToolResultState.ERROR)
+
+

@@ -1,0 +1,120 @@
+"""Protobuf <-> domain for the executor: ExecuteRequest -> StepRequest, step items -> responses."""
+
+from __future__ import annotations
+
+import json
+
+from agentmesh.executor.v1 import executor_service_pb2 as pb
+from agentmesh.type.v1 import message_pb2, run_event_pb2
+
+from services.executor.agents.base import StepRequest
+from services.executor.events import (
+    StepItem,
+    StepResult,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallResult,
+    ToolCallStart,
+)
+from shared.domain import EXECUTOR_FROM_PB
+from shared.errors import InvalidArgument
+from shared.messages import Msg, msg_from_pb, msg_to_pb
+from shared.model.base import ToolSpec
+from shared.profiles import profile_from_pb
+
+MAX_ID_CHARS = 128
+
+
+def tool_spec_from_pb(value: message_pb2.ToolSpec, field: str) -> ToolSpec:
+    if not value.parameters_json:
+        return ToolSpec(name=value.name, description=value.description)
+    try:
+        parameters = json.loads(value.parameters_json)
+    except json.JSONDecodeError:
+        raise InvalidArgument(f"{field}.parameters_json", "must be a JSON Schema object") from None
+    if not isinstance(parameters, dict):
+        raise InvalidArgument(f"{field}.parameters_json", "must be a JSON Schema object")
+    return ToolSpec(name=value.name, description=value.description, parameters=parameters)
+
+
+def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
+    executor = EXECUTOR_FROM_PB.get(request.executor)  # type: ignore[call-overload]
+    if executor is None:
+        raise InvalidArgument("executor", "must be worker or memory")
+    for name in ("run_id", "thread_id", "reply_message_id"):
+        value = getattr(request, name)
+        if not value or len(value) > MAX_ID_CHARS:
+            raise InvalidArgument(name, f"must be 1 to {MAX_ID_CHARS} characters")
+    if not request.HasField("input_message"):
+        raise InvalidArgument("input_message", "is required")
+    return StepRequest(
+        run_id=request.run_id,
+        thread_id=request.thread_id,
+        owner=owner,
+        executor=executor,
+        profile=profile_from_pb(request.profile, "profile"),
+        context=tuple(
+            msg_from_pb(m, f"context_messages[{i}]") for i, m in enumerate(request.context_messages)
+        ),
+        input=msg_from_pb(request.input_message, "input_message"),
+        tools=tuple(t.name for t in request.tools),
+        client_tools=tuple(
+            tool_spec_from_pb(t, f"client_tools[{i}]") for i, t in enumerate(request.client_tools)
+        ),
+        time_zone=request.time_zone,
+        reply_message_id=request.reply_message_id,
+    )
+
+
+def _event(item: StepItem) -> run_event_pb2.RunEvent:
+    match item:
+        case TextStart(message_id=mid):
+            return run_event_pb2.RunEvent(
+                text_message_start=run_event_pb2.TextMessageStart(
+                    message_id=mid, role=message_pb2.ROLE_ASSISTANT
+                )
+            )
+        case TextDelta(message_id=mid, delta=delta):
+            return run_event_pb2.RunEvent(
+                text_message_content=run_event_pb2.TextMessageContent(message_id=mid, delta=delta)
+            )
+        case TextEnd(message_id=mid):
+            return run_event_pb2.RunEvent(
+                text_message_end=run_event_pb2.TextMessageEnd(message_id=mid)
+            )
+        case ToolCallStart(tool_call_id=cid, name=name, parent_message_id=parent):
+            return run_event_pb2.RunEvent(
+                tool_call_start=run_event_pb2.ToolCallStart(
+                    tool_call_id=cid, tool_call_name=name, parent_message_id=parent
+                )
+            )
+        case ToolCallArgs(tool_call_id=cid, delta=delta):
+            return run_event_pb2.RunEvent(
+                tool_call_args=run_event_pb2.ToolCallArgs(tool_call_id=cid, delta=delta)
+            )
+        case ToolCallEnd(tool_call_id=cid):
+            return run_event_pb2.RunEvent(tool_call_end=run_event_pb2.ToolCallEnd(tool_call_id=cid))
+        case ToolCallResult(message_id=mid, tool_call_id=cid, content=content):
+            return run_event_pb2.RunEvent(
+                tool_call_result=run_event_pb2.ToolCallResult(
+                    message_id=mid, tool_call_id=cid, content=content
+                )
+            )
+    raise TypeError(f"not a step event: {item!r}")
+
+
+def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
+    if isinstance(item, Msg):
+        return pb.ExecuteResponse(message=msg_to_pb(item))
+    if isinstance(item, StepResult):
+        result = pb.StepResult(
+            pending_tool_call_ids=list(item.pending_tool_call_ids),
+            finished_reason=item.finished_reason,
+        )
+        result.usage.input_tokens = item.usage.input_tokens
+        result.usage.output_tokens = item.usage.output_tokens
+        return pb.ExecuteResponse(result=result)
+    return pb.ExecuteResponse(event=_event(item))

@@ -1,0 +1,36 @@
+"""ExecutorService: proto -> StepRequest -> the executor's agent -> streamed responses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+
+import grpc
+from agentmesh.executor.v1 import executor_service_pb2 as pb
+from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
+
+from services.executor import convert, core
+from services.executor.agents import Agent
+from shared.domain import ExecutorKind
+from shared.identity import owner_id
+from shared.logs import run_id_var, thread_id_var
+
+
+class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
+    def __init__(self, agents: Mapping[ExecutorKind, Agent]) -> None:
+        self.agents = agents
+
+    async def Execute(  # type: ignore[override]
+        self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ExecuteResponse]:
+        step = convert.step_from_pb(request, owner_id(context))
+        agent = core.select_agent(step.executor, self.agents)
+        run_token = run_id_var.set(step.run_id)
+        thread_token = thread_id_var.set(step.thread_id)
+        try:
+            async with aclosing(agent.run(step)) as items:
+                async for item in items:
+                    yield convert.item_to_pb(item)
+        finally:
+            run_id_var.reset(run_token)
+            thread_id_var.reset(thread_token)

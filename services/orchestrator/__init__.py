@@ -1,0 +1,1 @@
+"""Orchestrator service: drives a run through history, router and executor and numbers its events."""

@@ -1,0 +1,90 @@
+"""The orchestrator's peers (history, router, executor): one channel each, a deadline on
+every call, the run's owner in the metadata, peer errors turned back into DomainErrors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grpc
+from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
+from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
+
+from shared.clients import open_channel
+from shared.errors import from_rpc_error
+from shared.identity import call_metadata
+from shared.logs import request_id_var
+from shared.settings import Settings
+
+HISTORY_SERVICE = history_service_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name
+ROUTER_SERVICE = router_service_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name
+
+
+def _metadata(owner: str) -> tuple[tuple[str, str], ...]:
+    return call_metadata(owner, request_id=request_id_var.get() or None)
+
+
+class Peers:
+    def __init__(self, settings: Settings) -> None:
+        self.rpc_timeout = settings.rpc_timeout_seconds
+        self.run_timeout = settings.run_timeout_seconds
+        # History writes carry client-chosen ids (run id, message ids) and the router only
+        # decides: both may be retried. An executor step may not (it runs tools).
+        self._channels = [
+            open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE]),
+            open_channel(settings.addr("router"), idempotent_services=[ROUTER_SERVICE]),
+            open_channel(settings.addr("executor")),
+        ]
+        self.history = history_service_pb2_grpc.HistoryServiceStub(self._channels[0])
+        self.router = router_service_pb2_grpc.RouterServiceStub(self._channels[1])
+        self.executor = executor_service_pb2_grpc.ExecutorServiceStub(self._channels[2])
+
+    async def begin_run(
+        self, owner: str, request: history_service_pb2.BeginRunRequest
+    ) -> history_service_pb2.BeginRunResponse:
+        try:
+            response: history_service_pb2.BeginRunResponse = await self.history.BeginRun(
+                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        return response
+
+    async def finish_run(
+        self, owner: str, request: history_service_pb2.FinishRunRequest
+    ) -> history_service_pb2.FinishRunResponse:
+        try:
+            response: history_service_pb2.FinishRunResponse = await self.history.FinishRun(
+                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        return response
+
+    async def route(
+        self, owner: str, request: router_service_pb2.RouteRequest
+    ) -> router_service_pb2.RouteResponse:
+        try:
+            response: router_service_pb2.RouteResponse = await self.router.Route(
+                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        return response
+
+    async def execute(
+        self, owner: str, request: executor_service_pb2.ExecuteRequest
+    ) -> AsyncIterator[executor_service_pb2.ExecuteResponse]:
+        call = self.executor.Execute(request, timeout=self.run_timeout, metadata=_metadata(owner))
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            # A cancelled run stops the executor's step (and its model stream) at once.
+            call.cancel()
+
+    async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.close()

@@ -1,0 +1,251 @@
+"""Protobuf <-> domain for the orchestrator: the StartRun request as a RunPlan, the requests
+to history/router/executor, run events, and the stamping of every message a run writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from agentmesh.executor.v1 import executor_service_pb2
+from agentmesh.history.v1 import history_service_pb2
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+from agentmesh.router.v1 import router_service_pb2
+from agentmesh.type.v1 import message_pb2, run_event_pb2
+
+from services.orchestrator import core
+from services.orchestrator.core import OpenSpans, RunPlan
+from shared.domain import EXECUTOR_TO_PB, RUNTIME_MODE_TO_PB, MessageKind, runtime_mode_from_pb
+from shared.errors import InvalidArgument
+from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
+from shared.model.base import ToolSpec
+from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
+
+# ---- StartRun -> RunPlan ------------------------------------------------------------
+
+
+def _time_zone(value: str, default: str) -> str:
+    zone = value or default
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument("time_zone", f"unknown IANA time zone {zone!r}") from None
+    return zone
+
+
+def _tool_spec(value: message_pb2.ToolSpec, field: str) -> ToolSpec:
+    core.check_identifier(value.name, f"{field}.name")
+    if not value.parameters_json:
+        return ToolSpec(name=value.name, description=value.description)
+    try:
+        parameters = json.loads(value.parameters_json)
+    except json.JSONDecodeError:
+        parameters = None
+    if not isinstance(parameters, dict):
+        raise InvalidArgument(f"{field}.parameters_json", "must be a JSON Schema object")
+    return ToolSpec(name=value.name, description=value.description, parameters=parameters)
+
+
+def _tool_spec_to_pb(spec: ToolSpec) -> message_pb2.ToolSpec:
+    return message_pb2.ToolSpec(
+        name=spec.name, description=spec.description, parameters_json=json.dumps(spec.parameters)
+    )
+
+
+def plan_from_pb(
+    request: pb.StartRunRequest,
+    owner: str,
+    registry: ProfileRegistry,
+    *,
+    max_message_chars: int,
+    default_time_zone: str,
+) -> RunPlan:
+    thread_id = core.check_identifier(request.thread_id, "thread_id")
+    run_id = core.check_identifier(request.run_id, "run_id")
+    origin = runtime_mode_from_pb(request.origin, "origin")
+    inputs = [msg_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
+    core.check_inputs(inputs, max_message_chars)
+    snapshot = profile_from_pb(request.profile, "profile") if request.HasField("profile") else None
+    profile = core.resolve_profile(origin, request.profile_name, snapshot, registry)
+    stamped = []
+    for i, msg in enumerate(inputs):
+        kind = core.input_kind(msg, f"messages[{i}]")
+        stamped.append(
+            dataclasses.replace(
+                msg,
+                id=msg.id or uuid.uuid4().hex,
+                thread_id=thread_id,
+                run_id=run_id,
+                kind=kind,
+                metadata={**msg.metadata, **core.message_metadata(origin, profile, kind)},
+            )
+        )
+    return RunPlan(
+        owner=owner,
+        thread_id=thread_id,
+        run_id=run_id,
+        origin=origin,
+        profile=profile,
+        inputs=tuple(stamped),
+        time_zone=_time_zone(request.time_zone, default_time_zone),
+        server_tools=core.server_tools_for(profile, request.declared_tools),
+        client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
+    )
+
+
+# ---- requests to the peers ----------------------------------------------------------
+
+
+def begin_run_request(plan: RunPlan) -> history_service_pb2.BeginRunRequest:
+    return history_service_pb2.BeginRunRequest(
+        thread_id=plan.thread_id,
+        runtime_mode=RUNTIME_MODE_TO_PB[plan.origin],
+        run_id=plan.run_id,
+        profile=profile_to_pb(plan.profile),
+        input_messages=[msg_to_pb(m) for m in plan.inputs],
+        context=history_service_pb2.ContextOptions(
+            window=plan.profile.history_policy.window, time_zone=plan.time_zone
+        ),
+    )
+
+
+def context_without_inputs(
+    context: Sequence[message_pb2.Message], plan: RunPlan
+) -> list[message_pb2.Message]:
+    """The context history returned, minus the run's own input (sent apart, as the input)."""
+    inputs = {m.id for m in plan.inputs}
+    return [m for m in context if m.id not in inputs]
+
+
+def route_request(
+    plan: RunPlan,
+    context: Sequence[message_pb2.Message],
+    server_tools: Sequence[str],
+    client_tools: Sequence[ToolSpec],
+) -> router_service_pb2.RouteRequest:
+    return router_service_pb2.RouteRequest(
+        run_id=plan.run_id,
+        profile=profile_to_pb(plan.profile),
+        context_messages=context,
+        input_message=msg_to_pb(plan.input),
+        tools=[message_pb2.ToolSpec(name=n) for n in server_tools]
+        + [_tool_spec_to_pb(t) for t in client_tools],
+    )
+
+
+def execute_request(
+    plan: RunPlan,
+    context: Sequence[message_pb2.Message],
+    server_tools: Sequence[str],
+    client_tools: Sequence[ToolSpec],
+    reply_message_id: str,
+) -> executor_service_pb2.ExecuteRequest:
+    return executor_service_pb2.ExecuteRequest(
+        run_id=plan.run_id,
+        thread_id=plan.thread_id,
+        executor=EXECUTOR_TO_PB[plan.profile.executor],
+        profile=profile_to_pb(plan.profile),
+        context_messages=context,
+        input_message=msg_to_pb(plan.input),
+        # The executor knows the specs of its server-side tools; the names authorise them.
+        tools=[message_pb2.ToolSpec(name=n) for n in server_tools],
+        client_tools=[_tool_spec_to_pb(t) for t in client_tools],
+        time_zone=plan.time_zone,
+        reply_message_id=reply_message_id,
+    )
+
+
+# ---- messages the run writes --------------------------------------------------------
+
+
+def _stamp(msg: Msg, plan: RunPlan) -> message_pb2.Message:
+    kind = msg.kind or MessageKind.AGENT_REPLY
+    return msg_to_pb(
+        dataclasses.replace(
+            msg,
+            thread_id=plan.thread_id,
+            run_id=plan.run_id,
+            kind=kind,
+            metadata={**msg.metadata, **core.message_metadata(plan.origin, plan.profile, kind)},
+        )
+    )
+
+
+def stamp_output(message: message_pb2.Message, plan: RunPlan) -> message_pb2.Message:
+    """An executor's finished message, with the run's ids, kind and metadata."""
+    return _stamp(msg_from_pb(message, "message"), plan)
+
+
+def partial_replies(
+    spans: OpenSpans, stored: Iterable[message_pb2.Message], plan: RunPlan, reason: str
+) -> list[message_pb2.Message]:
+    """The text a stopped run streamed but never got as a finished message, marked `reason`."""
+    return [
+        _stamp(
+            assistant(text, id=mid, kind=MessageKind.AGENT_REPLY, finished_reason=reason), plan
+        )
+        for mid, text in spans.partial_texts(m.id for m in stored)
+    ]
+
+
+# ---- events -------------------------------------------------------------------------
+
+
+def run_started() -> run_event_pb2.RunEvent:
+    return run_event_pb2.RunEvent(run_started=run_event_pb2.RunStarted())
+
+
+def run_finished(
+    outcome: run_event_pb2.RunOutcome.ValueType,
+    pending_tool_call_ids: Sequence[str] = (),
+    usage: message_pb2.Usage | None = None,
+) -> run_event_pb2.RunEvent:
+    finished = run_event_pb2.RunFinished(
+        outcome=outcome, pending_tool_call_ids=list(pending_tool_call_ids)
+    )
+    if usage is not None:
+        finished.usage.CopyFrom(usage)
+    return run_event_pb2.RunEvent(run_finished=finished)
+
+
+def run_error(code: str, message: str) -> run_event_pb2.RunEvent:
+    return run_event_pb2.RunEvent(run_error=run_event_pb2.RunError(code=code, message=message))
+
+
+def step_started(name: str) -> run_event_pb2.RunEvent:
+    return run_event_pb2.RunEvent(step_started=run_event_pb2.StepStarted(step_name=name))
+
+
+def step_finished(name: str) -> run_event_pb2.RunEvent:
+    return run_event_pb2.RunEvent(step_finished=run_event_pb2.StepFinished(step_name=name))
+
+
+def closing_event(payload: str, ident: str) -> run_event_pb2.RunEvent:
+    if payload == "tool_call_end":
+        return run_event_pb2.RunEvent(tool_call_end=run_event_pb2.ToolCallEnd(tool_call_id=ident))
+    if payload == "text_message_end":
+        return run_event_pb2.RunEvent(
+            text_message_end=run_event_pb2.TextMessageEnd(message_id=ident)
+        )
+    return step_finished(ident)
+
+
+def observe(spans: OpenSpans, event: run_event_pb2.RunEvent) -> None:
+    """Feed an event to the run's open-span tracker."""
+    payload = event.WhichOneof("payload")
+    if payload == "step_started":
+        spans.step_started(event.step_started.step_name)
+    elif payload == "step_finished":
+        spans.step_finished(event.step_finished.step_name)
+    elif payload == "text_message_start":
+        spans.text_started(event.text_message_start.message_id)
+    elif payload == "text_message_content":
+        spans.text_delta(event.text_message_content.message_id, event.text_message_content.delta)
+    elif payload == "text_message_end":
+        spans.text_ended(event.text_message_end.message_id)
+    elif payload == "tool_call_start":
+        spans.tool_call_started(event.tool_call_start.tool_call_id)
+    elif payload == "tool_call_end":
+        spans.tool_call_ended(event.tool_call_end.tool_call_id)

@@ -1,0 +1,278 @@
+"""Pure rules of a run: input validation, profile resolution, the step plan, the tools a run
+offers, message metadata, event numbering, open spans, and what a user may see of an error.
+No I/O."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from shared.domain import MessageKind, RuntimeMode
+from shared.errors import (
+    Aborted,
+    AlreadyExists,
+    DeadlineExceeded,
+    DomainError,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from shared.messages import Msg, Role, ToolResultBlock
+from shared.model.base import ToolSpec
+from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
+
+MAX_ID_CHARS = 128
+ROUTER_STEP = "router"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run needs, validated and resolved before it starts."""
+
+    owner: str
+    thread_id: str
+    run_id: str
+    origin: RuntimeMode
+    profile: ExecutionProfile
+    # The new input, ids assigned, kinds and metadata set (the last one is the user's message).
+    inputs: tuple[Msg, ...]
+    time_zone: str
+    # Server-side tools the run may offer (names), before the router narrows them.
+    server_tools: tuple[str, ...] = ()
+    # Client-side tools the caller declared (AG-UI tools).
+    client_tools: tuple[ToolSpec, ...] = ()
+
+    @property
+    def input(self) -> Msg:
+        return self.inputs[-1]
+
+
+# ---- validation ---------------------------------------------------------------------
+
+
+def check_identifier(value: str, field: str) -> str:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
+    if any(ch.isspace() or unicodedata.category(ch).startswith("C") for ch in value):
+        raise InvalidArgument(field, "must not contain spaces or control characters")
+    return value
+
+
+def input_kind(msg: Msg, field: str) -> MessageKind:
+    """User messages, and tool results of client-side tools, are a run's possible input."""
+    if msg.role is Role.USER:
+        return MessageKind.USER_MESSAGE
+    if msg.role is Role.ASSISTANT and msg.content and all(
+        isinstance(b, ToolResultBlock) for b in msg.content
+    ):
+        return MessageKind.TOOL_RESULT
+    raise InvalidArgument(f"{field}.role", "must be a user message or client tool results")
+
+
+def check_inputs(messages: Sequence[Msg], max_chars: int) -> None:
+    if not messages:
+        raise InvalidArgument("messages", "must hold at least one message")
+    for i, msg in enumerate(messages):
+        if msg.id:
+            check_identifier(msg.id, f"messages[{i}].id")
+        if len(msg.text) > max_chars:
+            raise InvalidArgument(f"messages[{i}].content", f"must be at most {max_chars} characters")
+        input_kind(msg, f"messages[{i}]")
+    last = len(messages) - 1
+    if messages[last].role is not Role.USER:
+        raise InvalidArgument(f"messages[{last}].role", "the last message must be the user's")
+    if not messages[last].text.strip():
+        raise InvalidArgument(f"messages[{last}].content", "the user message has no text")
+
+
+# ---- profile and topology -----------------------------------------------------------
+
+
+def resolve_profile(
+    origin: RuntimeMode,
+    profile_name: str,
+    snapshot: ExecutionProfile | None,
+    registry: ProfileRegistry,
+) -> ExecutionProfile:
+    """chat -> chat_default or the named registry profile; automation -> the job's snapshot."""
+    if origin is RuntimeMode.CHAT:
+        if snapshot is not None:
+            raise InvalidArgument("profile", "only automation runs carry a profile snapshot")
+        return registry.get(profile_name or CHAT_DEFAULT.name)
+    if profile_name:
+        raise InvalidArgument("profile_name", "automation runs use their job's profile snapshot")
+    if snapshot is None:
+        raise InvalidArgument("profile", "automation runs must carry their job's execution profile")
+    return snapshot
+
+
+def plan_steps(profile: ExecutionProfile) -> tuple[str, ...]:
+    """The steps of a run, by stepName: the router only when the profile enables it."""
+    executor = profile.executor.value
+    return (ROUTER_STEP, executor) if profile.enable_router else (executor,)
+
+
+def server_tools_for(profile: ExecutionProfile, declared: Iterable[str]) -> tuple[str, ...]:
+    """Server-side tools a run may offer: declared ∩ the profile's allowlist (order kept).
+
+    The executor intersects with the tools it really has (the system allowlist); client-side
+    tools are the caller's own and are not subject to the profile's allowlist.
+    """
+    allowed = set(profile.tool_policy.allowlist)
+    return tuple(dict.fromkeys(t for t in declared if t in allowed))
+
+
+def narrow(tools: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:
+    """`tools` restricted to `chosen`: a router's answer can only remove tools."""
+    keep = set(chosen)
+    return tuple(t for t in tools if t in keep)
+
+
+def message_metadata(
+    origin: RuntimeMode, profile: ExecutionProfile, kind: MessageKind
+) -> dict[str, object]:
+    """Metadata of every message a run writes (seed 001 §6.3)."""
+    return {
+        "hidden_from_user": origin is RuntimeMode.AUTOMATION and kind is MessageKind.USER_MESSAGE,
+        "origin": origin.value,
+        "executor": profile.executor.value,
+        "execution_profile_name": profile.name,
+    }
+
+
+# ---- events -------------------------------------------------------------------------
+
+
+def event_log_key(owner: str, run_id: str) -> str:
+    """The run's event-log key; it names the owner, so another owner's lookup finds nothing.
+    Owner ids cannot contain "/", so the key is unambiguous."""
+    return f"{owner}/{run_id}"
+
+
+@dataclass
+class Sequencer:
+    """Per-run sequence numbers: 1, 2, 3, ... with no gap."""
+
+    last: int = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
+# Event payloads an executor may send; the run's own lifecycle and steps are the orchestrator's.
+RELAYED_PAYLOADS = frozenset(
+    {
+        "text_message_start",
+        "text_message_content",
+        "text_message_end",
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_call_result",
+        "reasoning_start",
+        "reasoning_message_start",
+        "reasoning_message_content",
+        "reasoning_message_end",
+        "reasoning_end",
+        "custom",
+    }
+)
+
+
+@dataclass
+class OpenSpans:
+    """What a run's stream has opened and not yet closed, and the text streamed so far.
+
+    A cancelled run closes what is open (tool calls, text messages, steps; innermost first)
+    before RUN_FINISHED, as AG-UI clients require, and stores the text it produced.
+    """
+
+    steps: list[str] = field(default_factory=list)
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    open_texts: list[str] = field(default_factory=list)
+    open_tool_calls: list[str] = field(default_factory=list)
+
+    def step_started(self, name: str) -> None:
+        self.steps.append(name)
+
+    def step_finished(self, name: str) -> None:
+        if name in self.steps:
+            self.steps.remove(name)
+
+    def text_started(self, message_id: str) -> None:
+        self.texts.setdefault(message_id, [])
+        self.open_texts.append(message_id)
+
+    def text_delta(self, message_id: str, delta: str) -> None:
+        self.texts.setdefault(message_id, []).append(delta)
+
+    def text_ended(self, message_id: str) -> None:
+        if message_id in self.open_texts:
+            self.open_texts.remove(message_id)
+
+    def tool_call_started(self, tool_call_id: str) -> None:
+        self.open_tool_calls.append(tool_call_id)
+
+    def tool_call_ended(self, tool_call_id: str) -> None:
+        if tool_call_id in self.open_tool_calls:
+            self.open_tool_calls.remove(tool_call_id)
+
+    def closing(self) -> list[tuple[str, str]]:
+        """(payload, id) of the events that close everything open, innermost first."""
+        return [
+            *(("tool_call_end", c) for c in reversed(self.open_tool_calls)),
+            *(("text_message_end", m) for m in reversed(self.open_texts)),
+            *(("step_finished", s) for s in reversed(self.steps)),
+        ]
+
+    def partial_texts(self, stored_ids: Iterable[str]) -> list[tuple[str, str]]:
+        """(message id, text) of streamed text whose message the executor never delivered."""
+        stored = set(stored_ids)
+        return [
+            (mid, "".join(parts))
+            for mid, parts in self.texts.items()
+            if mid not in stored and "".join(parts)
+        ]
+
+
+# ---- errors -------------------------------------------------------------------------
+
+# Errors whose message was written for the caller (validation, state): shown as they are.
+_CALLER_FACING = (
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    FailedPrecondition,
+    Aborted,
+    PermissionDenied,
+    Unauthenticated,
+    ResourceExhausted,
+)
+
+
+def as_domain_error(exc: BaseException) -> DomainError:
+    if isinstance(exc, DomainError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return DeadlineExceeded("the run did not finish in time")
+    return Internal("internal error")
+
+
+def user_error(err: DomainError) -> tuple[str, str]:
+    """(code, message) of a RUN_ERROR: the reason, and a message with no internals."""
+    if isinstance(err, _CALLER_FACING):
+        return err.reason, err.message
+    if isinstance(err, Unavailable):
+        return err.reason, "a service this run needs is unavailable; try again shortly"
+    if isinstance(err, DeadlineExceeded):
+        return err.reason, "the run did not finish in time"
+    return "INTERNAL", "the run failed because of an internal error"

@@ -1,0 +1,79 @@
+"""OrchestratorService: StartRun (start a run, follow its event log from the start),
+StreamRun (follow it after a sequence number), CancelRun."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
+from agentmesh.type.v1 import run_event_pb2
+
+from services.orchestrator import convert, core
+from services.orchestrator.runs import RunManager
+from shared.errors import DomainError, NotFound, Unavailable
+from shared.eventlog import EventLog
+from shared.identity import owner_id
+from shared.profiles import ProfileRegistry
+from shared.settings import Settings
+
+
+class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
+    def __init__(
+        self, runs: RunManager, event_log: EventLog, profiles: ProfileRegistry, settings: Settings
+    ) -> None:
+        self.runs = runs
+        self.event_log = event_log
+        self.profiles = profiles
+        self.settings = settings
+
+    async def _follow(
+        self, owner: str, run_id: str, after: int
+    ) -> AsyncIterator[run_event_pb2.RunEvent]:
+        """The run's stored events after `after`, then live ones until the run ends."""
+        active = self.runs.active(owner, run_id)
+        if active is not None:
+            await active.writer.ready.wait()
+        try:
+            async for _seq, data in self.event_log.follow(core.event_log_key(owner, run_id), after):
+                yield run_event_pb2.RunEvent.FromString(data)
+        except KeyError:
+            raise NotFound("run not found") from None
+        except DomainError:
+            raise
+        except Exception:
+            raise Unavailable(
+                "the run's event stream is unavailable; its result will be in the thread's history"
+            ) from None
+
+    async def StartRun(  # type: ignore[override]
+        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StartRunResponse]:
+        owner = owner_id(context)
+        plan = convert.plan_from_pb(
+            request,
+            owner,
+            self.profiles,
+            max_message_chars=self.settings.max_message_chars,
+            default_time_zone=self.settings.default_timezone,
+        )
+        await self.runs.start(plan)
+        # The run goes on in its own task: if this caller goes away, only the following stops.
+        async for event in self._follow(owner, plan.run_id, 0):
+            yield pb.StartRunResponse(event=event)
+
+    async def StreamRun(  # type: ignore[override]
+        self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamRunResponse]:
+        owner = owner_id(context)
+        run_id = core.check_identifier(request.run_id, "run_id")
+        async for event in self._follow(owner, run_id, request.after_sequence):
+            yield pb.StreamRunResponse(event=event)
+
+    async def CancelRun(  # type: ignore[override]
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelRunResponse:
+        owner = owner_id(context)
+        run_id = core.check_identifier(request.run_id, "run_id")
+        return pb.CancelRunResponse(cancelled=await self.runs.cancel(owner, run_id))

@@ -1,0 +1,124 @@
+"""The run's event writer: numbers each event and stores it in the run's event log before
+anyone can receive it (every reader, including StartRun's own caller, reads the log).
+
+The event-log write is on the hot path (one per streamed token), so it is a group commit:
+`emit` only numbers and queues; one flusher task appends everything queued since its last
+append in a single call. At rest that is one event per append; under load, many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+from agentmesh.type.v1 import run_event_pb2
+
+from services.orchestrator.core import Sequencer
+from shared.eventlog import Entry, EventLog
+
+log = logging.getLogger("agentmesh.orchestrator.events")
+
+# Queued events above which the producer waits for the log (backpressure).
+MAX_QUEUED = 1000
+
+
+class RunEventWriter:
+    def __init__(
+        self,
+        event_log: EventLog,
+        key: str,
+        run_id: str,
+        thread_id: str,
+        *,
+        retry_seconds: float = 5.0,
+    ) -> None:
+        self.event_log = event_log
+        self.key = key
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.retry_seconds = retry_seconds
+        self._sequence = Sequencer()
+        self._queued: list[Entry] = []
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        # Set once the log exists (first append done, or given up): followers may read it.
+        self.ready = asyncio.Event()
+        self.broken = False
+        self._flusher = asyncio.create_task(self._flush_loop(), name=f"events {key}")
+
+    @property
+    def last_sequence(self) -> int:
+        return self._sequence.last
+
+    def emit(self, event: run_event_pb2.RunEvent) -> int:
+        """Number `event`, stamp it, queue it for the log; returns its sequence number."""
+        event.run_id = self.run_id
+        event.thread_id = self.thread_id
+        event.sequence = self._sequence.next()
+        event.timestamp_ms = time.time_ns() // 1_000_000
+        self._queued.append((event.sequence, event.SerializeToString()))
+        self._drained.clear()
+        self._wake.set()
+        return event.sequence
+
+    async def pace(self) -> None:
+        """Wait for the log when too much is queued, so a slow log slows the run down
+        instead of growing memory without bound."""
+        if len(self._queued) >= MAX_QUEUED:
+            await self._drained.wait()
+
+    async def flush(self) -> None:
+        await self._drained.wait()
+
+    async def close(self) -> None:
+        """Store everything emitted, then mark the log complete (followers stop)."""
+        await self.flush()
+        self._flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._flusher
+        if not self.broken:
+            try:
+                await self._with_retry(partial(self.event_log.close, self.key))
+            except Exception:
+                log.exception("cannot close the run's event log", extra={"fields": {"key": self.key}})
+        self.ready.set()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queued:
+                batch, self._queued = self._queued, []
+                if not self.broken:
+                    try:
+                        await self._with_retry(partial(self.event_log.append, self.key, batch))
+                    except Exception:
+                        # The run goes on and its result is stored in history; only its
+                        # stream is lost. Later batches are dropped: a gap would be worse.
+                        self.broken = True
+                        log.exception(
+                            "run event log unavailable; the run's stream is lost",
+                            extra={"fields": {"key": self.key}},
+                        )
+                self.ready.set()
+            self._drained.set()
+
+    async def _with_retry(self, write: Callable[[], Awaitable[None]]) -> None:
+        """`write()` until it succeeds or the retry budget is spent."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                await write()
+                return
+            except Exception:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("event log write failed; retrying", extra={"fields": {"key": self.key}})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)

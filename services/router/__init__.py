@@ -1,0 +1,1 @@
+"""Router service: decides the step plan of a run within what its profile allows."""

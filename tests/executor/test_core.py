@@ -1,0 +1,57 @@
+"""Pure rules of the executor."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.executor import core
+from shared.domain import ExecutorKind
+from shared.errors import FailedPrecondition, InvalidArgument
+from shared.messages import ToolCallBlock
+
+
+def test_executor_without_an_agent_is_failed_precondition_naming_it() -> None:
+    with pytest.raises(FailedPrecondition) as info:
+        core.select_agent(ExecutorKind.MEMORY, {ExecutorKind.WORKER: object()})
+    assert info.value.message == "memory executor not available"
+    assert info.value.reason == "EXECUTOR_NOT_AVAILABLE"
+
+
+def test_offered_server_tools_are_the_authorised_ones_this_process_has() -> None:
+    offered = core.offered_server_tools(["b", "x", "a", "b"], registered=["a", "b", "c"])
+    assert offered == ("b", "a")
+
+
+def test_tool_call_routes_to_server_client_or_nowhere() -> None:
+    assert core.route_tool_call("a", ["a"], ["c"]) is core.ToolRoute.SERVER
+    assert core.route_tool_call("c", ["a"], ["c"]) is core.ToolRoute.CLIENT
+    assert core.route_tool_call("z", ["a"], ["c"]) is core.ToolRoute.FORBIDDEN
+
+
+def test_client_tool_may_not_shadow_a_server_tool() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        core.check_client_tools(["a"], server=["a"])
+    assert info.value.violations[0][0] == "client_tools[0].name"
+
+
+def test_duplicate_client_tool_is_invalid() -> None:
+    with pytest.raises(InvalidArgument):
+        core.check_client_tools(["a", "a"], server=[])
+
+
+def test_assembler_starts_each_call_once_and_concatenates_its_input() -> None:
+    calls = core.ToolCallAssembler()
+    assert calls.add(ToolCallBlock("c1", "search", '{"q":')) == ("c1", True)
+    assert calls.add(ToolCallBlock("c1", "", ' "tea"}')) == ("c1", False)
+    assert calls.add(ToolCallBlock("c2", "clock", "")) == ("c2", True)
+    assert calls.add(ToolCallBlock("c2", "", "{}")) == ("c2", False)
+    blocks = calls.blocks()
+    assert [(b.id, b.name, b.input) for b in blocks] == [
+        ("c1", "search", '{"q": "tea"}'),
+        ("c2", "clock", "{}"),
+    ]
+
+
+def test_first_turn_carries_the_reply_id_later_turns_their_own() -> None:
+    assert core.turn_message_id("reply-1", 0) == "reply-1"
+    assert core.turn_message_id("reply-1", 1) not in ("reply-1", core.turn_message_id("reply-1", 1))

@@ -1,0 +1,99 @@
+"""The run event writer on the backend's real event log (in-memory, or Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+from agentmesh.type.v1 import run_event_pb2
+
+from services.orchestrator import convert
+from services.orchestrator.writer import RunEventWriter
+from shared.eventlog import Entry, EventLog, open_event_log
+from shared.settings import Settings
+
+
+class CountingLog:
+    """The backend's event log, counting the append round trips."""
+
+    def __init__(self, inner: EventLog) -> None:
+        self.inner = inner
+        self.appends = 0
+
+    async def append(self, key: str, events: Sequence[Entry]) -> None:
+        self.appends += 1
+        await self.inner.append(key, events)
+
+    async def close(self, key: str) -> None:
+        await self.inner.close(key)
+
+    async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
+        return await self.inner.read(key, after)
+
+    def follow(self, key: str, after: int):  # type: ignore[no-untyped-def]
+        return self.inner.follow(key, after)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def delta(i: int) -> run_event_pb2.RunEvent:
+    return run_event_pb2.RunEvent(
+        text_message_content=run_event_pb2.TextMessageContent(message_id="m", delta=str(i))
+    )
+
+
+async def test_events_are_numbered_stamped_and_stored_in_order(settings: Settings) -> None:
+    log = open_event_log(settings.event_log_url, 60)
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        assert [writer.emit(e) for e in (convert.run_started(), delta(1), delta(2))] == [1, 2, 3]
+        await writer.close()
+        entries, closed = await log.read(key, 0)
+    finally:
+        await log.aclose()
+    assert closed
+    events = [run_event_pb2.RunEvent.FromString(data) for _, data in entries]
+    assert [e.sequence for e in events] == [seq for seq, _ in entries] == [1, 2, 3]
+    assert {(e.run_id, e.thread_id) for e in events} == {("run-1", "thread-1")}
+    assert all(e.timestamp_ms > 0 for e in events)
+
+
+async def test_events_emitted_together_are_stored_in_few_round_trips(settings: Settings) -> None:
+    log = CountingLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        for i in range(200):
+            writer.emit(delta(i))
+        await writer.close()
+        entries, _ = await log.read(key, 0)
+    finally:
+        await log.aclose()
+    assert [seq for seq, _ in entries] == list(range(1, 201))
+    assert log.appends <= 2
+
+
+async def test_a_follower_sees_every_event_once_and_stops_at_close(settings: Settings) -> None:
+    log = open_event_log(settings.event_log_url, 60)
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(convert.run_started())
+        await writer.ready.wait()
+
+        async def follow() -> list[int]:
+            return [seq async for seq, _ in log.follow(key, 0)]
+
+        follower = asyncio.create_task(follow())
+        for i in range(50):
+            writer.emit(delta(i))
+            if i % 10 == 0:
+                await asyncio.sleep(0.001)
+        await writer.close()
+        seen = await asyncio.wait_for(follower, 5)
+    finally:
+        await log.aclose()
+    assert seen == list(range(1, 52))
