@@ -166,10 +166,10 @@ class Suite:
         return codes
 
 
-def dev_token(secret: str, sub: str = "dev-user") -> str:
+def dev_token(settings: Settings, sub: str = "dev-user") -> str:
     from services.gateway.auth import issue_token
 
-    return issue_token(secret, sub)
+    return issue_token(settings, sub, ttl_seconds=30 * 86_400)
 
 
 def main() -> None:
@@ -190,7 +190,7 @@ def main() -> None:
         print(f"error: {err}", file=sys.stderr, flush=True)
         suite.stop()
         sys.exit(1)
-    token = dev_token(settings.jwt_secret)
+    token = dev_token(settings)
     print(
         "\nagentmesh is running.\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"

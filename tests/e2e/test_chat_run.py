@@ -192,5 +192,7 @@ def test_agui_http_agent_consumes_the_stream(suite: Suite) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    types = seen["events"] if isinstance(seen, dict) else seen
-    assert "RUN_FINISHED" in types and "TEXT_MESSAGE_CONTENT" in types
+    assert seen["ok"] is True
+    assert "RUN_FINISHED" in seen["eventTypes"] and "TEXT_MESSAGE_CONTENT" in seen["eventTypes"]
+    assert seen["stepNames"] == ["router", "worker"] or seen["stepNames"][:2] == ["router", "router"]
+    assert "Hello from HttpAgent" in seen["text"]

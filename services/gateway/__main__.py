@@ -1,0 +1,75 @@
+"""`python -m services.gateway` serves HTTP on settings.host:listen_port("gateway");
+`python -m services.gateway token --sub ALICE [--admin] [--ttl SECONDS]` prints a
+development bearer token signed with AGENTMESH_JWT_SECRET."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from services.gateway.auth import DEFAULT_TTL_SECONDS, issue_token
+from shared import logs
+from shared.settings import get_settings
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                # uvicorn re-raises the captured SIGTERM/SIGINT after a graceful shutdown, so
+                # the process would die by the signal; a clean shutdown exits 0 instead.
+                self._captured_signals.clear()
+
+
+def _serve() -> None:
+    from services.gateway.app import create_app
+
+    settings = get_settings()
+    logs.configure("gateway", settings.log_level)
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:  # uvloop is optional (not on every platform)
+        loop = "asyncio"
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.listen_port("gateway"),
+        loop=loop,
+        # SIGTERM/SIGINT: stop accepting, let open streams finish within the grace, then close.
+        timeout_graceful_shutdown=settings.grace_seconds,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+    )
+    _Server(config).run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.gateway")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("serve", help="serve HTTP (the default)")
+    token = sub.add_parser("token", help="print a development bearer token")
+    token.add_argument("--sub", required=True, help="the owner id (token subject)")
+    token.add_argument("--admin", action="store_true", help="add the admin scope")
+    token.add_argument("--ttl", type=int, default=DEFAULT_TTL_SECONDS, help="lifetime in seconds")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "token":
+        try:
+            print(issue_token(get_settings(), args.sub, admin=args.admin, ttl_seconds=args.ttl))
+        except ValueError as exc:
+            parser.error(str(exc))
+        return
+    _serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""The gateway's FastAPI application: HTTP/JSON and SSE for apps, gRPC to the services.
+
+`create_app(settings, clients)`: when `clients` is None the app opens its own channels at
+start-up (lifespan) and closes them at shutdown; clients passed in belong to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.gateway import routes_history, routes_memories, routes_runs
+from services.gateway.clients import Clients, open_clients
+from services.gateway.errors import ApiError, internal, invalid
+from shared.logs import request_id_var
+from shared.server import VERSION
+from shared.settings import Settings
+
+log = logging.getLogger("agentmesh.gateway")
+
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+_HTTP_CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    429: "RESOURCE_EXHAUSTED",
+}
+
+
+class RequestContext:
+    """Pure ASGI middleware: request id (X-Request-ID in and out), access log, and the last
+    line of defence (an unexpected exception becomes a generic 500 JSON; its trace is logged,
+    never sent)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = ""
+        for key, value in scope["headers"]:
+            if key == b"x-request-id":
+                incoming = value.decode("latin-1")
+        rid = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error", extra={"fields": {"path": scope.get("path")}})
+            if status == 0:
+                await internal().response()(scope, receive, send_with_id)
+            else:
+                status = status or 500
+        finally:
+            log.info(
+                "http",
+                extra={
+                    "fields": {
+                        "method": scope.get("method"),
+                        "path": scope.get("path"),
+                        "status": status,
+                        "ms": round((time.perf_counter() - started) * 1000, 1),
+                    }
+                },
+            )
+            request_id_var.reset(token)
+
+
+async def _api_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "INTERNAL" if exc.status_code >= 500 else "ERROR")
+    if exc.status_code == 404:
+        message = "no such endpoint"
+    elif exc.status_code == 405:
+        message = "method not allowed on this endpoint"
+    else:
+        message = str(exc.detail)
+    return ApiError(exc.status_code, code, message, headers=exc.headers).response()
+
+
+def _loc_field(loc: tuple[Any, ...]) -> str:
+    # ("query", "page_size") -> "page_size"; ("path", "thread_id") -> "thread_id"
+    if loc and loc[0] in ("query", "path", "body", "header"):
+        loc = loc[1:]
+    return ".".join(str(p) for p in loc) or "request"
+
+
+async def _validation_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "is not valid", "type": ""}
+    field = _loc_field(tuple(first.get("loc", ())))
+    description = "is required" if first.get("type") == "missing" else str(first.get("msg"))
+    return invalid(field, description).response()
+
+
+def _health_routes(app: FastAPI) -> None:
+    @app.get("/healthz", summary="The process is alive", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        summary="Every service the gateway needs answers SERVING",
+        tags=["health"],
+        responses={503: {"description": "Some service is not SERVING"}},
+    )
+    async def readyz(request: Request) -> Response:
+        clients: Clients = request.app.state.clients
+        down = await clients.not_serving()
+        if down:
+            return ApiError(
+                503,
+                "UNAVAILABLE",
+                f"not ready: {', '.join(down)} not SERVING",
+                violations=[(name, "does not answer SERVING on grpc.health.v1") for name in down],
+            ).response()
+        return JSONResponse({"status": "ready"})
+
+
+def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if clients is not None:
+            yield
+            return
+        own = open_clients(settings)
+        app.state.clients = own
+        try:
+            yield
+        finally:
+            await own.close()
+
+    app = FastAPI(
+        title="agentmesh gateway",
+        version=VERSION,
+        description="AG-UI runs over SSE, history, audit and memories. "
+        "See docs/protocols/agent/.",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.clients = clients
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.include_router(routes_runs.router, tags=["runs"])
+    app.include_router(routes_history.router, tags=["history"])
+    app.include_router(routes_memories.router, tags=["memories"])
+    _health_routes(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone"],
+            expose_headers=["X-Request-ID"],
+        )
+    app.add_middleware(RequestContext)
+    return app

@@ -1,0 +1,208 @@
+"""Protobuf -> JSON of the gateway's answers (camelCase, optional fields omitted, never null).
+
+Messages take the AG-UI shape (id, role, content; toolCalls / toolCallId) so a client can
+feed /history straight back into a RunAgentInput, plus the agentmesh extras that
+docs/protocols/agent/api-endpoints.md lists.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from agentmesh.history.v1 import history_service_pb2
+from agentmesh.memory.v1 import memory_service_pb2
+from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
+from google.protobuf import timestamp_pb2
+
+ROLE_NAMES = {
+    message_pb2.ROLE_USER: "user",
+    message_pb2.ROLE_ASSISTANT: "assistant",
+    message_pb2.ROLE_SYSTEM: "system",
+}
+RUNTIME_MODE_NAMES = {
+    message_pb2.RUNTIME_MODE_CHAT: "chat",
+    message_pb2.RUNTIME_MODE_AUTOMATION: "automation",
+}
+KIND_NAMES = {
+    message_pb2.MESSAGE_KIND_USER_MESSAGE: "user_message",
+    message_pb2.MESSAGE_KIND_AGENT_REPLY: "agent_reply",
+    message_pb2.MESSAGE_KIND_TOOL_CALL: "tool_call",
+    message_pb2.MESSAGE_KIND_TOOL_RESULT: "tool_result",
+}
+EXECUTOR_NAMES = {
+    execution_profile_pb2.EXECUTOR_WORKER: "worker",
+    execution_profile_pb2.EXECUTOR_MEMORY: "memory",
+}
+RUN_STATE_NAMES = {
+    history_service_pb2.RUN_STATE_QUEUED: "queued",
+    history_service_pb2.RUN_STATE_RUNNING: "running",
+    history_service_pb2.RUN_STATE_SUCCEEDED: "succeeded",
+    history_service_pb2.RUN_STATE_FAILED: "failed",
+    history_service_pb2.RUN_STATE_CANCELLED: "cancelled",
+    history_service_pb2.RUN_STATE_INTERRUPTED: "interrupted",
+}
+
+
+def timestamp(ts: timestamp_pb2.Timestamp) -> str:
+    """RFC 3339 in UTC ("2025-01-02T03:04:05.123Z")."""
+    return ts.ToJsonString()
+
+
+def _data_part(block: content_pb2.DataBlock) -> dict[str, Any]:
+    mime = block.mime_type or "application/octet-stream"
+    kind = mime.split("/", 1)[0]
+    part_type = kind if kind in ("image", "audio", "video") else "document"
+    if block.WhichOneof("source") == "url":
+        source: dict[str, Any] = {"type": "url", "value": block.url, "mimeType": mime}
+    else:
+        source = {"type": "data", "value": base64.b64encode(block.data).decode(), "mimeType": mime}
+    return {"type": part_type, "source": source}
+
+
+def _tool_result_text(block: content_pb2.ToolResultBlock) -> str:
+    if block.WhichOneof("output") == "text":
+        return block.text
+    return "".join(b.text.text for b in block.blocks.blocks if b.WhichOneof("block") == "text")
+
+
+def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
+    """One stored message as AG-UI messages (strict shape: no agentmesh extras).
+
+    A tool-result message becomes one AG-UI tool message per result block; thinking and
+    hint blocks are not part of a conversation's visible content and are left out.
+    """
+    results = [b.tool_result for b in m.content if b.WhichOneof("block") == "tool_result"]
+    if results:
+        out_results = []
+        for r in results:
+            item: dict[str, Any] = {
+                "id": m.id if len(results) == 1 else f"{m.id}:{r.id}",
+                "role": "tool",
+                "toolCallId": r.id,
+                "content": _tool_result_text(r),
+            }
+            if r.state == content_pb2.TOOL_RESULT_STATE_ERROR:
+                item["error"] = item["content"]
+            out_results.append(item)
+        return out_results
+    role = ROLE_NAMES.get(m.role, "assistant")
+    texts = [b.text.text for b in m.content if b.WhichOneof("block") == "text"]
+    data = [b.data for b in m.content if b.WhichOneof("block") == "data"]
+    calls = [b.tool_call for b in m.content if b.WhichOneof("block") == "tool_call"]
+    out: dict[str, Any] = {"id": m.id, "role": role}
+    if m.name:
+        out["name"] = m.name
+    if role == "user" and data:
+        parts: list[dict[str, Any]] = []
+        for b in m.content:
+            which = b.WhichOneof("block")
+            if which == "text":
+                parts.append({"type": "text", "text": b.text.text})
+            elif which == "data":
+                parts.append(_data_part(b.data))
+        out["content"] = parts
+    elif role == "assistant":
+        # AG-UI assistant content is a string, absent when the message only calls tools.
+        if texts or not calls:
+            out["content"] = "".join(texts)
+        if calls:
+            out["toolCalls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.input or "{}"},
+                }
+                for c in calls
+            ]
+    else:
+        out["content"] = "".join(texts)
+    return [out]
+
+
+def _metadata(md: message_pb2.MessageMetadata) -> dict[str, Any]:
+    out: dict[str, Any] = {"hiddenFromUser": md.hidden_from_user}
+    if md.origin in RUNTIME_MODE_NAMES:
+        out["origin"] = RUNTIME_MODE_NAMES[md.origin]
+    if md.executor in EXECUTOR_NAMES:
+        out["executor"] = EXECUTOR_NAMES[md.executor]
+    if md.execution_profile_name:
+        out["executionProfileName"] = md.execution_profile_name
+    return out
+
+
+def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[str, Any]]:
+    """A stored message as the gateway's JSON: AG-UI fields plus the agentmesh extras."""
+    extras: dict[str, Any] = {"metadata": _metadata(m.metadata)}
+    if m.thread_id:
+        extras["threadId"] = m.thread_id
+    if m.run_id:
+        extras["runId"] = m.run_id
+    if m.kind in KIND_NAMES:
+        extras["kind"] = KIND_NAMES[m.kind]
+    if m.HasField("created_at"):
+        extras["createdAt"] = timestamp(m.created_at)
+    if audit:
+        extras["visibilityMask"] = m.visibility_mask
+    return [item | extras for item in agui_messages(m)]
+
+
+def messages_json(messages: Any, *, audit: bool = False) -> list[dict[str, Any]]:
+    return [item for m in messages for item in message_json(m, audit=audit)]
+
+
+def thread_json(t: history_service_pb2.Thread) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": t.id, "messageCount": t.message_count}
+    if t.runtime_mode in RUNTIME_MODE_NAMES:
+        out["runtimeMode"] = RUNTIME_MODE_NAMES[t.runtime_mode]
+    if t.HasField("create_time"):
+        out["createTime"] = timestamp(t.create_time)
+    if t.HasField("update_time"):
+        out["updateTime"] = timestamp(t.update_time)
+    return out
+
+
+def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": p.name, "enableRouter": p.enable_router}
+    if p.executor in EXECUTOR_NAMES:
+        out["executor"] = EXECUTOR_NAMES[p.executor]
+    if p.HasField("tool_policy"):
+        out["toolPolicy"] = {"mode": "intersection", "allowlist": list(p.tool_policy.allowlist)}
+    if p.HasField("history_policy") and p.history_policy.window:
+        out["historyPolicy"] = {"window": p.history_policy.window}
+    return out
+
+
+def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": r.id, "threadId": r.thread_id}
+    if r.state in RUN_STATE_NAMES:
+        out["state"] = RUN_STATE_NAMES[r.state]
+    if r.origin in RUNTIME_MODE_NAMES:
+        out["origin"] = RUNTIME_MODE_NAMES[r.origin]
+    if r.HasField("profile"):
+        out["profile"] = profile_json(r.profile)
+    for key, field in (
+        ("createTime", "create_time"),
+        ("startTime", "start_time"),
+        ("finishTime", "finish_time"),
+    ):
+        if r.HasField(field):
+            out[key] = timestamp(getattr(r, field))
+    if r.error_code or r.error_message:
+        out["error"] = {"code": r.error_code, "message": r.error_message}
+    return out
+
+
+def memory_json(m: memory_service_pb2.Memory) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": m.id, "content": m.content, "version": m.version}
+    if m.kind:
+        out["kind"] = m.kind
+    if m.source_run_id:
+        out["sourceRunId"] = m.source_run_id
+    if m.source_message_ids:
+        out["sourceMessageIds"] = list(m.source_message_ids)
+    if m.HasField("create_time"):
+        out["createTime"] = timestamp(m.create_time)
+    if m.HasField("update_time"):
+        out["updateTime"] = timestamp(m.update_time)
+    return out

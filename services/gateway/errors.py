@@ -1,0 +1,127 @@
+"""Every error the gateway answers: one JSON shape, one gRPC-status -> HTTP-status table.
+
+    {"error": {"code": "INVALID_ARGUMENT", "message": "...", "requestId": "...",
+               "details": [{"field": "threadId", "description": "..."}]}}
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+from starlette.responses import JSONResponse
+
+from shared.errors import from_rpc_error
+from shared.logs import request_id_var
+
+log = logging.getLogger("agentmesh.gateway")
+
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+
+# Codes whose peer message may be shown to the caller; the others get a generic one
+# (an INTERNAL message of a peer is for its logs, not for the caller).
+_CLIENT_FACING = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+
+class ApiError(Exception):
+    """An error answered to the HTTP caller as JSON."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        violations: Sequence[tuple[str, str]] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.violations = tuple(violations)
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        rid = request_id_var.get()
+        if rid:
+            error["requestId"] = rid
+        if self.violations:
+            error["details"] = [{"field": f, "description": d} for f, d in self.violations]
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def invalid(field: str, description: str) -> ApiError:
+    return ApiError(
+        400, "INVALID_ARGUMENT", f"{field}: {description}", violations=[(field, description)]
+    )
+
+
+def unauthenticated(message: str) -> ApiError:
+    return ApiError(401, "UNAUTHENTICATED", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def internal() -> ApiError:
+    return ApiError(500, "INTERNAL", f"internal error (request id {request_id_var.get()})")
+
+
+_SNAKE = re.compile(r"_([a-z0-9])")
+
+
+def camel_field(path: str) -> str:
+    """A proto field path ("messages[0].thread_id") as JSON ("messages[0].threadId")."""
+    return _SNAKE.sub(lambda m: m.group(1).upper(), path)
+
+
+def from_rpc(err: grpc.RpcError, service: str, *, camel_fields: bool = False) -> ApiError:
+    """The HTTP answer for a failed call to `service`."""
+    code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
+    status = HTTP_STATUS.get(code, 500)
+    if code in _CLIENT_FACING:
+        domain = from_rpc_error(err)
+        violations = [(camel_field(f) if camel_fields else f, d) for f, d in domain.violations]
+        return ApiError(status, code.name, domain.message, violations=violations)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        log.warning(
+            "%s unreachable", service, extra={"fields": {"code": code.name, "service": service}}
+        )
+        what = "is unavailable" if code is grpc.StatusCode.UNAVAILABLE else "did not answer in time"
+        return ApiError(status, code.name, f"the {service} service {what}; retry later")
+    detail = err.details()  # type: ignore[attr-defined]
+    log.error("%s failed", service, extra={"fields": {"code": code.name, "detail": detail}})
+    if status == 500:
+        return internal()
+    return ApiError(status, code.name, f"the {service} service could not answer ({code.name})")

@@ -1,0 +1,34 @@
+"""Query parameters shared by the list endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Query, Request
+
+from services.gateway.auth import Caller, caller
+from services.gateway.errors import invalid
+from shared.pagination import MAX_PAGE_SIZE
+
+PageSize = Annotated[
+    int,
+    Query(ge=0, le=MAX_PAGE_SIZE, description=f"0 = the service default; at most {MAX_PAGE_SIZE}"),
+]
+PageToken = Annotated[
+    str, Query(max_length=2048, description="nextPageToken of the previous page; empty = first")
+]
+
+
+def only_params(*names: str) -> Callable[[Request], Coroutine[Any, Any, None]]:
+    """A dependency refusing query parameters the endpoint does not know (a typo in a filter
+    must not silently widen a listing)."""
+    allowed = frozenset(names)
+
+    # Depends on the caller so that authentication is checked (401) before parameters (400).
+    async def check(request: Request, _who: Caller = Depends(caller)) -> None:
+        for key in request.query_params:
+            if key not in allowed:
+                raise invalid(key, f"unknown query parameter (known: {', '.join(sorted(allowed))})")
+
+    return check

@@ -1,0 +1,185 @@
+"""Threads, history, runs and the admin audit listing (history service)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from agentmesh.history.v1 import history_service_pb2
+from agentmesh.type.v1 import execution_profile_pb2, message_pb2
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from services.gateway import convert
+from services.gateway.auth import Caller, admin_caller, caller
+from services.gateway.clients import Clients, unary
+from services.gateway.errors import invalid
+from services.gateway.params import PageSize, PageToken, only_params
+from shared.identity import valid_owner_id
+from shared.settings import Settings
+
+router = APIRouter()
+
+IdPath = Annotated[str, Path(min_length=1, max_length=128)]
+
+_DIRECTIONS = {
+    "forward": history_service_pb2.DIRECTION_FORWARD,
+    "backward": history_service_pb2.DIRECTION_BACKWARD,
+}
+_ORIGINS = {
+    "chat": message_pb2.RUNTIME_MODE_CHAT,
+    "automation": message_pb2.RUNTIME_MODE_AUTOMATION,
+}
+_EXECUTORS = {
+    "worker": execution_profile_pb2.EXECUTOR_WORKER,
+    "memory": execution_profile_pb2.EXECUTOR_MEMORY,
+}
+
+
+def _ctx(request: Request) -> tuple[Clients, Settings]:
+    return request.app.state.clients, request.app.state.settings
+
+
+def _page(key: str, items: list[dict[str, Any]], token: str) -> dict[str, Any]:
+    out: dict[str, Any] = {key: items}
+    if token:
+        out["nextPageToken"] = token
+    return out
+
+
+@router.get(
+    "/api/v1/agent/threads",
+    summary="The caller's threads",
+    dependencies=[Depends(only_params("page_size", "page_token"))],
+)
+async def list_threads(
+    request: Request,
+    who: Caller = Depends(caller),
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.ListThreads,
+        history_service_pb2.ListThreadsRequest(page_size=page_size, page_token=page_token),
+        owner=who.owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+    )
+    return _page("threads", [convert.thread_json(t) for t in reply.threads], reply.next_page_token)
+
+
+@router.get(
+    "/api/v1/agent/threads/{thread_id}/history",
+    summary="A thread's messages visible in history (UI_HISTORY)",
+    dependencies=[Depends(only_params("page_size", "page_token", "direction"))],
+)
+async def list_history(
+    request: Request,
+    thread_id: IdPath,
+    who: Caller = Depends(caller),
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    direction: Literal["forward", "backward"] = "forward",
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.ListHistory,
+        history_service_pb2.ListHistoryRequest(
+            thread_id=thread_id,
+            page_size=page_size,
+            page_token=page_token,
+            direction=_DIRECTIONS[direction],
+        ),
+        owner=who.owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+    )
+    return _page("messages", convert.messages_json(reply.messages), reply.next_page_token)
+
+
+@router.get(
+    "/api/v1/agent/runs/{run_id}",
+    summary="One run record",
+    dependencies=[Depends(only_params())],
+)
+async def get_run(
+    request: Request, run_id: IdPath, who: Caller = Depends(caller),
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.GetRun,
+        history_service_pb2.GetRunRequest(run_id=run_id),
+        owner=who.owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+    )
+    return convert.run_json(reply.run)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)  # a time without an offset is UTC
+    return value
+
+
+@router.get(
+    "/api/v1/admin/audit",
+    summary="Every message and tool call of an owner, hidden ones included (admin scope)",
+    dependencies=[
+        Depends(
+            only_params(
+                "owner_id",
+                "origin",
+                "executor",
+                "execution_profile_name",
+                "thread_id",
+                "start_time",
+                "end_time",
+                "page_size",
+                "page_token",
+            )
+        )
+    ],
+)
+async def list_audit(
+    request: Request,
+    owner_id: Annotated[str, Query(description="The owner whose records are listed")],
+    who: Caller = Depends(admin_caller),
+    origin: Literal["chat", "automation"] | None = None,
+    executor: Literal["worker", "memory"] | None = None,
+    execution_profile_name: Annotated[str, Query(max_length=128)] = "",
+    thread_id: Annotated[str, Query(max_length=128)] = "",
+    start_time: Annotated[datetime | None, Query(description="RFC 3339, inclusive")] = None,
+    end_time: Annotated[datetime | None, Query(description="RFC 3339, exclusive")] = None,
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+) -> dict[str, Any]:
+    if not valid_owner_id(owner_id):
+        raise invalid("owner_id", "is not a valid owner id")
+    start, end = _utc(start_time), _utc(end_time)
+    if start is not None and end is not None and end <= start:
+        raise invalid("end_time", "must be after start_time")
+    flt = history_service_pb2.AuditFilter(
+        origin=_ORIGINS.get(origin or "", message_pb2.RUNTIME_MODE_UNSPECIFIED),
+        executor=_EXECUTORS.get(executor or "", execution_profile_pb2.EXECUTOR_UNSPECIFIED),
+        execution_profile_name=execution_profile_name,
+        thread_id=thread_id,
+    )
+    if start is not None:
+        flt.start_time.FromDatetime(start)
+    if end is not None:
+        flt.end_time.FromDatetime(end)
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.ListAudit,
+        history_service_pb2.ListAuditRequest(
+            owner_id=owner_id, filter=flt, page_size=page_size, page_token=page_token
+        ),
+        owner=who.owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+        admin=True,
+    )
+    return _page(
+        "messages", convert.messages_json(reply.messages, audit=True), reply.next_page_token
+    )

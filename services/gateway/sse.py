@@ -1,0 +1,192 @@
+"""The one projection of a run's gRPC events (agentmesh.type.v1.RunEvent) onto AG-UI events,
+and their SSE encoding.
+
+Hot path: plain dicts and json.dumps, no pydantic. Optional fields without a value are
+left out (a strict client rejects JSON null there). tests/gateway/test_sse.py validates
+every mapped event with the ag_ui pydantic models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from agentmesh.type.v1 import message_pb2, run_event_pb2
+from google.protobuf import json_format
+
+from services.gateway.convert import agui_messages
+
+Event = dict[str, Any]
+
+_TEXT_ROLES = {
+    message_pb2.ROLE_USER: "user",
+    message_pb2.ROLE_ASSISTANT: "assistant",
+    message_pb2.ROLE_SYSTEM: "system",
+}
+
+
+def frame(event: Event) -> bytes:
+    """One SSE frame: `data: <json>` and a blank line, LF only."""
+    # json.dumps escapes CR and LF inside strings, so the payload is always one line.
+    payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
+    p = ev.run_finished
+    out: Event = {"type": "RUN_FINISHED", "threadId": ev.thread_id, "runId": ev.run_id}
+    pending = list(p.pending_tool_call_ids)
+    if p.outcome == run_event_pb2.RUN_OUTCOME_INTERRUPT:
+        # An interrupt outcome must name at least one interrupt; each pending client-side
+        # tool call is one, answered by its tool call id.
+        interrupts = [
+            {"id": tc, "reason": "tool_call", "toolCallId": tc} for tc in pending
+        ] or [{"id": ev.run_id, "reason": "input_required"}]
+        out["outcome"] = {"type": "interrupt", "interrupts": interrupts}
+    elif p.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED:
+        out["outcome"] = {"type": "cancelled"}
+    else:
+        outcome: Event = {"type": "success"}
+        if pending:
+            outcome["pendingToolCallIds"] = pending
+        out["outcome"] = outcome
+    if p.HasField("usage") and (p.usage.input_tokens or p.usage.output_tokens):
+        out["usage"] = [
+            {
+                "inputTokens": p.usage.input_tokens,
+                "outputTokens": p.usage.output_tokens,
+                "totalTokens": p.usage.input_tokens + p.usage.output_tokens,
+            }
+        ]
+    return out
+
+
+def _run_error(ev: run_event_pb2.RunEvent) -> Event:
+    out: Event = {"type": "RUN_ERROR", "message": ev.run_error.message or "the run failed"}
+    if ev.run_error.code:
+        out["code"] = ev.run_error.code
+    return out
+
+
+def _text_start(ev: run_event_pb2.RunEvent) -> Event:
+    p = ev.text_message_start
+    return {
+        "type": "TEXT_MESSAGE_START",
+        "messageId": p.message_id,
+        "role": _TEXT_ROLES.get(p.role, "assistant"),
+    }
+
+
+def _text_content(ev: run_event_pb2.RunEvent) -> Event | None:
+    p = ev.text_message_content
+    if not p.delta:  # strict clients reject an empty delta
+        return None
+    return {"type": "TEXT_MESSAGE_CONTENT", "messageId": p.message_id, "delta": p.delta}
+
+
+def _tool_call_start(ev: run_event_pb2.RunEvent) -> Event:
+    p = ev.tool_call_start
+    out: Event = {
+        "type": "TOOL_CALL_START",
+        "toolCallId": p.tool_call_id,
+        "toolCallName": p.tool_call_name,
+    }
+    if p.parent_message_id:
+        out["parentMessageId"] = p.parent_message_id
+    return out
+
+
+def _tool_call_args(ev: run_event_pb2.RunEvent) -> Event | None:
+    p = ev.tool_call_args
+    if not p.delta:
+        return None
+    return {"type": "TOOL_CALL_ARGS", "toolCallId": p.tool_call_id, "delta": p.delta}
+
+
+def _tool_call_result(ev: run_event_pb2.RunEvent) -> Event:
+    p = ev.tool_call_result
+    return {
+        "type": "TOOL_CALL_RESULT",
+        "messageId": p.message_id,
+        "toolCallId": p.tool_call_id,
+        "content": p.content,
+        "role": "tool",
+    }
+
+
+def _reasoning_content(ev: run_event_pb2.RunEvent) -> Event | None:
+    p = ev.reasoning_message_content
+    if not p.delta:
+        return None
+    return {"type": "REASONING_MESSAGE_CONTENT", "messageId": p.message_id, "delta": p.delta}
+
+
+def _messages_snapshot(ev: run_event_pb2.RunEvent) -> Event:
+    messages = [item for m in ev.messages_snapshot.messages for item in agui_messages(m)]
+    return {"type": "MESSAGES_SNAPSHOT", "messages": messages}
+
+
+def _custom(ev: run_event_pb2.RunEvent) -> Event:
+    p = ev.custom
+    # CUSTOM.value is required; an unset value is sent as an empty object.
+    value: Any = json_format.MessageToDict(p.value) if p.HasField("value") else {}
+    return {"type": "CUSTOM", "name": p.name, "value": value}
+
+
+_MAPPERS: dict[str, Callable[[run_event_pb2.RunEvent], Event | None]] = {
+    "run_started": lambda ev: {"type": "RUN_STARTED", "threadId": ev.thread_id, "runId": ev.run_id},
+    "run_finished": _run_finished,
+    "run_error": _run_error,
+    "step_started": lambda ev: {"type": "STEP_STARTED", "stepName": ev.step_started.step_name},
+    "step_finished": lambda ev: {"type": "STEP_FINISHED", "stepName": ev.step_finished.step_name},
+    "text_message_start": _text_start,
+    "text_message_content": _text_content,
+    "text_message_end": lambda ev: {
+        "type": "TEXT_MESSAGE_END",
+        "messageId": ev.text_message_end.message_id,
+    },
+    "tool_call_start": _tool_call_start,
+    "tool_call_args": _tool_call_args,
+    "tool_call_end": lambda ev: {
+        "type": "TOOL_CALL_END",
+        "toolCallId": ev.tool_call_end.tool_call_id,
+    },
+    "tool_call_result": _tool_call_result,
+    "reasoning_start": lambda ev: {
+        "type": "REASONING_START",
+        "messageId": ev.reasoning_start.message_id,
+    },
+    "reasoning_message_start": lambda ev: {
+        "type": "REASONING_MESSAGE_START",
+        "messageId": ev.reasoning_message_start.message_id,
+        "role": "reasoning",
+    },
+    "reasoning_message_content": _reasoning_content,
+    "reasoning_message_end": lambda ev: {
+        "type": "REASONING_MESSAGE_END",
+        "messageId": ev.reasoning_message_end.message_id,
+    },
+    "reasoning_end": lambda ev: {"type": "REASONING_END", "messageId": ev.reasoning_end.message_id},
+    "messages_snapshot": _messages_snapshot,
+    "custom": _custom,
+}
+
+TERMINAL_TYPES = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+
+
+def to_agui(ev: run_event_pb2.RunEvent) -> Event | None:
+    """The AG-UI event of `ev`, or None when it has nothing to send (an empty delta, or a
+    payload this gateway does not know: old clients reject unknown event types)."""
+    which = ev.WhichOneof("payload")
+    mapper = _MAPPERS.get(which) if which else None
+    if mapper is None:
+        return None
+    out = mapper(ev)
+    if out is not None and ev.timestamp_ms:
+        out["timestamp"] = ev.timestamp_ms
+    return out
+
+
+def run_error(message: str, code: str) -> Event:
+    return {"type": "RUN_ERROR", "message": message, "code": code}

@@ -1,0 +1,138 @@
+"""Errors, request ids, health, readiness and OpenAPI of the gateway."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from services.gateway.app import create_app
+from services.gateway.clients import Clients, open_clients
+from shared.settings import Settings
+from tests.gateway.conftest import Peers, bearer, free_port, gateway_settings, serve_app
+
+
+@asynccontextmanager
+async def gateway_with(
+    settings: Settings, **addr_overrides: str,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway whose named peers are replaced (e.g. by a closed port)."""
+    s = settings.model_copy(update={f"{k}_addr": v for k, v in addr_overrides.items()})
+    clients = open_clients(s)
+    try:
+        async with serve_app(create_app(s, clients)) as url, httpx.AsyncClient(base_url=url) as c:
+            yield c
+    finally:
+        await clients.close()
+
+
+async def test_unknown_route_is_404_json(http: httpx.AsyncClient) -> None:
+    resp = await http.get("/api/v1/nothing-here")
+    assert resp.status_code == 404
+    assert resp.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_wrong_method_is_405_json(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
+    resp = await http.put("/api/v1/agent/runs", headers=auth)
+    assert resp.status_code == 405
+    assert resp.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert "POST" in resp.headers["allow"]
+
+
+async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
+    gw_settings: Settings, clients: Clients, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+            raise RuntimeError("secret internal detail")
+
+    broken = Clients(
+        clients.orchestrator, Broken(), clients.memory, clients.scheduler
+    )  # type: ignore[arg-type]
+    async with serve_app(
+        create_app(gw_settings, broken)
+    ) as url, httpx.AsyncClient(base_url=url) as c:
+        with caplog.at_level(logging.ERROR, logger="agentmesh.gateway"):
+            resp = await c.get("/api/v1/agent/threads", headers=bearer(gw_settings, "alice"))
+    assert resp.status_code == 500
+    error = resp.json()["error"]
+    assert error["code"] == "INTERNAL"
+    assert error["requestId"] == resp.headers["x-request-id"]
+    assert error["requestId"] in error["message"]
+    assert "secret" not in resp.text and "Traceback" not in resp.text
+    assert any(r.exc_info for r in caplog.records), "the trace is logged"
+
+
+async def test_request_id_is_echoed_and_sent_to_the_services(
+    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+) -> None:
+    resp = await http.get(
+        "/api/v1/agent/threads", headers={**bearer(gw_settings, "rid"), "X-Request-ID": "abc-123"}
+    )
+    assert resp.headers["x-request-id"] == "abc-123"
+    assert peers.history.calls[-1].metadata["x-request-id"] == "abc-123"
+
+
+async def test_request_id_is_generated_when_absent_or_unusable(http: httpx.AsyncClient) -> None:
+    first = await http.get("/healthz")
+    second = await http.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
+    assert len(first.headers["x-request-id"]) == 32
+    assert second.headers["x-request-id"] not in (
+        "bad id with spaces", first.headers["x-request-id"]
+    )
+
+
+async def test_unary_calls_carry_the_owner_and_a_deadline(
+    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+) -> None:
+    await http.get("/api/v1/agent/threads", headers=bearer(gw_settings, "deadline-owner"))
+    call = peers.history.calls[-1]
+    assert call.metadata["x-agentmesh-owner"] == "deadline-owner"
+    assert call.time_remaining is not None and call.time_remaining <= gw_settings.rpc_timeout_seconds + 0.5
+
+
+async def test_healthz_is_200(http: httpx.AsyncClient) -> None:
+    resp = await http.get("/healthz")
+    assert resp.status_code == 200 and resp.json() == {"status": "ok"}
+
+
+async def test_readyz_is_200_when_every_service_is_serving(http: httpx.AsyncClient) -> None:
+    resp = await http.get("/readyz")
+    assert resp.status_code == 200 and resp.json() == {"status": "ready"}
+
+
+async def test_readyz_is_503_listing_the_services_not_serving(gw_settings: Settings) -> None:
+    down = f"127.0.0.1:{free_port()}"
+    async with gateway_with(gw_settings, scheduler=down, memory=down) as c:
+        resp = await c.get("/readyz")
+    assert resp.status_code == 503
+    error = resp.json()["error"]
+    assert {d["field"] for d in error["details"]} == {"memory", "scheduler"}
+    assert "memory" in error["message"] and "scheduler" in error["message"]
+
+
+async def test_service_down_is_503_json(gw_settings: Settings) -> None:
+    async with gateway_with(gw_settings, history=f"127.0.0.1:{free_port()}") as c:
+        resp = await c.get("/api/v1/agent/threads", headers=bearer(gw_settings, "alice"))
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "UNAVAILABLE"
+
+
+async def test_openapi_documents_every_endpoint(http: httpx.AsyncClient) -> None:
+    paths = (await http.get("/openapi.json")).json()["paths"]
+    assert {"/api/v1/agent/runs", "/api/v1/agent/threads", "/api/v1/agent/threads/{thread_id}/history",
+            "/api/v1/agent/runs/{run_id}", "/api/v1/admin/audit", "/api/v1/memories",
+            "/api/v1/memories/{memory_id}", "/healthz", "/readyz"} <= set(paths)
+    assert (await http.get("/docs")).status_code == 200
+
+
+async def test_app_without_clients_opens_its_own_channels(
+    base_settings: Settings, peers: Peers,
+) -> None:
+    s = gateway_settings(base_settings, peers.addrs)
+    async with serve_app(create_app(s)) as url, httpx.AsyncClient(base_url=url) as c:
+        assert (await c.get("/readyz")).status_code == 200

@@ -1,0 +1,135 @@
+"""Bearer authentication and the admin scope."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+
+from services.gateway.auth import verify_token
+from shared.settings import Settings
+from tests.gateway.conftest import Peers, bearer, run_body
+
+PROTECTED = [
+    ("POST", "/api/v1/agent/runs"),
+    ("GET", "/api/v1/agent/threads"),
+    ("GET", "/api/v1/agent/threads/t-1/history"),
+    ("GET", "/api/v1/agent/runs/r-1"),
+    ("GET", "/api/v1/memories"),
+    ("DELETE", "/api/v1/memories/m-1"),
+    ("GET", "/api/v1/admin/audit?owner_id=alice"),
+]
+
+
+def _token(
+    settings: Settings, claims: dict[str, object], secret: str | None = None,
+) -> dict[str, str]:
+    return {"Authorization": "Bearer " + jwt.encode(claims, secret or settings.jwt_secret, algorithm="HS256")}
+
+
+def _assert_401(resp: httpx.Response) -> None:
+    assert resp.status_code == 401, resp.text
+    assert resp.headers["www-authenticate"] == "Bearer"
+    assert resp.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+async def test_request_without_token_is_401(
+    method: str, path: str, http: httpx.AsyncClient,
+) -> None:
+    _assert_401(await http.request(method, path, json=run_body() if method == "POST" else None))
+
+
+async def test_malformed_token_is_401(http: httpx.AsyncClient) -> None:
+    _assert_401(
+        await http.get("/api/v1/agent/threads", headers={"Authorization": "Bearer not.a.jwt"})
+    )
+
+
+async def test_non_bearer_scheme_is_401(http: httpx.AsyncClient) -> None:
+    _assert_401(await http.get("/api/v1/agent/threads", headers={"Authorization": "Basic YTpi"}))
+
+
+async def test_token_signed_with_another_secret_is_401(
+    http: httpx.AsyncClient, gw_settings: Settings,
+) -> None:
+    claims = {"sub": "alice", "exp": int(time.time()) + 60}
+    _assert_401(await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims, "another-secret-that-is-long-enough-for-hs256")))
+
+
+async def test_expired_token_is_401(http: httpx.AsyncClient, gw_settings: Settings) -> None:
+    claims = {"sub": "alice", "exp": int(time.time()) - 10}
+    resp = await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims))
+    _assert_401(resp)
+    assert "expired" in resp.json()["error"]["message"]
+
+
+async def test_token_without_expiry_is_401(http: httpx.AsyncClient, gw_settings: Settings) -> None:
+    _assert_401(
+        await http.get("/api/v1/agent/threads", headers=_token(gw_settings, {"sub": "alice"}))
+    )
+
+
+async def test_token_with_an_invalid_subject_is_401(
+    http: httpx.AsyncClient, gw_settings: Settings,
+) -> None:
+    claims = {"sub": "alice bob/../", "exp": int(time.time()) + 60}
+    _assert_401(await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims)))
+
+
+async def test_token_with_another_algorithm_is_401(
+    http: httpx.AsyncClient, gw_settings: Settings,
+) -> None:
+    claims = {"sub": "alice", "exp": int(time.time()) + 60}
+    token = jwt.encode(claims, gw_settings.jwt_secret * 2, algorithm="HS512")
+    _assert_401(
+        await http.get("/api/v1/agent/threads", headers={"Authorization": f"Bearer {token}"})
+    )
+
+
+async def test_non_admin_token_on_audit_is_403(
+    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+) -> None:
+    before = len(peers.history.calls)
+    resp = await http.get(
+        "/api/v1/admin/audit?owner_id=alice", headers=bearer(gw_settings, "alice")
+    )
+    assert resp.status_code == 403
+    assert resp.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert len(peers.history.calls) == before
+
+
+async def test_scope_list_with_admin_reaches_audit(
+    http: httpx.AsyncClient, gw_settings: Settings,
+) -> None:
+    claims = {"sub": "root", "exp": int(time.time()) + 60, "scope": ["read", "admin"]}
+    resp = await http.get("/api/v1/admin/audit?owner_id=alice", headers=_token(gw_settings, claims))
+    assert resp.status_code == 200
+
+
+def test_token_command_prints_a_token_the_gateway_accepts(gw_settings: Settings) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AGENTMESH_JWT_SECRET": gw_settings.jwt_secret,
+           "PYTHONPATH": os.pathsep.join([str(root), str(root / "protos")])}
+    out = subprocess.run(
+        [sys.executable, "-m", "services.gateway", "token", "--sub", "bob", "--admin", "--ttl", "60"],
+        capture_output=True, text=True, check=True, env=env, timeout=30,
+    ).stdout.strip()
+    who = verify_token(gw_settings, out)
+    assert (who.owner, who.admin) == ("bob", True)
+    assert jwt.decode(out, options={"verify_signature": False})["exp"] <= time.time() + 61
+
+
+def test_token_command_refuses_an_invalid_owner_id(capsys: pytest.CaptureFixture[str]) -> None:
+    from services.gateway.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["token", "--sub", "bad owner"])
+    assert exc.value.code != 0
+    assert "not a valid owner id" in capsys.readouterr().err

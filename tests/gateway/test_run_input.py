@@ -1,0 +1,191 @@
+"""POST /api/v1/agent/runs: what the gateway refuses (4xx naming the field) and what it sends
+to the orchestrator."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import httpx
+import pytest
+from agentmesh.type.v1 import message_pb2
+from google.protobuf import json_format
+
+from shared.settings import Settings
+from tests.gateway.conftest import Peers, run_body
+from tests.gateway.sse_client import parse_frames, post_run
+
+URL = "/api/v1/agent/runs"
+
+
+def _user(content: Any, mid: str = "u1") -> dict[str, Any]:
+    return {"id": mid, "role": "user", "content": content}
+
+
+BAD_BODIES: dict[str, tuple[Any, str]] = {
+    "not an object": ([1, 2], "body"),
+    "missing threadId": ({"runId": "r", "messages": [_user("hi")]}, "threadId"),
+    "missing runId": ({"threadId": "t", "messages": [_user("hi")]}, "runId"),
+    "missing messages": ({"threadId": "t", "runId": "r"}, "messages"),
+    "threadId not a string": ({"threadId": 7, "runId": "r", "messages": [_user("hi")]}, "threadId"),
+    "empty messages": (run_body(messages=[]), "messages"),
+    "message not an object": (run_body(messages=["hi"]), "messages[0]"),
+    "last message not a user message": (
+        run_body(messages=[_user("hi"), {"id": "a1", "role": "assistant", "content": "yo"}]),
+        "messages[1].role",
+    ),
+    "empty content": (run_body(messages=[_user("")]), "messages[0].content"),
+    "blank content": (run_body(messages=[_user("  \n ")]), "messages[0].content"),
+    "empty parts": (run_body(messages=[_user([])]), "messages[0].content"),
+    "only empty text parts": (run_body(messages=[_user([{"type": "text", "text": ""}])]), "messages[0].content"),
+    "missing content": (run_body(messages=[{"id": "u1", "role": "user"}]), "messages[0].content"),
+    "unknown part type": (run_body(messages=[_user([{"type": "hologram"}])]), "messages[0].content[0].type"),
+    "bad base64": (
+        run_body(messages=[_user([{"type": "image", "source": {"type": "data", "value": "!!", "mimeType": "image/png"}}])]),
+        "messages[0].content[0].source.value",
+    ),
+    "empty threadId": (run_body(thread_id=""), "threadId"),
+    "long threadId": (run_body(thread_id="t" * 129), "threadId"),
+    "threadId with a slash": (run_body(thread_id="a/b"), "threadId"),
+    "empty runId": (run_body(run_id=""), "runId"),
+    "long runId": (run_body(run_id="r" * 129), "runId"),
+    "empty message id": (run_body(messages=[_user("hi", mid="")]), "messages[0].id"),
+    "long message id": (run_body(messages=[_user("hi", mid="m" * 129)]), "messages[0].id"),
+    "missing message id": (run_body(messages=[{"role": "user", "content": "hi"}]), "messages[0].id"),
+    "long parentRunId": (run_body(parentRunId="p" * 129), "parentRunId"),
+    "tool without name": (run_body(tools=[{"description": "d"}]), "tools[0].name"),
+    "context entry without value": (run_body(context=[{"description": "d"}]), "context[0].value"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+async def test_bad_run_input_is_400_naming_the_field(
+    case: str, http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    body, field = BAD_BODIES[case]
+    before = len(peers.orchestrator.calls)
+    resp = await http.post(URL, json=body, headers=auth)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert error["details"][0]["field"] == field
+    assert field in error["message"]
+    assert len(peers.orchestrator.calls) == before
+
+
+async def test_malformed_json_is_400_naming_the_body(
+    http: httpx.AsyncClient, auth: dict[str, str],
+) -> None:
+    resp = await http.post(
+        URL, content=b'{"threadId": "t",', headers={**auth, "Content-Type": "application/json"}
+    )
+    assert resp.status_code == 400
+    assert resp.json()["error"]["details"][0]["field"] == "body"
+
+
+async def test_content_over_the_size_limit_is_400(
+    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+) -> None:
+    text = "x" * (gw_settings.max_message_chars + 1)
+    resp = await http.post(URL, json=run_body(text=text), headers=auth)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["details"][0]["field"] == "messages[0].content"
+
+
+async def test_content_at_the_size_limit_is_accepted(
+    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+) -> None:
+    resp, _ = await post_run(http, run_body(text="x" * gw_settings.max_message_chars), auth)
+    assert resp.status_code == 200
+
+
+async def test_body_over_max_request_bytes_is_413(
+    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+) -> None:
+    body = b"{" + b" " * gw_settings.max_request_bytes + b"}"
+    resp = await http.post(URL, content=body, headers={**auth, "Content-Type": "application/json"})
+    assert resp.status_code == 413
+    assert resp.json()["error"]["details"][0]["field"] == "body"
+
+
+async def test_chunked_body_over_max_request_bytes_is_413(
+    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+) -> None:
+    async def chunks() -> Any:
+        for _ in range(gw_settings.max_request_bytes // 65536 + 2):
+            yield b" " * 65536
+
+    resp = await http.post(
+        URL, content=chunks(), headers={**auth, "Content-Type": "application/json"}
+    )
+    assert "content-length" not in resp.request.headers
+    assert resp.status_code == 413
+
+
+async def test_unknown_keys_are_accepted(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
+    body = run_body(protocolVersion="1.0", resume=[{"interruptId": "i", "status": "resolved"}], somethingNew={"a": 1})
+    body["messages"][0]["futureField"] = True
+    resp, raw = await post_run(http, body, auth)
+    assert resp.status_code == 200
+    assert parse_frames(raw)[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_last_user_message_becomes_the_start_run_request(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers, gw_settings: Settings,
+) -> None:
+    png = base64.b64encode(b"\x89PNG").decode()
+    body = run_body(
+        parentRunId="r-0",
+        tools=[{"name": "lookup", "description": "find", "parameters": {"type": "object"}}],
+        context=[{"description": "page", "value": "home"}],
+        state={"n": 1},
+        forwardedProps={"mode": "fast"},
+    )
+    body["messages"] = [
+        {"id": "old", "role": "user", "content": "earlier"},
+        {"id": "a0", "role": "assistant", "content": "reply"},
+        _user([{"type": "text", "text": "look"}, {
+            "type": "image", "source": {"type": "data", "value": png, "mimeType": "image/png"}
+        },
+               {"type": "document", "source": {"type": "url", "value": "https://x/y.pdf", "mimeType": "application/pdf"}}], mid="u9"),
+    ]
+    resp, _ = await post_run(http, body, {**auth, "X-Request-ID": "req-42"})
+    assert resp.status_code == 200
+    call = peers.orchestrator.calls[-1]
+    req = call.request
+    assert (req.thread_id, req.run_id, req.parent_run_id) == ("t-1", "r-1", "r-0")
+    assert len(req.messages) == 1
+    msg = req.messages[0]
+    assert (msg.id, msg.role, msg.kind) == (
+        "u9", message_pb2.ROLE_USER, message_pb2.MESSAGE_KIND_USER_MESSAGE
+    )
+    assert [b.WhichOneof("block") for b in msg.content] == ["text", "data", "data"]
+    assert msg.content[0].text.text == "look"
+    assert (msg.content[1].data.mime_type, msg.content[1].data.data) == ("image/png", b"\x89PNG")
+    assert msg.content[2].data.url == "https://x/y.pdf"
+    assert req.tools[0].name == "lookup" and req.tools[0].parameters_json == '{"type": "object"}'
+    assert (req.context[0].description, req.context[0].value) == ("page", "home")
+    assert json_format.MessageToDict(req.state) == {"n": 1}
+    assert json_format.MessageToDict(req.forwarded_props) == {"mode": "fast"}
+    assert req.origin == message_pb2.RUNTIME_MODE_CHAT
+    assert call.metadata["x-agentmesh-owner"] == "alice"
+    assert call.metadata["x-request-id"] == "req-42"
+    assert "x-agentmesh-scope" not in call.metadata
+    assert call.time_remaining is not None
+    # The run deadline (not the unary one) bounds the stream; grpc measures it with some slack.
+    assert gw_settings.run_timeout_seconds - 5 < call.time_remaining < gw_settings.run_timeout_seconds + 1
+
+
+async def test_valid_x_timezone_is_passed_on(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    await post_run(http, run_body(), {**auth, "X-Timezone": "Europe/Berlin"})
+    assert peers.orchestrator.calls[-1].request.time_zone == "Europe/Berlin"
+
+
+async def test_unknown_x_timezone_is_left_to_the_default(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    resp, _ = await post_run(http, run_body(), {**auth, "X-Timezone": "Mars/Olympus"})
+    assert resp.status_code == 200
+    assert peers.orchestrator.calls[-1].request.time_zone == ""
