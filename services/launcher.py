@@ -82,19 +82,23 @@ class Suite:
 
     def start_service(self, name: str) -> subprocess.Popen[bytes]:
         env = dict(self.env, AGENTMESH_PORT=str(self.ports[name]))
-        out: int | object = subprocess.DEVNULL
+        log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,  # type: ignore[arg-type]
-            stderr=subprocess.STDOUT if self.log_dir is not None else None,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps its own copy
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", f"services.{name}"],
+                cwd=ROOT,
+                env=env,
+                stdout=log if log is not None else None,
+                stderr=subprocess.STDOUT if log is not None else None,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            if log is not None:
+                log.close()
         self.procs[name] = proc
         return proc
 

@@ -1,22 +1,57 @@
 """The message layer: Msg with a list of content blocks (a closed discriminated union on
-`type`), role factories, and the mapping to and from protobuf.
+`type`), role factories, and the lossless mappings Msg <-> protobuf <-> JSON <-> AG-UI.
 
 Blocks follow AgentScope 2.x's six: text, thinking, hint, data (any media by MIME type),
-tool_call (raw JSON input string) and tool_result (text or blocks). Tool calls carry the
-pre-execution state, tool results the post-execution state.
+tool_call (raw JSON input string) and tool_result (text or text/data blocks). Tool calls
+carry the pre-execution state, tool results the post-execution state (see shared.toolcalls).
+
+Role rules: a user message holds text and data blocks only, a system message text blocks
+only, an assistant message any block (tool results travel in assistant messages too).
+
+Metadata is a JSON object. The four keys the services interpret are typed on the wire
+(`hidden_from_user`: bool, `origin`: chat|automation, `executor`: worker|memory,
+`execution_profile_name`: str); every other key travels as one JSON string
+(MessageMetadata.extra_json), so integers stay integers. A Msg keeps its metadata in
+canonical form: `hidden_from_user` only when true, `execution_profile_name` only when
+non-empty, tuples as lists — so Msg -> protobuf -> Msg is the identity.
+
+The JSON history stores is the protobuf JSON of the message (google.protobuf.json_format):
+`msg_to_json` / `msg_from_json`.
+
+AG-UI (`msg_to_agui`, `msgs_from_agui`): an AG-UI message list is the conversation as a
+client sees it. It carries id, role, name, metadata and content with these limits, which
+`agui_projection(msg)` states as code (msgs_from_agui(msg_to_agui(m)) == [agui_projection(m)]):
+- hint blocks are not carried (they are for the model only);
+- data blocks of assistant messages are not carried (AssistantMessage content is text);
+- the text blocks of an assistant or system message become one text (their boundaries are
+  lost; a system message with no text has no blocks);
+- an assistant message's blocks come back grouped: thinking (one ReasoningMessage each, id
+  `<id>/thinking/<i>`), then the joined text and the tool calls (one AssistantMessage, id
+  `<id>`), then tool results (one ToolMessage each, id `<id>/result/<i>`);
+- created_at, usage, finished_reason, thread_id, run_id, kind, visibility_mask and
+  position are not carried (storage and run fields).
+A tool call's state and a tool result's name and state ride in the AG-UI metadata under
+the key "agentmesh"; a ToolMessage from a client without it gets the name of the matching
+call earlier in the list and the state error (when `error` is set) or success.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from ag_ui import core as agui
 from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format
+from pydantic import TypeAdapter
 
 from shared.domain import (
     EXECUTOR_FROM_PB,
@@ -29,6 +64,7 @@ from shared.domain import (
     MessageKind,
     RuntimeMode,
 )
+from shared.errors import InvalidArgument
 
 
 class ToolCallState(StrEnum):
@@ -51,6 +87,15 @@ class Role(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
     SYSTEM = "system"
+
+
+class ToolInputError(ValueError):
+    """A tool call's input is not a JSON object; the message names the call and the fault."""
+
+    def __init__(self, tool_call_id: str, name: str, reason: str) -> None:
+        super().__init__(f"tool call {tool_call_id} ({name}): input {reason}")
+        self.tool_call_id = tool_call_id
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -84,24 +129,72 @@ class DataBlock:
     def __post_init__(self) -> None:
         if (self.data is None) == (self.url is None):
             raise ValueError("a data block holds either data or url")
+        if not self.mime_type:
+            raise ValueError("a data block needs a MIME type")
+        if self.data is not None and not isinstance(self.data, bytes):
+            object.__setattr__(self, "data", bytes(self.data))
+
+    @property
+    def media(self) -> str:
+        """The top-level media type: image, audio, video, text, application, ..."""
+        return self.mime_type.split("/", 1)[0].lower()
 
 
 @dataclass(frozen=True)
 class ToolCallBlock:
     id: str
     name: str
+    # The raw JSON arguments as the model produced them; parsed once, by `arguments()`.
     input: str = ""
     state: ToolCallState = ToolCallState.PENDING
     type: Literal["tool_call"] = "tool_call"
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("a tool call needs an id")
+        object.__setattr__(self, "state", ToolCallState(self.state))
+
+    def arguments(self) -> dict[str, Any]:
+        """The input parsed as a JSON object ("" counts as {}); ToolInputError otherwise."""
+        if not self.input.strip():
+            return {}
+        try:
+            value = json.loads(self.input)
+        except json.JSONDecodeError as e:
+            snippet = self.input[max(0, e.pos - 20) : e.pos + 20]
+            raise ToolInputError(
+                self.id, self.name, f"is not valid JSON: {e.msg} at char {e.pos} (near {snippet!r})"
+            ) from None
+        if not isinstance(value, dict):
+            raise ToolInputError(self.id, self.name, f"must be a JSON object, not {type(value).__name__}")
+        return value
 
 
 @dataclass(frozen=True)
 class ToolResultBlock:
     id: str
     name: str
-    output: str | tuple[Block, ...] = ""
+    output: str | tuple[TextBlock | DataBlock, ...] = ""
     state: ToolResultState = ToolResultState.RUNNING
     type: Literal["tool_result"] = "tool_result"
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("a tool result needs the id of its call")
+        object.__setattr__(self, "state", ToolResultState(self.state))
+        if not isinstance(self.output, str):
+            output = tuple(self.output)
+            for block in output:
+                if not isinstance(block, TextBlock | DataBlock):
+                    raise ValueError(f"a tool result holds text or data blocks, not {block!r}")
+            object.__setattr__(self, "output", output)
+
+    @property
+    def text(self) -> str:
+        """The output as text (text blocks joined)."""
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(b.text for b in self.output if isinstance(b, TextBlock))
 
 
 Block = TextBlock | ThinkingBlock | HintBlock | DataBlock | ToolCallBlock | ToolResultBlock
@@ -122,6 +215,59 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
+# ---- metadata -----------------------------------------------------------------------
+
+_TYPED_KEYS = ("hidden_from_user", "origin", "executor", "execution_profile_name")
+
+
+def _json_value(value: Any, path: str) -> Any:
+    """`value` as plain JSON (tuples become lists); ValueError naming the path otherwise."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value} is not a JSON number")
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{path}: key {k!r} is not a string")
+            out[k] = _json_value(v, f"{path}.{k}")
+        return out
+    raise ValueError(f"{path}: {type(value).__name__} is not a JSON value")
+
+
+def canonical_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical form of message metadata (see the module docstring)."""
+    meta: dict[str, Any] = _json_value(metadata, "metadata")
+    hidden = meta.pop("hidden_from_user", False)
+    if not isinstance(hidden, bool):
+        raise ValueError("metadata.hidden_from_user: must be a boolean")
+    if hidden:
+        meta["hidden_from_user"] = True
+    for key, enum in (("origin", RuntimeMode), ("executor", ExecutorKind)):
+        if meta.get(key) is not None:
+            try:
+                meta[key] = enum(meta[key]).value
+            except ValueError:
+                choices = " or ".join(e.value for e in enum)
+                raise ValueError(f"metadata.{key}: must be {choices}") from None
+        else:
+            meta.pop(key, None)
+    profile = meta.pop("execution_profile_name", "")
+    if not isinstance(profile, str):
+        raise ValueError("metadata.execution_profile_name: must be a string")
+    if profile:
+        meta["execution_profile_name"] = profile
+    return meta
+
+
+# ---- the message --------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Msg:
     id: str
@@ -140,12 +286,18 @@ class Msg:
     position: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "content", tuple(self.content))
+        if self.kind is not None:
+            object.__setattr__(self, "kind", MessageKind(self.kind))
         allowed = _ROLE_BLOCKS[self.role]
         for block in self.content:
             if not isinstance(block, allowed):
-                raise ValueError(f"a {self.role.value} message cannot hold a {block.type} block")
+                kind = getattr(block, "type", type(block).__name__)
+                raise ValueError(f"a {self.role.value} message cannot hold a {kind} block")
         if self.created_at.tzinfo is None:
             raise ValueError("created_at must be timezone-aware")
+        object.__setattr__(self, "metadata", canonical_metadata(self.metadata))
 
     @property
     def text(self) -> str:
@@ -155,8 +307,16 @@ class Msg:
     def blocks(self, kind: type[Block]) -> list[Any]:
         return [b for b in self.content if isinstance(b, kind)]
 
+    @property
+    def tool_calls(self) -> list[ToolCallBlock]:
+        return [b for b in self.content if isinstance(b, ToolCallBlock)]
 
-def _new_id() -> str:
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+
+def new_id() -> str:
     return uuid.uuid4().hex
 
 
@@ -165,20 +325,26 @@ def _content(content: str | Sequence[Block]) -> tuple[Block, ...]:
 
 
 def user(content: str | Sequence[Block], *, id: str | None = None, name: str = "user", **kw: Any) -> Msg:
-    return Msg(id=id or _new_id(), role=Role.USER, content=_content(content), name=name, **kw)
+    return Msg(id=id or new_id(), role=Role.USER, content=_content(content), name=name, **kw)
 
 
-def assistant(content: str | Sequence[Block], *, id: str | None = None, name: str = "assistant", **kw: Any) -> Msg:
-    return Msg(id=id or _new_id(), role=Role.ASSISTANT, content=_content(content), name=name, **kw)
+def assistant(
+    content: str | Sequence[Block], *, id: str | None = None, name: str = "assistant", **kw: Any
+) -> Msg:
+    return Msg(id=id or new_id(), role=Role.ASSISTANT, content=_content(content), name=name, **kw)
 
 
 def system(content: str, *, id: str | None = None, name: str = "system", **kw: Any) -> Msg:
-    return Msg(id=id or _new_id(), role=Role.SYSTEM, content=_content(content), name=name, **kw)
+    return Msg(id=id or new_id(), role=Role.SYSTEM, content=_content(content), name=name, **kw)
 
 
-# ---- protobuf mapping -------------------------------------------------------------
+# ---- protobuf mapping -----------------------------------------------------------------
 
-_ROLE_TO_PB = {Role.USER: message_pb2.ROLE_USER, Role.ASSISTANT: message_pb2.ROLE_ASSISTANT, Role.SYSTEM: message_pb2.ROLE_SYSTEM}
+_ROLE_TO_PB = {
+    Role.USER: message_pb2.ROLE_USER,
+    Role.ASSISTANT: message_pb2.ROLE_ASSISTANT,
+    Role.SYSTEM: message_pb2.ROLE_SYSTEM,
+}
 _ROLE_FROM_PB = {v: k for k, v in _ROLE_TO_PB.items()}
 _CALL_STATE_TO_PB = {s: getattr(content_pb2, f"TOOL_CALL_STATE_{s.name}") for s in ToolCallState}
 _CALL_STATE_FROM_PB = {v: k for k, v in _CALL_STATE_TO_PB.items()}
@@ -214,12 +380,14 @@ def block_to_pb(block: Block) -> content_pb2.ContentBlock:
             if isinstance(block.output, str):
                 result.text = block.output
             else:
+                result.blocks.SetInParent()  # an empty block list is still "blocks", not text
                 result.blocks.blocks.extend(block_to_pb(b) for b in block.output)
             return content_pb2.ContentBlock(tool_result=result)
     raise TypeError(f"not a content block: {block!r}")
 
 
 def block_from_pb(pb: content_pb2.ContentBlock) -> Block:
+    """The block of `pb`; ValueError when it is empty or breaks a block rule."""
     which = pb.WhichOneof("block")
     if which == "text":
         return TextBlock(pb.text.text)
@@ -229,23 +397,32 @@ def block_from_pb(pb: content_pb2.ContentBlock) -> Block:
         return HintBlock(pb.hint.hint)
     if which == "data":
         d = pb.data
-        if d.WhichOneof("source") == "data":
+        source = d.WhichOneof("source")
+        if source == "data":
             return DataBlock(mime_type=d.mime_type, data=d.data, name=d.name)
-        return DataBlock(mime_type=d.mime_type, url=d.url, name=d.name)
+        if source == "url":
+            return DataBlock(mime_type=d.mime_type, url=d.url, name=d.name)
+        raise ValueError("a data block holds either data or url")
     if which == "tool_call":
         c = pb.tool_call
         return ToolCallBlock(
-            id=c.id, name=c.name, input=c.input, state=_CALL_STATE_FROM_PB.get(c.state, ToolCallState.PENDING)
+            id=c.id,
+            name=c.name,
+            input=c.input,
+            state=_CALL_STATE_FROM_PB.get(c.state, ToolCallState.PENDING),
         )
     if which == "tool_result":
         r = pb.tool_result
-        output: str | tuple[Block, ...]
+        output: str | tuple[Any, ...]
         if r.WhichOneof("output") == "blocks":
             output = tuple(block_from_pb(b) for b in r.blocks.blocks)
         else:
             output = r.text
         return ToolResultBlock(
-            id=r.id, name=r.name, output=output, state=_RESULT_STATE_FROM_PB.get(r.state, ToolResultState.RUNNING)
+            id=r.id,
+            name=r.name,
+            output=output,
+            state=_RESULT_STATE_FROM_PB.get(r.state, ToolResultState.RUNNING),
         )
     raise ValueError("empty content block")
 
@@ -268,47 +445,349 @@ def msg_to_pb(msg: Msg) -> message_pb2.Message:
     if msg.usage is not None:
         pb.usage.input_tokens = msg.usage.input_tokens
         pb.usage.output_tokens = msg.usage.output_tokens
-    meta = dict(msg.metadata)
-    md = pb.metadata
-    md.hidden_from_user = bool(meta.pop("hidden_from_user", False))
-    if (origin := meta.pop("origin", None)) is not None:
-        md.origin = RUNTIME_MODE_TO_PB[RuntimeMode(origin)]
-    if (executor := meta.pop("executor", None)) is not None:
-        md.executor = EXECUTOR_TO_PB[ExecutorKind(executor)]
-    md.execution_profile_name = str(meta.pop("execution_profile_name", ""))
+    meta = dict(msg.metadata)  # canonical already (Msg.__post_init__)
     if meta:
-        md.extra.update(meta)
+        md = pb.metadata
+        md.hidden_from_user = bool(meta.pop("hidden_from_user", False))
+        if (origin := meta.pop("origin", None)) is not None:
+            md.origin = RUNTIME_MODE_TO_PB[RuntimeMode(origin)]
+        if (executor := meta.pop("executor", None)) is not None:
+            md.executor = EXECUTOR_TO_PB[ExecutorKind(executor)]
+        md.execution_profile_name = meta.pop("execution_profile_name", "")
+        if meta:
+            md.extra_json = json.dumps(meta, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        pb.metadata.SetInParent()
     return pb
 
 
-def msg_from_pb(pb: message_pb2.Message) -> Msg:
+def _metadata_from_pb(md: message_pb2.MessageMetadata) -> dict[str, Any]:
     meta: dict[str, Any] = {}
-    md = pb.metadata
-    if md.ListFields():
-        meta["hidden_from_user"] = md.hidden_from_user
-        if md.origin in RUNTIME_MODE_FROM_PB:
-            meta["origin"] = RUNTIME_MODE_FROM_PB[md.origin].value  # type: ignore[index]
-        if md.executor in EXECUTOR_FROM_PB:
-            meta["executor"] = EXECUTOR_FROM_PB[md.executor].value  # type: ignore[index]
-        if md.execution_profile_name:
-            meta["execution_profile_name"] = md.execution_profile_name
-        if md.HasField("extra"):
-            meta.update(json_format.MessageToDict(md.extra))
+    if md.HasField("extra"):  # records written before extra_json
+        meta.update(json_format.MessageToDict(md.extra))
+    if md.extra_json:
+        try:
+            extra = json.loads(md.extra_json)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"metadata.extra_json: not JSON ({e.msg})") from None
+        if not isinstance(extra, dict):
+            raise ValueError("metadata.extra_json: must be a JSON object")
+        meta.update(extra)
+    if md.hidden_from_user:
+        meta["hidden_from_user"] = True
+    if md.origin in RUNTIME_MODE_FROM_PB:
+        meta["origin"] = RUNTIME_MODE_FROM_PB[md.origin].value  # type: ignore[index]
+    if md.executor in EXECUTOR_FROM_PB:
+        meta["executor"] = EXECUTOR_FROM_PB[md.executor].value  # type: ignore[index]
+    if md.execution_profile_name:
+        meta["execution_profile_name"] = md.execution_profile_name
+    return meta
+
+
+def msg_from_pb(pb: message_pb2.Message, field: str = "message") -> Msg:
+    """The Msg of `pb`; InvalidArgument naming `field` (and the part) when it is not valid."""
+    if pb.role not in _ROLE_FROM_PB:
+        raise InvalidArgument(f"{field}.role", "must be user, assistant or system")
+    content = []
+    for i, b in enumerate(pb.content):
+        try:
+            content.append(block_from_pb(b))
+        except ValueError as e:
+            raise InvalidArgument(f"{field}.content[{i}]", str(e)) from None
     created = pb.created_at.ToDatetime(tzinfo=UTC) if pb.HasField("created_at") else datetime.now(UTC)
+    try:
+        return Msg(
+            id=pb.id,
+            role=_ROLE_FROM_PB[pb.role],
+            content=tuple(content),
+            name=pb.name,
+            metadata=_metadata_from_pb(pb.metadata),
+            created_at=created,
+            usage=Usage(pb.usage.input_tokens, pb.usage.output_tokens) if pb.HasField("usage") else None,
+            finished_reason=pb.finished_reason,
+            thread_id=pb.thread_id,
+            run_id=pb.run_id,
+            kind=MESSAGE_KIND_FROM_PB.get(pb.kind),
+            visibility_mask=pb.visibility_mask,
+            position=pb.position,
+        )
+    except ValueError as e:
+        raise InvalidArgument(field, str(e)) from None
+
+
+# ---- JSON (what history stores) ---------------------------------------------------------
+
+
+def msg_to_dict(msg: Msg) -> dict[str, Any]:
+    """The protobuf JSON of the message as a dict (camelCase keys, bytes as base64)."""
+    return json_format.MessageToDict(msg_to_pb(msg))
+
+
+def msg_from_dict(data: Mapping[str, Any], field: str = "message") -> Msg:
+    try:
+        pb = json_format.ParseDict(data, message_pb2.Message(), ignore_unknown_fields=True)
+    except json_format.ParseError as e:
+        raise InvalidArgument(field, str(e)) from None
+    return msg_from_pb(pb, field)
+
+
+def msg_to_json(msg: Msg) -> str:
+    return json_format.MessageToJson(msg_to_pb(msg), indent=None, ensure_ascii=False)
+
+
+def msg_from_json(text: str | bytes, field: str = "message") -> Msg:
+    try:
+        pb = json_format.Parse(text, message_pb2.Message(), ignore_unknown_fields=True)
+    except json_format.ParseError as e:
+        raise InvalidArgument(field, str(e)) from None
+    return msg_from_pb(pb, field)
+
+
+# ---- AG-UI mapping ------------------------------------------------------------------------
+
+AGUI_KEY = "agentmesh"
+
+AguiMessage = (
+    agui.UserMessage
+    | agui.AssistantMessage
+    | agui.SystemMessage
+    | agui.DeveloperMessage
+    | agui.ToolMessage
+    | agui.ReasoningMessage
+    | agui.ActivityMessage
+)
+
+
+_AGUI_ADAPTER: TypeAdapter[Any] = TypeAdapter(agui.Message)
+
+
+def reasoning_message_id(msg_id: str, index: int) -> str:
+    """The AG-UI id of the `index`-th thinking block of message `msg_id`."""
+    return f"{msg_id}/thinking/{index}"
+
+
+def tool_result_message_id(msg_id: str, index: int) -> str:
+    """The AG-UI id of the `index`-th tool result of message `msg_id` (TOOL_CALL_RESULT too)."""
+    return f"{msg_id}/result/{index}"
+
+
+_MEDIA_PARTS: dict[str, type[Any]] = {
+    "image": agui.ImagePart,
+    "audio": agui.AudioPart,
+    "video": agui.VideoPart,
+}
+
+
+def data_block_to_part(block: DataBlock) -> Any:
+    """An image/audio/video part by the block's media type; a document part otherwise."""
+    source: Any
+    if block.data is not None:
+        source = agui.DataSource(value=base64.b64encode(block.data).decode(), mime_type=block.mime_type)
+    else:
+        source = agui.UrlSource(value=block.url or "", mime_type=block.mime_type)
+    part_cls = _MEDIA_PARTS.get(block.media, agui.DocumentPart)
+    return part_cls(source=source, metadata={"name": block.name} if block.name else None)
+
+
+def _parts(blocks: Iterable[TextBlock | DataBlock]) -> list[Any]:
+    return [
+        agui.TextPart(text=b.text) if isinstance(b, TextBlock) else data_block_to_part(b) for b in blocks
+    ]
+
+
+def part_to_block(part: Any) -> TextBlock | DataBlock:
+    if isinstance(part, agui.TextPart):
+        return TextBlock(part.text)
+    name = part.metadata.get("name", "") if isinstance(part.metadata, dict) else ""
+    source = part.source
+    mime = source.mime_type or "application/octet-stream"
+    if isinstance(source, agui.DataSource):
+        try:
+            data = base64.b64decode(source.value, validate=True)
+        except binascii.Error:
+            raise ValueError(f"{part.type} part: source value is not base64") from None
+        return DataBlock(mime_type=mime, data=data, name=str(name))
+    if isinstance(source, agui.UrlSource):
+        return DataBlock(mime_type=mime, url=source.value, name=str(name))
+    raise ValueError(f"{part.type} part: a {source.type} source is not supported")
+
+
+def msg_to_agui(msg: Msg) -> list[AguiMessage]:
+    """The AG-UI messages of `msg` (one, or for an assistant message reasoning, the message
+    itself and tool messages), within the limits in the module docstring."""
+    name = msg.name or None
+    metadata = dict(msg.metadata) or None
+    if msg.role == Role.USER:
+        blocks = msg.content
+        if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
+            content: Any = blocks[0].text
+        else:
+            content = _parts(b for b in blocks if isinstance(b, TextBlock | DataBlock))
+        return [agui.UserMessage(id=msg.id, name=name, content=content, metadata=metadata)]
+    if msg.role == Role.SYSTEM:
+        return [agui.SystemMessage(id=msg.id, name=name, content=msg.text, metadata=metadata)]
+    out: list[AguiMessage] = [
+        agui.ReasoningMessage(id=reasoning_message_id(msg.id, i), content=b.thinking)
+        for i, b in enumerate(msg.blocks(ThinkingBlock))
+    ]
+    has_text = any(isinstance(b, TextBlock) for b in msg.content)
+    calls = [
+        agui.ToolCall(
+            id=c.id,
+            function=agui.FunctionCall(name=c.name, arguments=c.input),
+            metadata={AGUI_KEY: {"state": c.state.value}},
+        )
+        for c in msg.tool_calls
+    ]
+    out.append(
+        agui.AssistantMessage(
+            id=msg.id,
+            name=name,
+            content=msg.text if has_text else None,
+            tool_calls=calls or None,
+            metadata=metadata,
+        )
+    )
+    for i, r in enumerate(msg.tool_results):
+        out.append(
+            agui.ToolMessage(
+                id=tool_result_message_id(msg.id, i),
+                tool_call_id=r.id,
+                content=r.output if isinstance(r.output, str) else _parts(r.output),
+                error=(r.text or "the tool failed") if r.state == ToolResultState.ERROR else None,
+                metadata={AGUI_KEY: {"name": r.name, "state": r.state.value}},
+            )
+        )
+    return out
+
+
+def msgs_to_agui(msgs: Iterable[Msg]) -> list[AguiMessage]:
+    return [m for msg in msgs for m in msg_to_agui(msg)]
+
+
+def agui_projection(msg: Msg) -> Msg:
+    """What of `msg` survives AG-UI: msgs_from_agui(msg_to_agui(msg)) == [agui_projection(msg)]
+    (created_at passed through). Stated as code so the property test checks exactly it."""
+    kept: tuple[Block, ...]
+    if msg.role == Role.USER:
+        kept = msg.content
+    elif msg.role == Role.SYSTEM:
+        kept = (TextBlock(msg.text),) if msg.text else ()
+    else:
+        texts = msg.blocks(TextBlock)
+        kept = (
+            *msg.blocks(ThinkingBlock),
+            *((TextBlock(msg.text),) if texts else ()),
+            *msg.tool_calls,
+            *msg.tool_results,
+        )
     return Msg(
-        id=pb.id,
-        role=_ROLE_FROM_PB.get(pb.role, Role.USER),
-        content=tuple(block_from_pb(b) for b in pb.content),
-        name=pb.name,
-        metadata=meta,
-        created_at=created,
-        usage=Usage(pb.usage.input_tokens, pb.usage.output_tokens) if pb.HasField("usage") else None,
-        finished_reason=pb.finished_reason,
-        thread_id=pb.thread_id,
-        run_id=pb.run_id,
-        kind=MESSAGE_KIND_FROM_PB.get(pb.kind),
-        visibility_mask=pb.visibility_mask,
-        position=pb.position,
+        id=msg.id,
+        role=msg.role,
+        content=kept,
+        name=msg.name,
+        metadata=msg.metadata,
+        created_at=msg.created_at,
     )
 
+
+def _agui_meta(metadata: Any) -> dict[str, Any]:
+    if isinstance(metadata, dict) and isinstance(metadata.get(AGUI_KEY), dict):
+        return dict(metadata[AGUI_KEY])
+    return {}
+
+
+def _tool_result_from_agui(m: agui.ToolMessage, names: Mapping[str, str]) -> ToolResultBlock:
+    ours = _agui_meta(m.metadata)
+    output: str | tuple[TextBlock | DataBlock, ...]
+    output = m.content if isinstance(m.content, str) else tuple(part_to_block(p) for p in m.content)
+    failed = m.error is not None
+    state = ours.get("state") or (ToolResultState.ERROR if failed else ToolResultState.SUCCESS)
+    return ToolResultBlock(
+        id=m.tool_call_id,
+        name=str(ours.get("name", names.get(m.tool_call_id, ""))),
+        output=output,
+        state=ToolResultState(state),
+    )
+
+
+def msgs_from_agui(messages: Sequence[Any], *, created_at: datetime | None = None) -> list[Msg]:
+    """Msgs of an AG-UI message list (models, or dicts as on the wire). Reasoning and tool
+    messages whose ids name an assistant message (see msg_to_agui) join it; others become
+    assistant messages of their own. Activity messages are not conversation and are skipped;
+    developer messages are system messages. ValueError when a message breaks a rule."""
+    when = created_at or datetime.now(UTC)
+    parsed = [_AGUI_ADAPTER.validate_python(m) if isinstance(m, dict) else m for m in messages]
+    out: list[Msg] = []
+    names: dict[str, str] = {}  # tool call id -> tool name, for client tool messages
+    pending_reasoning: list[agui.ReasoningMessage] = []
+    group: dict[str, Any] | None = None  # the assistant message being assembled
+
+    def close_group() -> None:
+        nonlocal group
+        if group is not None:
+            out.append(Msg(created_at=when, **group))
+            group = None
+
+    def flush_reasoning(keep: Sequence[agui.ReasoningMessage] = ()) -> None:
+        for r in pending_reasoning:
+            if not any(r is k for k in keep):
+                thinking = (ThinkingBlock(r.content),)
+                out.append(Msg(id=r.id, role=Role.ASSISTANT, content=thinking, created_at=when))
+        pending_reasoning.clear()
+
+    for m in parsed:
+        if isinstance(m, agui.ReasoningMessage):
+            close_group()
+            pending_reasoning.append(m)
+        elif isinstance(m, agui.AssistantMessage):
+            close_group()
+            prefix = f"{m.id}/thinking/"
+            mine = [r for r in pending_reasoning if r.id.startswith(prefix)]
+            flush_reasoning(keep=mine)
+            content: list[Block] = [ThinkingBlock(r.content) for r in mine]
+            if m.content is not None:
+                content.append(TextBlock(m.content))
+            for c in m.tool_calls or ():
+                names[c.id] = c.function.name
+                state = _agui_meta(c.metadata).get("state", ToolCallState.PENDING)
+                content.append(
+                    ToolCallBlock(id=c.id, name=c.function.name, input=c.function.arguments, state=state)
+                )
+            group = {
+                "id": m.id,
+                "role": Role.ASSISTANT,
+                "content": content,
+                "name": m.name or "",
+                "metadata": m.metadata or {},
+            }
+        elif isinstance(m, agui.ToolMessage):
+            flush_reasoning()
+            block = _tool_result_from_agui(m, names)
+            if group is not None and m.id.startswith(f"{group['id']}/result/"):
+                group["content"].append(block)
+            else:
+                close_group()
+                out.append(Msg(id=m.id, role=Role.ASSISTANT, content=(block,), created_at=when))
+        elif isinstance(m, agui.ActivityMessage):
+            continue
+        else:
+            close_group()
+            flush_reasoning()
+            meta = m.metadata or {}
+            if isinstance(m, agui.UserMessage):
+                blocks: tuple[Block, ...] = (
+                    (TextBlock(m.content),)
+                    if isinstance(m.content, str)
+                    else tuple(part_to_block(p) for p in m.content)
+                )
+                role = Role.USER
+            else:  # system or developer
+                blocks = (TextBlock(m.content),) if m.content else ()
+                role = Role.SYSTEM
+            out.append(
+                Msg(id=m.id, role=role, content=blocks, name=m.name or "", metadata=meta, created_at=when)
+            )
+    close_group()
+    flush_reasoning()
+    return out
 

@@ -33,6 +33,8 @@ VERSION = "0.1.0"
 
 # Large enough for a context of many messages; the gateway bounds client input well below.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MAX_CONNECTION_AGE_MS = 5 * 60 * 1000
+MAX_CONNECTION_AGE_GRACE_MS = 10 * 60 * 1000
 
 
 @dataclass
@@ -62,6 +64,11 @@ class GrpcServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+                # Clients re-resolve DNS only when a connection closes: ageing connections out
+                # lets round_robin clients find replicas added after they connected. The
+                # grace outlasts the longest run stream, so no run is cut.
+                ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+                ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
             ],
         )
         self._tasks: list[asyncio.Task[None]] = []

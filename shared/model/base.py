@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared.errors import FailedPrecondition, Unavailable
 from shared.messages import Block, Msg, Usage
 
 
@@ -23,8 +24,9 @@ class ChatResponse:
     """One streamed chunk of a model's response.
 
     `content` holds the chunk's deltas as blocks (a text block with the new text, a tool
-    call block with the new fragment of its JSON input, ...); blocks with the same id/type
-    merge by type (see shared.model.merge). `is_last` with `finished_reason` ends the response.
+    call block with the new fragment of its JSON input, ...); blocks merge by type (see
+    shared.model.merge). `is_last` with `finished_reason` ends the response; `usage` is the
+    call's usage when the provider reports it (usually on the last chunk).
     """
 
     content: tuple[Block, ...] = ()
@@ -37,7 +39,25 @@ class ChatModel(Protocol):
     name: str
 
     def stream(
-        self, messages: Sequence[Msg], *, tools: Sequence[ToolSpec] = ()
+        self,
+        messages: Sequence[Msg],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        options: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ChatResponse]:
-        """Stream the model's response to `messages`, offering `tools`."""
+        """Stream the model's response to `messages`, offering `tools`. `options` are
+        per-call parameters, checked against the model card (ValueError naming the option)."""
         ...
+
+
+class ModelError(Exception):
+    """A model call failed. The message says why; it never contains an API key."""
+
+
+class ModelUnavailable(ModelError, Unavailable):
+    """The endpoint could not be reached, timed out, or kept failing (429/5xx) past the retries."""
+
+
+class ModelRequestError(ModelError, FailedPrecondition):
+    """The endpoint refused the request (bad key, unknown model, bad parameters) or broke the
+    protocol; retrying will not help."""

@@ -15,7 +15,7 @@ import pytest
 from services.launcher import ALL_SERVICES, Suite, free_port
 from tests.conftest import PG_URL, REDIS_URL, USES_POSTGRES, drop_schemas
 
-SECRET = "e2e-secret"
+SECRET = "e2e-secret-of-at-least-thirty-two-bytes"
 
 
 def token(sub: str, *, admin: bool = False, secret: str = SECRET) -> str:

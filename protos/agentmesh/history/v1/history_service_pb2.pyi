@@ -133,12 +133,14 @@ class FinishRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class AppendMessagesRequest(_message.Message):
-    __slots__ = ("thread_id", "messages")
+    __slots__ = ("thread_id", "messages", "runtime_mode")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_MODE_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
-    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
+    runtime_mode: _message_pb2.RuntimeMode
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ...) -> None: ...
 
 class AppendMessagesResponse(_message.Message):
     __slots__ = ("messages",)
@@ -167,16 +169,18 @@ class ListHistoryResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LoadContextRequest(_message.Message):
-    __slots__ = ("thread_id", "context", "page_size", "page_token")
+    __slots__ = ("thread_id", "context", "page_size", "page_token", "across_threads")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACROSS_THREADS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     context: ContextOptions
     page_size: int
     page_token: str
-    def __init__(self, thread_id: _Optional[str] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    across_threads: bool
+    def __init__(self, thread_id: _Optional[str] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., across_threads: _Optional[bool] = ...) -> None: ...
 
 class LoadContextResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")

@@ -42,6 +42,12 @@ class JobRunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_RUN_STATE_SUCCEEDED: _ClassVar[JobRunState]
     JOB_RUN_STATE_FAILED: _ClassVar[JobRunState]
     JOB_RUN_STATE_MISSED: _ClassVar[JobRunState]
+
+class JobRunTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_RUN_TRIGGER_UNSPECIFIED: _ClassVar[JobRunTrigger]
+    JOB_RUN_TRIGGER_SCHEDULE: _ClassVar[JobRunTrigger]
+    JOB_RUN_TRIGGER_MANUAL: _ClassVar[JobRunTrigger]
 SCHEDULE_TYPE_UNSPECIFIED: ScheduleType
 SCHEDULE_TYPE_ONCE: ScheduleType
 SCHEDULE_TYPE_DAILY: ScheduleType
@@ -62,6 +68,9 @@ JOB_RUN_STATE_DISPATCHING: JobRunState
 JOB_RUN_STATE_SUCCEEDED: JobRunState
 JOB_RUN_STATE_FAILED: JobRunState
 JOB_RUN_STATE_MISSED: JobRunState
+JOB_RUN_TRIGGER_UNSPECIFIED: JobRunTrigger
+JOB_RUN_TRIGGER_SCHEDULE: JobRunTrigger
+JOB_RUN_TRIGGER_MANUAL: JobRunTrigger
 
 class Schedule(_message.Message):
     __slots__ = ("type", "run_at", "local_time", "weekday", "cron")
@@ -86,7 +95,7 @@ class JobConfig(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "title", "schedule", "timezone", "status", "config", "execution_profile", "next_run_time", "last_run_time", "version", "catch_up_policy", "jitter_seconds", "create_time")
+    __slots__ = ("id", "title", "schedule", "timezone", "status", "config", "execution_profile", "next_run_time", "last_run_time", "version", "catch_up_policy", "jitter_seconds", "create_time", "update_time", "next_slot_time", "last_slot_time", "default_job")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +109,10 @@ class Job(_message.Message):
     CATCH_UP_POLICY_FIELD_NUMBER: _ClassVar[int]
     JITTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SLOT_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_SLOT_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_JOB_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     schedule: Schedule
@@ -113,7 +126,11 @@ class Job(_message.Message):
     catch_up_policy: CatchUpPolicy
     jitter_seconds: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., timezone: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., execution_profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., next_run_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_run_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., catch_up_policy: _Optional[_Union[CatchUpPolicy, str]] = ..., jitter_seconds: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    update_time: _timestamp_pb2.Timestamp
+    next_slot_time: _timestamp_pb2.Timestamp
+    last_slot_time: _timestamp_pb2.Timestamp
+    default_job: bool
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., timezone: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., execution_profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., next_run_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_run_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., catch_up_policy: _Optional[_Union[CatchUpPolicy, str]] = ..., jitter_seconds: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_slot_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_slot_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., default_job: _Optional[bool] = ...) -> None: ...
 
 class JobRunError(_message.Message):
     __slots__ = ("attempt", "error", "time")
@@ -126,7 +143,7 @@ class JobRunError(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., error: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobRun(_message.Message):
-    __slots__ = ("id", "job_id", "scheduled_slot", "state", "attempt", "orchestrator_run_id", "dispatch_time", "errors")
+    __slots__ = ("id", "job_id", "scheduled_slot", "state", "attempt", "orchestrator_run_id", "dispatch_time", "errors", "trigger", "lease_owner", "lease_expire_time", "next_attempt_time", "create_time", "finish_time")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +152,12 @@ class JobRun(_message.Message):
     ORCHESTRATOR_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_TIME_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     scheduled_slot: _timestamp_pb2.Timestamp
@@ -143,7 +166,13 @@ class JobRun(_message.Message):
     orchestrator_run_id: str
     dispatch_time: _timestamp_pb2.Timestamp
     errors: _containers.RepeatedCompositeFieldContainer[JobRunError]
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., scheduled_slot: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[JobRunState, str]] = ..., attempt: _Optional[int] = ..., orchestrator_run_id: _Optional[str] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobRunError, _Mapping]]] = ...) -> None: ...
+    trigger: JobRunTrigger
+    lease_owner: str
+    lease_expire_time: _timestamp_pb2.Timestamp
+    next_attempt_time: _timestamp_pb2.Timestamp
+    create_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., scheduled_slot: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[JobRunState, str]] = ..., attempt: _Optional[int] = ..., orchestrator_run_id: _Optional[str] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobRunError, _Mapping]]] = ..., trigger: _Optional[_Union[JobRunTrigger, str]] = ..., lease_owner: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("job", "request_id")

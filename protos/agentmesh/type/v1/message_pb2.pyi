@@ -55,18 +55,20 @@ class Usage(_message.Message):
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
 class MessageMetadata(_message.Message):
-    __slots__ = ("hidden_from_user", "origin", "executor", "execution_profile_name", "extra")
+    __slots__ = ("hidden_from_user", "origin", "executor", "execution_profile_name", "extra", "extra_json")
     HIDDEN_FROM_USER_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_JSON_FIELD_NUMBER: _ClassVar[int]
     hidden_from_user: bool
     origin: RuntimeMode
     executor: _execution_profile_pb2.Executor
     execution_profile_name: str
     extra: _struct_pb2.Struct
-    def __init__(self, hidden_from_user: _Optional[bool] = ..., origin: _Optional[_Union[RuntimeMode, str]] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., execution_profile_name: _Optional[str] = ..., extra: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    extra_json: str
+    def __init__(self, hidden_from_user: _Optional[bool] = ..., origin: _Optional[_Union[RuntimeMode, str]] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., execution_profile_name: _Optional[str] = ..., extra: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("id", "role", "name", "content", "metadata", "created_at", "usage", "finished_reason", "thread_id", "run_id", "kind", "visibility_mask", "position")
