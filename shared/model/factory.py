@@ -1,0 +1,87 @@
+"""Pick a service's model from configuration: `create_model(settings, card_name=None)`.
+
+The provider is settings.model_provider (AGENTMESH_MODEL_PROVIDER: "scripted", the default,
+or "openai"). The card, first found of:
+  1. `card_name` (a service that wants a particular model passes it),
+  2. AGENTMESH_MODEL_CARD (a card name in the cards folder, or a path to a YAML file),
+  3. "scripted" for the scripted provider (an openai provider needs a card).
+The card's provider must be the configured provider, so a stray card never silently
+switches a service to a network model. Further variables (ModelSettings):
+  AGENTMESH_MODEL_CARDS_DIR        folder of the cards (default: models/ in the repository)
+  AGENTMESH_MODEL_PARAMETERS       JSON object of user overrides applied on top of the card
+                                   (same rules as the card's `parameters:`)
+  AGENTMESH_MODEL_API_KEY_FILE     a secret file holding the API key (first line); wins
+                                   over the card's api_key_env / api_key_file
+The scripted model's token latency is settings.scripted_token_latency
+(AGENTMESH_SCRIPTED_TOKEN_LATENCY) unless the card or a call sets token_latency.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.model.base import ChatModel
+from shared.model.cards import CARDS_DIR, CardError, ModelCard, load_card
+from shared.model.openai import OpenAIChatModel, read_api_key
+from shared.model.scripted import ScriptedModel
+from shared.settings import Settings
+
+PROVIDERS = ("scripted", "openai")
+
+
+class ModelSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTMESH_MODEL_", extra="ignore")
+
+    card: str = ""
+    cards_dir: Path = CARDS_DIR
+    parameters: str = ""
+    api_key_file: Path | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_object(cls, value: str) -> str:
+        if value:
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"AGENTMESH_MODEL_PARAMETERS is not JSON: {e.msg}") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("AGENTMESH_MODEL_PARAMETERS must be a JSON object")
+        return value
+
+    def overrides(self) -> dict[str, Any] | None:
+        return json.loads(self.parameters) if self.parameters else None
+
+
+def resolve_card(
+    settings: Settings, card_name: str | None = None, model_settings: ModelSettings | None = None
+) -> ModelCard:
+    """The card a service uses (see the module docstring); CardError explains a mismatch."""
+    ms = model_settings or ModelSettings()
+    provider = settings.model_provider
+    if provider not in PROVIDERS:
+        raise CardError(f"AGENTMESH_MODEL_PROVIDER: {provider!r} is not one of {', '.join(PROVIDERS)}")
+    source = card_name or ms.card or ("scripted" if provider == "scripted" else "")
+    if not source:
+        raise CardError(f"AGENTMESH_MODEL_CARD: the {provider} provider needs a model card")
+    card = load_card(source, cards_dir=ms.cards_dir, overrides=ms.overrides())
+    if card.provider != provider:
+        raise CardError(
+            f"AGENTMESH_MODEL_CARD: card {card.name} is for the {card.provider} provider but "
+            f"AGENTMESH_MODEL_PROVIDER is {provider}"
+        )
+    return card
+
+
+def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:
+    """The configured model of a service."""
+    ms = ModelSettings()
+    card = resolve_card(settings, card_name, ms)
+    if card.provider == "scripted":
+        return ScriptedModel(token_latency=settings.scripted_token_latency, card=card)
+    return OpenAIChatModel(card, api_key=read_api_key(card, ms.api_key_file))

@@ -1,0 +1,385 @@
+"""A ChatModel for any OpenAI-compatible /v1/chat/completions endpoint (OpenAI, vLLM,
+Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent events.
+
+- Text deltas become TextBlocks; `reasoning_content` (DashScope, DeepSeek, vLLM) or
+  `reasoning` deltas become ThinkingBlocks; tool-call fragments are keyed by their index
+  (the id and name come once, the arguments in pieces split anywhere, even mid-JSON) and
+  become ToolCallBlock deltas with the call's id; usage comes from the final chunk
+  (stream_options.include_usage).
+- Timeouts: connect_timeout_seconds to connect, timeout_seconds for any single read, so a
+  silent endpoint fails with ModelUnavailable instead of hanging.
+- Retries: 429 and 5xx responses and connection failures are retried with exponential
+  backoff (honouring Retry-After up to 30 s), at most card.max_retries times, and only
+  before any output was streamed; a stream that breaks after output fails with ModelError.
+- The API key comes from the environment variable the card names (api_key_env) or a
+  secret file (api_key_file, or the one the factory passes); it is sent as a bearer token
+  and never logged or put in an error message.
+- Failures: ModelUnavailable (UNAVAILABLE at the gRPC edge) when the endpoint cannot be
+  reached, times out, keeps failing, or the stream breaks; ModelRequestError
+  (FAILED_PRECONDITION) when it refuses the request (4xx other than 429) or breaks the
+  protocol. Both are ModelError.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from shared.messages import (
+    DataBlock,
+    HintBlock,
+    Msg,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
+from shared.model.base import ChatResponse, ModelRequestError, ModelUnavailable, ToolSpec
+from shared.model.cards import ModelCard
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_CAP = 30.0
+
+
+def read_api_key(card: ModelCard, secret_file: Path | None = None) -> str | None:
+    """The card's API key: `secret_file`, else card.api_key_file, else the env var
+    card.api_key_env; None when the card needs no key. ModelRequestError when the card names
+    a source that is missing (never showing any key)."""
+    path = secret_file or card.api_key_file
+    if path is not None:
+        try:
+            key = Path(path).read_text(encoding="utf-8").strip().splitlines()[0].strip()
+        except (OSError, IndexError):
+            raise ModelRequestError(f"model card {card.name}: cannot read an API key from {path}") from None
+        return key
+    if card.api_key_env:
+        key = os.environ.get(card.api_key_env, "").strip()
+        if not key:
+            raise ModelRequestError(
+                f"model card {card.name}: environment variable {card.api_key_env} is not set"
+            )
+        return key
+    return None
+
+
+# ---- Msg -> OpenAI chat messages -------------------------------------------------------------
+
+
+def _data_url(block: DataBlock) -> str:
+    if block.url is not None:
+        return block.url
+    return f"data:{block.mime_type};base64,{base64.b64encode(block.data or b'').decode()}"
+
+
+def _user_part(block: TextBlock | DataBlock) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if block.media == "image":
+        return {"type": "image_url", "image_url": {"url": _data_url(block)}}
+    subtype = block.mime_type.split("/", 1)[-1].lower()
+    if block.media == "audio" and block.data is not None and subtype in ("wav", "x-wav", "mpeg", "mp3"):
+        fmt = "wav" if "wav" in subtype else "mp3"
+        data = base64.b64encode(block.data).decode()
+        return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    if block.data is not None:
+        return {"type": "file", "file": {"file_data": _data_url(block), "filename": block.name or "file"}}
+    return {"type": "text", "text": f"[{block.mime_type} at {block.url}]"}
+
+
+def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
+    """The chat-completions messages of `messages`. An assistant Msg becomes assistant
+    messages (text + tool_calls) followed by tool messages for its tool results, in block
+    order; thinking is not sent back; hints become system messages; assistant media are
+    dropped (chat completions cannot carry them)."""
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role == Role.SYSTEM:
+            out.append({"role": "system", "content": msg.text})
+        elif msg.role == Role.USER:
+            blocks = msg.content
+            if all(isinstance(b, TextBlock) for b in blocks):
+                out.append({"role": "user", "content": msg.text})
+            else:
+                parts = [_user_part(b) for b in blocks if isinstance(b, TextBlock | DataBlock)]
+                out.append({"role": "user", "content": parts})
+        else:
+            current: dict[str, Any] | None = None
+            for block in msg.content:
+                if isinstance(block, TextBlock | ToolCallBlock):
+                    if current is None:
+                        current = {"role": "assistant", "content": None}
+                        out.append(current)
+                    if isinstance(block, TextBlock):
+                        current["content"] = (current["content"] or "") + block.text
+                    else:
+                        current.setdefault("tool_calls", []).append(
+                            {
+                                "id": block.id,
+                                "type": "function",
+                                "function": {"name": block.name, "arguments": block.input or "{}"},
+                            }
+                        )
+                elif isinstance(block, ToolResultBlock):
+                    out.append({"role": "tool", "tool_call_id": block.id, "content": block.text})
+                    current = None
+                elif isinstance(block, HintBlock):
+                    out.append({"role": "system", "content": block.hint})
+                    current = None
+                # ThinkingBlock and assistant DataBlock: not sent back
+    return out
+
+
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+        }
+        for t in tools
+    ]
+
+
+# ---- SSE -> ChatResponse -------------------------------------------------------------------------
+
+
+class _StreamState:
+    """What the stream has said so far: tool-call ids by index, finish reason, usage."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, str] = {}
+        self.finished_reason = ""
+        self.usage: Usage | None = None
+        self.done = False
+
+    def chunk(self, event: Mapping[str, Any]) -> ChatResponse | None:
+        if "error" in event:
+            error = event["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise ModelUnavailable(f"the endpoint reported an error mid-stream: {message}")
+        if isinstance(event.get("usage"), dict):
+            u = event["usage"]
+            self.usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+        blocks: list[Any] = []
+        for choice in event.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                blocks.append(ThinkingBlock(reasoning))
+            if delta.get("content"):
+                blocks.append(TextBlock(delta["content"]))
+            for call in delta.get("tool_calls") or ():
+                index = int(call.get("index", 0))
+                if call.get("id"):
+                    self.ids.setdefault(index, call["id"])
+                call_id = self.ids.setdefault(index, f"call_{index}")
+                function = call.get("function") or {}
+                name, arguments = function.get("name") or "", function.get("arguments") or ""
+                blocks.append(ToolCallBlock(id=call_id, name=name, input=arguments))
+            if choice.get("finish_reason"):
+                reason = choice["finish_reason"]
+                self.finished_reason = "tool_calls" if reason == "function_call" else reason
+        if not blocks:
+            return None
+        return ChatResponse(content=tuple(blocks))
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The data payloads of a server-sent event stream (multi-line data joined by \\n)."""
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+# ---- the model ------------------------------------------------------------------------------------
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), RETRY_AFTER_CAP) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+        error = data.get("error", data) if isinstance(data, dict) else data
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return str(message)[:300]
+    except (ValueError, AttributeError):
+        return body.decode("utf-8", "replace")[:300]
+
+
+class OpenAIChatModel:
+    """A model card's OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        card: ModelCard,
+        *,
+        api_key: str | None = None,
+        backoff_seconds: float = 0.5,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if card.provider != "openai" or card.base_url is None:
+            raise ValueError(f"model card {card.name} is not an openai card")
+        self.card = card
+        self.name = card.name
+        self.backoff_seconds = backoff_seconds
+        self._url = card.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Accept": "text/event-stream"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = httpx.Timeout(card.timeout_seconds, connect=card.connect_timeout_seconds)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:  # never the headers: they hold the key
+        return f"OpenAIChatModel(card={self.card.name!r}, url={self._url!r})"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def request_body(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSpec], options: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        params = self.card.resolve_parameters(dict(options or {}))
+        body: dict[str, Any] = {
+            "model": self.card.model,
+            "messages": to_openai_messages(messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **params,
+        }
+        if tools:
+            body["tools"] = to_openai_tools(tools)
+        return body
+
+    def _wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, _Retryable) and error.retry_after is not None:
+            return error.retry_after
+        return float(self.backoff_seconds * 2 ** (state.attempt_number - 1))
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "model %s: %s; retrying (attempt %d of %d)",
+            self.name,
+            getattr(error, "reason", error),
+            state.attempt_number + 1,
+            self.card.max_retries + 1,
+        )
+
+    async def _open(self, body: dict[str, Any]) -> httpx.Response:
+        """The streaming response, once its status is 200; _Retryable on 429/5xx/no connection."""
+        request = self._http().build_request("POST", self._url, json=body, headers=self._headers)
+        try:
+            response = await self._http().send(request, stream=True)
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"{type(e).__name__} talking to {self._url}") from None
+        except httpx.TransportError as e:
+            raise _Retryable(f"cannot reach {self._url}: {type(e).__name__}: {e}") from None
+        if response.status_code == 200:
+            return response
+        try:
+            detail = _error_message(await response.aread())
+        except httpx.HTTPError:
+            detail = ""
+        finally:
+            await response.aclose()
+        reason = f"HTTP {response.status_code} from {self._url}: {detail}".rstrip(": ")
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Retryable(reason, _retry_after(response))
+        raise ModelRequestError(f"model {self.name}: {reason}")
+
+    async def _open_with_retries(self, body: dict[str, Any]) -> httpx.Response:
+        attempts = self.card.max_retries + 1
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(attempts),
+                wait=self._wait,
+                retry=retry_if_exception_type(_Retryable),
+                before_sleep=self._log_retry,
+                reraise=True,
+            ):
+                with attempt:
+                    return await self._open(body)
+        except _Retryable as e:
+            raise ModelUnavailable(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stream(
+        self,
+        messages: Sequence[Msg],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatResponse]:
+        body = self.request_body(messages, tools, options)
+        response = await self._open_with_retries(body)
+        state = _StreamState()
+        try:
+            async for data in sse_events(response.aiter_lines()):
+                if data.strip() == "[DONE]":
+                    state.done = True
+                    break
+                try:
+                    event = json.loads(data)
+                except json.JSONDecodeError:
+                    raise ModelRequestError(
+                        f"model {self.name}: a stream event is not JSON: {data[:100]!r}"
+                    ) from None
+                chunk = state.chunk(event)
+                if chunk is not None:
+                    yield chunk
+        except httpx.TimeoutException:
+            raise ModelUnavailable(
+                f"model {self.name}: no data from {self._url} for {self.card.timeout_seconds}s"
+            ) from None
+        except httpx.TransportError as e:
+            raise ModelUnavailable(f"model {self.name}: the stream broke: {type(e).__name__}") from None
+        finally:
+            await response.aclose()
+        if not state.done and not state.finished_reason:
+            raise ModelUnavailable(f"model {self.name}: the stream ended before the response finished")
+        reason = state.finished_reason or "stop"
+        yield ChatResponse(is_last=True, finished_reason=reason, usage=state.usage)

@@ -1,0 +1,117 @@
+"""A local fake OpenAI-compatible server (raw asyncio HTTP/1.1) that replays recorded
+streaming responses. Each request takes the next scripted Reply; the requests are kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RECORDINGS = Path(__file__).parent / "recordings"
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    # Write the body in pieces of this many bytes (splitting events and JSON anywhere).
+    piece: int = 0
+    # Seconds to wait before answering at all (a silent endpoint).
+    stall: float = 0.0
+    # Cut the connection after this many body bytes (a broken stream).
+    cut_after: int | None = None
+
+
+def recording(name: str, piece: int = 7) -> Reply:
+    return Reply(body=(RECORDINGS / name).read_bytes(), headers={"Content-Type": "text/event-stream"}, piece=piece)
+
+
+def error(status: int, message: str = "boom", **headers: str) -> Reply:
+    body = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
+    return Reply(status=status, body=body, headers={"Content-Type": "application/json", **headers})
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class FakeOpenAI:
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.requests: list[Request] = []
+        self.port = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            await self._answer(reader, writer)
+        finally:
+            self.tasks.discard(task)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            _, path, _ = lines[0].split(" ", 2)
+            headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)}
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            self.requests.append(Request(path, headers, json.loads(body or b"{}")))
+            reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
+            if reply.stall:
+                await asyncio.sleep(reply.stall)
+            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(reply.status, "X")
+            head_out = [f"HTTP/1.1 {reply.status} {reason}", "Connection: close"]
+            head_out += [f"{k}: {v}" for k, v in reply.headers.items()]
+            # A stream ends when the connection closes; a declared length that the cut does
+            # not reach makes the client see a broken body.
+            if reply.status != 200 or reply.cut_after is not None:
+                head_out.append(f"Content-Length: {len(reply.body)}")
+            payload = reply.body if reply.cut_after is None else reply.body[: reply.cut_after]
+            writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode())
+            step = reply.piece or len(payload) or 1
+            for i in range(0, len(payload), step):
+                writer.write(payload[i : i + step])
+                await writer.drain()
+                await asyncio.sleep(0)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def fake_openai(replies: list[Reply]) -> AsyncIterator[FakeOpenAI]:
+    fake = FakeOpenAI(replies)
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    fake.port = server.sockets[0].getsockname()[1]
+    try:
+        yield fake
+    finally:
+        server.close()
+        for task in list(fake.tasks):
+            task.cancel()
+        await asyncio.gather(*fake.tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+def closed_port() -> int:
+    """A port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

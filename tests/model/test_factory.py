@@ -1,0 +1,85 @@
+"""Provider and card selection by configuration (shared.model.factory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.model.cards import CardError
+from shared.model.factory import create_model
+from shared.model.openai import OpenAIChatModel
+from shared.model.scripted import ScriptedModel
+from shared.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CARD", "CARDS_DIR", "PARAMETERS", "API_KEY_FILE"):
+        monkeypatch.delenv(f"AGENTMESH_MODEL_{name}", raising=False)
+
+
+def test_default_is_the_scripted_model_with_the_settings_latency() -> None:
+    model = create_model(Settings(scripted_token_latency=0.25))
+    assert isinstance(model, ScriptedModel)
+    assert model.token_latency == 0.25 and model.card is not None and model.card.name == "scripted"
+
+
+def test_openai_provider_with_a_card_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "llama3.1-ollama")
+    model = create_model(Settings(model_provider="openai"))
+    assert isinstance(model, OpenAIChatModel) and model.name == "llama3.1-ollama"
+
+
+def test_card_name_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "qwen-plus")
+    model = create_model(Settings(model_provider="openai"), card_name="llama3.1-ollama")
+    assert model.name == "llama3.1-ollama"
+
+
+def test_openai_provider_without_a_card_fails_clearly() -> None:
+    with pytest.raises(CardError, match="the openai provider needs a model card"):
+        create_model(Settings(model_provider="openai"))
+
+
+def test_card_of_another_provider_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "gpt-4o-mini")
+    with pytest.raises(CardError, match="gpt-4o-mini is for the openai provider but AGENTMESH_MODEL_PROVIDER is scripted"):
+        create_model(Settings())
+
+
+def test_unknown_provider_fails_clearly() -> None:
+    with pytest.raises(CardError, match="'anthropic' is not one of"):
+        create_model(Settings(model_provider="anthropic"))
+
+
+def test_user_parameter_overrides_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_PARAMETERS", '{"thinking": {"default": true}}')
+    model = create_model(Settings())
+    assert isinstance(model, ScriptedModel) and model.card is not None
+    assert model.card.resolve_parameters() == {"thinking": True}
+
+
+def test_unknown_parameter_override_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_PARAMETERS", '{"temperature": null}')
+    with pytest.raises(CardError, match=r"overrides\.temperature: unknown parameter of the scripted provider"):
+        create_model(Settings())
+
+
+def test_api_key_from_the_secret_file_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secret = tmp_path / "openai.key"
+    secret.write_text("sk-from-file\n")
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "gpt-4o-mini")
+    monkeypatch.setenv("AGENTMESH_MODEL_API_KEY_FILE", str(secret))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    model = create_model(Settings(model_provider="openai"))
+    assert isinstance(model, OpenAIChatModel)
+    assert "sk-from-file" not in repr(model)
+
+
+def test_card_from_a_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nprovider: scripted\nmodel: s\ncontext_size: 10\noutput_size: 5\n")
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", str(path))
+    model = create_model(Settings())
+    assert isinstance(model, ScriptedModel) and model.card is not None and model.card.name == "mine"
