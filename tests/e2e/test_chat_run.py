@@ -114,9 +114,24 @@ def test_history_returns_the_turn_only_to_its_owner(suite: Suite) -> None:
 
     other = httpx.get(url, headers={"Authorization": f"Bearer {token('mallory')}"}, timeout=10)
     assert other.status_code == 404
-    assert thread_id not in other.text
+    # Indistinguishable from a thread that does not exist at all.
+    missing_id = f"t-{uuid.uuid4().hex[:8]}"
+    missing = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/threads/{missing_id}/history",
+        headers={"Authorization": f"Bearer {token('mallory')}"},
+        timeout=10,
+    )
+    assert missing.status_code == 404
+    assert _error_shape(other, thread_id) == _error_shape(missing, missing_id)
     anonymous = httpx.get(url, timeout=10)
     assert anonymous.status_code == 401
+
+
+def _error_shape(resp: httpx.Response, requested_id: str) -> dict[str, Any]:
+    """The error body with the id the caller sent and the request id masked."""
+    error: dict[str, Any] = json.loads(resp.text.replace(requested_id, "<id>"))["error"]
+    error.pop("requestId", None)
+    return error
 
 
 def _text(message: dict[str, Any]) -> str:
