@@ -1,0 +1,240 @@
+"""Protobuf <-> the history service's domain types, and request validation."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from agentmesh.history.v1 import history_service_pb2 as pb
+from agentmesh.type.v1 import content_pb2, message_pb2
+from google.protobuf import json_format, timestamp_pb2
+
+from services.history import core
+from services.history.core import Message, NewMessage, Run, RunState, Thread
+from shared.domain import (
+    EXECUTOR_FROM_PB,
+    EXECUTOR_TO_PB,
+    MESSAGE_KIND_TO_PB,
+    RUNTIME_MODE_FROM_PB,
+    RUNTIME_MODE_TO_PB,
+    ExecutorKind,
+    RuntimeMode,
+    message_kind_from_pb,
+)
+from shared.errors import InvalidArgument
+from shared.profiles import profile_to_pb
+
+# Ids are chosen by callers (AG-UI clients, the orchestrator): printable ASCII, no spaces.
+_ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_NAME = 200
+
+ROLE_FROM_PB = {
+    message_pb2.ROLE_USER: "user",
+    message_pb2.ROLE_ASSISTANT: "assistant",
+    message_pb2.ROLE_SYSTEM: "system",
+}
+ROLE_TO_PB = {v: k for k, v in ROLE_FROM_PB.items()}
+
+RUN_STATE_TO_PB = {
+    RunState.QUEUED: pb.RUN_STATE_QUEUED,
+    RunState.RUNNING: pb.RUN_STATE_RUNNING,
+    RunState.SUCCEEDED: pb.RUN_STATE_SUCCEEDED,
+    RunState.FAILED: pb.RUN_STATE_FAILED,
+    RunState.CANCELLED: pb.RUN_STATE_CANCELLED,
+    RunState.INTERRUPTED: pb.RUN_STATE_INTERRUPTED,
+}
+RUN_STATE_FROM_PB = {v: k for k, v in RUN_STATE_TO_PB.items()}
+
+
+# --- validation of scalar fields ----------------------------------------------------------
+
+
+def identifier(value: str, field: str) -> str:
+    if not _ID_RE.match(value):
+        raise InvalidArgument(field, "must be 1 to 200 printable ASCII characters without spaces")
+    return value
+
+
+def optional_identifier(value: str, field: str) -> str:
+    return identifier(value, field) if value else ""
+
+
+def optional_mode(value: int, field: str) -> RuntimeMode | None:
+    if value == message_pb2.RUNTIME_MODE_UNSPECIFIED:
+        return None
+    try:
+        return RUNTIME_MODE_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(field, "must be chat or automation") from None
+
+
+def optional_executor(value: int, field: str) -> ExecutorKind | None:
+    if value == 0:
+        return None
+    try:
+        return EXECUTOR_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(field, "must be worker or memory") from None
+
+
+def run_state(value: int, field: str = "state") -> RunState:
+    try:
+        return RUN_STATE_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(field, "must be a RunState value") from None
+
+
+def timestamp(ts: timestamp_pb2.Timestamp, field: str) -> datetime:
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(field, "is not a valid timestamp") from None
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+def new_message(m: message_pb2.Message, field: str) -> NewMessage:
+    identifier(m.id, f"{field}.id")
+    if m.role not in ROLE_FROM_PB:
+        raise InvalidArgument(f"{field}.role", "must be user, assistant or system")
+    if len(m.name) > MAX_NAME:
+        raise InvalidArgument(f"{field}.name", f"must be at most {MAX_NAME} characters")
+    meta = m.metadata
+    profile_name = meta.execution_profile_name
+    if len(profile_name) > 100:
+        raise InvalidArgument(f"{field}.metadata.execution_profile_name", "is too long")
+    return NewMessage(
+        id=m.id,
+        role=ROLE_FROM_PB[m.role],
+        kind=message_kind_from_pb(m.kind, f"{field}.kind"),
+        content=tuple(
+            json_format.MessageToDict(b, preserving_proto_field_name=True) for b in m.content
+        ),
+        name=m.name,
+        run_id=optional_identifier(m.run_id, f"{field}.run_id"),
+        origin=optional_mode(meta.origin, f"{field}.metadata.origin"),
+        executor=optional_executor(meta.executor, f"{field}.metadata.executor"),
+        execution_profile_name=profile_name,
+        extra=_extra(meta, f"{field}.metadata"),
+        input_tokens=m.usage.input_tokens,
+        output_tokens=m.usage.output_tokens,
+        finished_reason=m.finished_reason[:64],
+    )
+
+
+def _extra(meta: message_pb2.MessageMetadata, field: str) -> dict[str, Any]:
+    """extra_json (lossless) wins; the older Struct `extra` is read when it is absent."""
+    if meta.extra_json:
+        try:
+            value = json.loads(meta.extra_json)
+        except ValueError:
+            raise InvalidArgument(f"{field}.extra_json", "is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise InvalidArgument(f"{field}.extra_json", "must be a JSON object")
+        return value
+    return json_format.MessageToDict(meta.extra) if meta.HasField("extra") else {}
+
+
+def new_messages(items: Sequence[message_pb2.Message], field: str) -> list[NewMessage]:
+    return [new_message(m, f"{field}[{i}]") for i, m in enumerate(items)]
+
+
+def _block(data: Any) -> Any:
+    # Plain text is nearly every block: its JSON dict is also a valid constructor argument,
+    # which is several times cheaper than ParseDict (that is needed for enums and bytes).
+    text = data.get("text") if len(data) == 1 else None
+    if isinstance(text, dict) and set(text) <= {"text"}:
+        return data
+    return json_format.ParseDict(data, content_pb2.ContentBlock())
+
+
+def _ts(value: datetime) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(
+        seconds=calendar.timegm(value.utctimetuple()), nanos=value.microsecond * 1000
+    )
+
+
+def message_to_pb(m: Message) -> message_pb2.Message:
+    # One constructor call with nested dicts: this runs for every message of every page.
+    out = message_pb2.Message(
+        id=m.id,
+        role=ROLE_TO_PB[m.role],  # type: ignore[arg-type]
+        name=m.name,
+        content=[_block(b) for b in m.content],
+        metadata={
+            "hidden_from_user": m.hidden_from_user,
+            "origin": RUNTIME_MODE_TO_PB[m.origin],
+            "executor": EXECUTOR_TO_PB[m.executor] if m.executor else 0,
+            "execution_profile_name": m.execution_profile_name,
+        },
+        created_at={
+            "seconds": calendar.timegm(m.created_at.utctimetuple()),
+            "nanos": m.created_at.microsecond * 1000,
+        },
+        finished_reason=m.finished_reason,
+        thread_id=m.thread_id,
+        run_id=m.run_id,
+        kind=MESSAGE_KIND_TO_PB[m.kind],
+        visibility_mask=m.visibility_mask,
+        position=m.position,
+    )
+    if m.input_tokens or m.output_tokens:
+        out.usage.input_tokens = m.input_tokens
+        out.usage.output_tokens = m.output_tokens
+    if m.extra:
+        out.metadata.extra_json = json.dumps(m.extra, separators=(",", ":"), ensure_ascii=False)
+        # Readers of the older field still find the data there (numbers as doubles).
+        out.metadata.extra.update(dict(m.extra))
+    return out
+
+
+def add_serialized(field: Any, serialized: Iterable[bytes]) -> None:
+    """Append stored serving copies to a repeated Message field (parsed in C, no copies)."""
+    for wire in serialized:
+        field.add().MergeFromString(wire)
+
+
+def thread_to_pb(t: Thread) -> pb.Thread:
+    return pb.Thread(
+        id=t.id,
+        runtime_mode=RUNTIME_MODE_TO_PB[t.runtime_mode],
+        create_time=_ts(t.create_time),
+        update_time=_ts(t.update_time),
+        message_count=t.message_count,
+    )
+
+
+def run_to_pb(r: Run) -> pb.Run:
+    out = pb.Run(
+        id=r.id,
+        thread_id=r.thread_id,
+        state=RUN_STATE_TO_PB[r.state],
+        profile=profile_to_pb(r.profile),
+        origin=RUNTIME_MODE_TO_PB[r.origin],
+        create_time=_ts(r.create_time),
+        error_code=r.error_code,
+        error_message=r.error_message,
+    )
+    if r.start_time is not None:
+        out.start_time.CopyFrom(_ts(r.start_time))
+    if r.finish_time is not None:
+        out.finish_time.CopyFrom(_ts(r.finish_time))
+    return out
+
+
+# --- context options ----------------------------------------------------------------------
+
+
+def context_options(
+    opts: pb.ContextOptions, default_window: str = "all"
+) -> tuple[core.Window, Any, int]:
+    window = core.parse_window(opts.window or default_window, "context.window")
+    zone = core.parse_zone(opts.time_zone, "context.time_zone")
+    if opts.max_chars < 0:
+        raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
+    return window, zone, opts.max_chars

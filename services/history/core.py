@@ -1,0 +1,381 @@
+"""The history service's rules, without I/O: message stamping (mask and metadata), the
+mode and run-state checks, and context assembly (window, tool groups, character budget).
+
+Message content travels here as the protobuf JSON of its ContentBlock list (plain dicts,
+field names as in the .proto), which is also how it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from enum import StrEnum
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from shared.profiles import WINDOW_RE, ExecutionProfile
+from shared.visibility import in_history, visibility_mask_for
+
+DEFAULT_TIME_ZONE = "Asia/Shanghai"
+
+JsonBlock = Mapping[str, Any]
+
+
+class RunState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+TERMINAL_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+)
+
+
+@dataclass(frozen=True)
+class Thread:
+    owner_id: str
+    id: str
+    runtime_mode: RuntimeMode
+    create_time: datetime
+    update_time: datetime
+    message_count: int
+
+
+@dataclass(frozen=True)
+class Run:
+    owner_id: str
+    id: str
+    thread_id: str
+    state: RunState
+    origin: RuntimeMode
+    profile: ExecutionProfile
+    create_time: datetime
+    start_time: datetime | None
+    finish_time: datetime | None
+    error_code: str = ""
+    error_message: str = ""
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message as a caller sends it: no mask, position or time yet."""
+
+    id: str
+    role: str
+    kind: MessageKind
+    content: tuple[JsonBlock, ...]
+    name: str = ""
+    run_id: str = ""
+    # None: take the thread's mode.
+    origin: RuntimeMode | None = None
+    executor: ExecutorKind | None = None
+    execution_profile_name: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finished_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Message:
+    owner_id: str
+    id: str
+    thread_id: str
+    position: int
+    run_id: str
+    role: str
+    kind: MessageKind
+    visibility_mask: int
+    name: str
+    content: tuple[JsonBlock, ...]
+    hidden_from_user: bool
+    origin: RuntimeMode
+    executor: ExecutorKind | None
+    execution_profile_name: str
+    extra: Mapping[str, Any]
+    input_tokens: int
+    output_tokens: int
+    finished_reason: str
+    created_at: datetime
+
+
+# --- writing ------------------------------------------------------------------------
+
+
+def require_mode(thread: Thread, requested: RuntimeMode) -> None:
+    """chat and automation never share a thread."""
+    if thread.runtime_mode != requested:
+        raise FailedPrecondition(
+            f"thread {thread.id} is a {thread.runtime_mode} thread; "
+            f"{requested} messages cannot be stored in it",
+            reason="RUNTIME_MODE_MISMATCH",
+        )
+
+
+def check_origins(messages: Sequence[NewMessage], mode: RuntimeMode, field: str) -> None:
+    for i, message in enumerate(messages):
+        if message.origin is not None and message.origin != mode:
+            raise InvalidArgument(
+                f"{field}[{i}].metadata.origin", f"must be {mode}, the runtime mode of the thread"
+            )
+
+
+def stamp(
+    message: NewMessage,
+    *,
+    owner_id: str,
+    thread_id: str,
+    mode: RuntimeMode,
+    position: int,
+    created_at: datetime,
+) -> Message:
+    """The stored form: the mask comes only from (thread mode, kind); never from the caller."""
+    mask = visibility_mask_for(mode, message.kind)
+    return Message(
+        owner_id=owner_id,
+        id=message.id,
+        thread_id=thread_id,
+        position=position,
+        run_id=message.run_id,
+        role=message.role,
+        kind=message.kind,
+        visibility_mask=mask,
+        name=message.name,
+        content=message.content,
+        hidden_from_user=not in_history(mask),
+        origin=mode,
+        executor=message.executor,
+        execution_profile_name=message.execution_profile_name,
+        extra=message.extra,
+        input_tokens=message.input_tokens,
+        output_tokens=message.output_tokens,
+        finished_reason=message.finished_reason,
+        created_at=created_at,
+    )
+
+
+def for_run(messages: Sequence[NewMessage], run: Run, field: str) -> list[NewMessage]:
+    """A run's messages carry its id; executor and profile name default to its profile's."""
+    out = []
+    for i, message in enumerate(messages):
+        if message.run_id and message.run_id != run.id:
+            raise InvalidArgument(f"{field}[{i}].run_id", f"must be empty or {run.id}")
+        out.append(
+            NewMessage(
+                **{
+                    **message.__dict__,
+                    "run_id": run.id,
+                    "executor": message.executor or run.profile.executor,
+                    "execution_profile_name": message.execution_profile_name or run.profile.name,
+                }
+            )
+        )
+    return out
+
+
+def unique_by_id(messages: Iterable[NewMessage]) -> list[NewMessage]:
+    """The first of each id: a request that repeats an id stores it once."""
+    seen: set[str] = set()
+    out = []
+    for message in messages:
+        if message.id not in seen:
+            seen.add(message.id)
+            out.append(message)
+    return out
+
+
+def check_retry(existing: Message, thread_id: str, index: int, field: str) -> None:
+    """The same message id again is a retry only within the same thread."""
+    if existing.thread_id != thread_id:
+        raise AlreadyExists(
+            f"{field}[{index}].id: message {existing.id} already exists in another thread",
+            reason="MESSAGE_ID_TAKEN",
+        )
+
+
+def check_run_retry(existing: Run, thread_id: str) -> None:
+    if existing.thread_id != thread_id:
+        raise AlreadyExists(
+            f"run {existing.id} already exists in another thread", reason="RUN_ID_TAKEN"
+        )
+
+
+def finish_is_noop(current: RunState, requested: RunState) -> bool:
+    """Finishing twice with the same state is a retry; with another state, a conflict."""
+    if requested not in TERMINAL_STATES:
+        raise InvalidArgument("state", "must be SUCCEEDED, FAILED, CANCELLED or INTERRUPTED")
+    if current in TERMINAL_STATES:
+        if current == requested:
+            return True
+        raise FailedPrecondition(
+            f"the run already finished as {current}; it cannot become {requested}",
+            reason="RUN_ALREADY_FINISHED",
+        )
+    return False
+
+
+# --- context windows ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    kind: Literal["all", "last_n", "today_yesterday"]
+    n: int = 0
+
+
+ALL = Window("all")
+
+
+def parse_window(text: str, field: str = "context.window") -> Window:
+    if not text or text == "all":
+        return ALL
+    if not WINDOW_RE.match(text):
+        raise InvalidArgument(
+            field, "must be all, today_yesterday or last_n:<N> (N from 1 to 999999)"
+        )
+    if text == "today_yesterday":
+        return Window("today_yesterday")
+    return Window("last_n", int(text.split(":", 1)[1]))
+
+
+def parse_zone(name: str, field: str = "context.time_zone") -> ZoneInfo:
+    try:
+        return ZoneInfo(name or DEFAULT_TIME_ZONE)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(field, f"{name!r} is not an IANA time zone") from None
+
+
+def yesterday_start(now: datetime, zone: ZoneInfo) -> datetime:
+    """Local midnight at the start of yesterday, as a UTC instant.
+
+    The local date is taken first and midnight built from it, so a DST change between
+    then and now (a 23- or 25-hour day) does not shift the boundary.
+    """
+    local_yesterday = now.astimezone(zone).date() - timedelta(days=1)
+    return datetime.combine(local_yesterday, time(0), tzinfo=zone).astimezone(UTC)
+
+
+def window_since(window: Window, now: datetime, zone: ZoneInfo) -> datetime | None:
+    return yesterday_start(now, zone) if window.kind == "today_yesterday" else None
+
+
+def window_limit(window: Window) -> int | None:
+    return window.n if window.kind == "last_n" else None
+
+
+def apply_window(
+    messages: Sequence[Message], window: Window, now: datetime, zone: ZoneInfo
+) -> list[Message]:
+    """The window's part of a chronological list."""
+    if window.kind == "last_n":
+        return list(messages[-window.n :])
+    if window.kind == "today_yesterday":
+        since = yesterday_start(now, zone)
+        return [m for m in messages if m.created_at >= since]
+    return list(messages)
+
+
+# --- tool groups and the character budget ------------------------------------------------
+
+
+def _text_chars(block: JsonBlock) -> int:
+    if "text" in block:
+        return len(block["text"].get("text", ""))
+    if "thinking" in block:
+        return len(block["thinking"].get("thinking", ""))
+    if "hint" in block:
+        return len(block["hint"].get("hint", ""))
+    if "tool_call" in block:
+        call = block["tool_call"]
+        return len(call.get("name", "")) + len(call.get("input", ""))
+    if "tool_result" in block:
+        result = block["tool_result"]
+        nested = result.get("blocks", {}).get("blocks", [])
+        return len(result.get("text", "")) + sum(_text_chars(b) for b in nested)
+    if "data" in block:
+        # Media counts by what the model reads about it, not by its bytes.
+        return len(block["data"].get("url", ""))
+    return 0
+
+
+def message_chars(message: Message) -> int:
+    """Characters the model reads of a message (what a budget counts)."""
+    return sum(_text_chars(b) for b in message.content)
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    return [b["tool_call"].get("id", "") for b in message.content if "tool_call" in b]
+
+
+def tool_result_ids(message: Message) -> list[str]:
+    return [b["tool_result"].get("id", "") for b in message.content if "tool_result" in b]
+
+
+def _tool_groups(messages: Sequence[Message]) -> list[int]:
+    """For each message, the index of its group: a tool call and its results share one."""
+    parent = list(range(len(messages)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    caller: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        for call_id in tool_call_ids(message):
+            caller.setdefault(call_id, i)
+    for i, message in enumerate(messages):
+        for result_id in tool_result_ids(message):
+            j = caller.get(result_id)
+            if j is not None:
+                a, b = root(i), root(j)
+                parent[max(a, b)] = min(a, b)
+    return [root(i) for i in range(len(messages))]
+
+
+def drop_orphan_results(messages: Sequence[Message]) -> list[Message]:
+    """Tool results whose call lies outside the list (cut off by the window) go too."""
+    calls = {call_id for m in messages for call_id in tool_call_ids(m)}
+    return [m for m in messages if all(r in calls for r in tool_result_ids(m))]
+
+
+def apply_budget(messages: Sequence[Message], max_chars: int) -> list[Message]:
+    """Drop the oldest messages until the rest fits in `max_chars` (0: no budget).
+
+    A tool call and its results are one group, kept or dropped together; groups go in the
+    order of their oldest member.
+    """
+    if max_chars <= 0:
+        return list(messages)
+    groups = _tool_groups(messages)
+    size: dict[int, int] = {}
+    for message, group in zip(messages, groups, strict=True):
+        size[group] = size.get(group, 0) + message_chars(message)
+    total = sum(size.values())
+    dropped: set[int] = set()
+    # A group's id is the index of its oldest member, so sorting ids is oldest first.
+    for group in sorted(size):
+        if total <= max_chars:
+            break
+        dropped.add(group)
+        total -= size[group]
+    return [m for m, g in zip(messages, groups, strict=True) if g not in dropped]
+
+
+def assemble_context(
+    messages: Sequence[Message],
+    window: Window,
+    now: datetime,
+    zone: ZoneInfo,
+    max_chars: int,
+) -> list[Message]:
+    """The context of a chronological list of context-visible messages."""
+    return apply_budget(drop_orphan_results(apply_window(messages, window, now, zone)), max_chars)

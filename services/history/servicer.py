@@ -1,0 +1,455 @@
+"""HistoryService: proto -> core/store -> proto. Each RPC is one unit of work (one transaction)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from agentmesh.history.v1 import history_service_pb2 as pb
+from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.history import convert, core, store
+from services.history.core import Message, NewMessage, Run, RunState, Thread
+from services.history.store import ContextKey
+from shared.db import is_postgres
+from shared.domain import RuntimeMode, runtime_mode_from_pb
+from shared.errors import Aborted, InvalidArgument, NotFound
+from shared.identity import owner_id, require_admin, valid_owner_id
+from shared.pagination import decode_token, encode_token, page_size
+from shared.profiles import profile_from_pb
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _bad_token() -> InvalidArgument:
+    return InvalidArgument("page_token", "is not a page token this service issued")
+
+
+def _key_to_token(key: ContextKey) -> list[Any]:
+    return [key.created_at.isoformat(), key.thread_id, key.position]
+
+
+def _key_from_token(raw: Any) -> ContextKey:
+    try:
+        created, thread_id, position = raw
+        key = ContextKey(datetime.fromisoformat(created), str(thread_id), int(position))
+    except (TypeError, ValueError):
+        raise _bad_token() from None
+    if key.created_at.tzinfo is None:
+        raise _bad_token()
+    return key
+
+
+def _context_key(m: Message) -> ContextKey:
+    return ContextKey(m.created_at, m.thread_id, m.position)
+
+
+class HistoryServicer(pb_grpc.HistoryServiceServicer):
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._autocommit_reads = is_postgres(engine)
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self._engine.begin() as conn:
+                yield conn
+        except IntegrityError:
+            # Two requests created the same id at once; the retry finds the stored one.
+            raise Aborted("a concurrent request stored the same ids; retry") from None
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        # Reads need no transaction on PostgreSQL (READ COMMITTED: each statement sees
+        # committed data anyway); autocommit saves the BEGIN/ROLLBACK round trips. SQLite
+        # keeps shared.db's transaction handling.
+        async with self._engine.connect() as conn:
+            if self._autocommit_reads:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def _open_thread(
+        self,
+        conn: AsyncConnection,
+        owner: str,
+        thread_id: str,
+        mode: RuntimeMode | None,
+        now: datetime,
+    ) -> Thread:
+        """The thread, locked; created with `mode` when missing; refused if of another mode."""
+        thread = await store.lock_thread(conn, owner, thread_id)
+        if thread is None:
+            if mode is None:
+                raise InvalidArgument("runtime_mode", "is required to create a new thread")
+            await store.create_thread(conn, owner, thread_id, mode, now)
+            thread = await store.lock_thread(conn, owner, thread_id)
+            assert thread is not None
+        if mode is not None:
+            core.require_mode(thread, mode)
+        return thread
+
+    async def _append(
+        self,
+        conn: AsyncConnection,
+        thread: Thread,
+        items: Sequence[NewMessage],
+        field: str,
+        now: datetime,
+    ) -> tuple[Thread, list[Message]]:
+        """Store the new ones of `items` (the thread is locked); all of them, as stored."""
+        core.check_origins(items, thread.runtime_mode, field)
+        existing = await store.messages_by_id(conn, thread.owner_id, [m.id for m in items])
+        for i, m in enumerate(items):
+            if m.id in existing:
+                core.check_retry(existing[m.id], thread.id, i, field)
+        fresh = [m for m in core.unique_by_id(items) if m.id not in existing]
+        if fresh:
+            last = await store.reserve_positions(conn, thread.owner_id, thread.id, len(fresh), now)
+            first = last - len(fresh) + 1
+            stamped = [
+                core.stamp(
+                    m,
+                    owner_id=thread.owner_id,
+                    thread_id=thread.id,
+                    mode=thread.runtime_mode,
+                    position=first + i,
+                    created_at=now,
+                )
+                for i, m in enumerate(fresh)
+            ]
+            await store.insert_messages(
+                conn, [(m, convert.message_to_pb(m).SerializeToString()) for m in stamped]
+            )
+            existing.update({m.id: m for m in stamped})
+            thread = dataclasses.replace(thread, message_count=last, update_time=now)
+        return thread, [existing[m.id] for m in core.unique_by_id(items)]
+
+    async def BeginRun(
+        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BeginRunResponse:
+        owner = owner_id(context)
+        thread_id = convert.identifier(request.thread_id, "thread_id")
+        run_id = convert.identifier(request.run_id, "run_id")
+        mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
+        profile = profile_from_pb(request.profile, "profile")
+        inputs = convert.new_messages(request.input_messages, "input_messages")
+        window, zone, max_chars = convert.context_options(
+            request.context, profile.history_policy.window
+        )
+        now = self._clock()
+        async with self._write() as conn:
+            thread = await self._open_thread(conn, owner, thread_id, mode, now)
+            run = await store.get_run(conn, owner, run_id)
+            if run is not None:
+                core.check_run_retry(run, thread_id)
+            else:
+                run = Run(
+                    owner_id=owner,
+                    id=run_id,
+                    thread_id=thread_id,
+                    state=RunState.RUNNING,
+                    origin=mode,
+                    profile=profile,
+                    create_time=now,
+                    start_time=now,
+                    finish_time=None,
+                )
+                await store.insert_run(conn, run)
+            thread, _ = await self._append(
+                conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages", now
+            )
+            found = await store.context_messages(
+                conn,
+                owner,
+                thread_id,
+                upto=thread.message_count,
+                since=core.window_since(window, now, zone),
+                last_n=core.window_limit(window),
+            )
+            ctx = core.assemble_context(found, window, now, zone, max_chars)
+        return pb.BeginRunResponse(
+            thread=convert.thread_to_pb(thread),
+            run=convert.run_to_pb(run),
+            context_messages=[convert.message_to_pb(m) for m in ctx],
+        )
+
+    async def FinishRun(
+        self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FinishRunResponse:
+        owner = owner_id(context)
+        run_id = convert.identifier(request.run_id, "run_id")
+        state = convert.run_state(request.state)
+        if state not in core.TERMINAL_STATES:
+            raise InvalidArgument("state", "must be SUCCEEDED, FAILED, CANCELLED or INTERRUPTED")
+        if len(request.error_code) > 100:
+            raise InvalidArgument("error_code", "must be at most 100 characters")
+        outputs = convert.new_messages(request.output_messages, "output_messages")
+        now = self._clock()
+        async with self._write() as conn:
+            run = await store.lock_run(conn, owner, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            if not core.finish_is_noop(run.state, state):
+                thread = await self._open_thread(conn, owner, run.thread_id, None, now)
+                await self._append(
+                    conn, thread, core.for_run(outputs, run, "output_messages"),
+                    "output_messages", now,
+                )
+                run = await store.finish_run(
+                    conn,
+                    owner,
+                    run_id,
+                    state=state,
+                    now=now,
+                    error_code=request.error_code,
+                    error_message=request.error_message[:10_000],
+                )
+        return pb.FinishRunResponse(run=convert.run_to_pb(run))
+
+    async def AppendMessages(
+        self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendMessagesResponse:
+        owner = owner_id(context)
+        thread_id = convert.identifier(request.thread_id, "thread_id")
+        items = convert.new_messages(request.messages, "messages")
+        if not items:
+            raise InvalidArgument("messages", "must hold at least one message")
+        mode = convert.optional_mode(request.runtime_mode, "runtime_mode")
+        if mode is None:
+            mode = next((m.origin for m in items if m.origin is not None), None)
+        now = self._clock()
+        async with self._write() as conn:
+            thread = await self._open_thread(conn, owner, thread_id, mode, now)
+            items = await self._with_runs(conn, thread, items)
+            _, stored = await self._append(conn, thread, items, "messages", now)
+        return pb.AppendMessagesResponse(messages=[convert.message_to_pb(m) for m in stored])
+
+    async def _with_runs(
+        self, conn: AsyncConnection, thread: Thread, items: list[NewMessage]
+    ) -> list[NewMessage]:
+        """Messages naming a run must name one of this thread; they take its defaults."""
+        runs: dict[str, Run] = {}
+        out = []
+        for i, m in enumerate(items):
+            if not m.run_id:
+                out.append(m)
+                continue
+            if m.run_id not in runs:
+                run = await store.get_run(conn, thread.owner_id, m.run_id)
+                if run is None or run.thread_id != thread.id:
+                    raise InvalidArgument(
+                        f"messages[{i}].run_id", f"is not a run of thread {thread.id}"
+                    )
+                runs[m.run_id] = run
+            out.extend(core.for_run([m], runs[m.run_id], "messages"))
+        return out
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def ListHistory(
+        self, request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListHistoryResponse:
+        owner = owner_id(context)
+        thread_id = convert.identifier(request.thread_id, "thread_id")
+        size = page_size(request.page_size)
+        if request.direction not in (
+            pb.DIRECTION_UNSPECIFIED, pb.DIRECTION_FORWARD, pb.DIRECTION_BACKWARD
+        ):
+            raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
+        backward = request.direction == pb.DIRECTION_BACKWARD
+        scope = ["history", thread_id, "backward" if backward else "forward"]
+        after = decode_token(request.page_token, scope)
+        if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
+            raise _bad_token()
+        async with self._read() as conn:
+            rows = await store.history_page(
+                conn, owner, thread_id, after=after, backward=backward, limit=size + 1
+            )
+            # Rows prove the thread is the caller's; only an empty page needs the check.
+            if not rows and await store.get_thread(conn, owner, thread_id) is None:
+                raise NotFound(f"thread {thread_id} not found")
+        page = rows[:size]
+        response = pb.ListHistoryResponse()
+        convert.add_serialized(response.messages, (wire for _, wire in page))
+        if len(rows) > size:
+            response.next_page_token = encode_token(page[-1][0], scope)
+        return response
+
+    async def LoadContext(
+        self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadContextResponse:
+        owner = owner_id(context)
+        across = request.across_threads
+        if across and request.thread_id:
+            raise InvalidArgument("thread_id", "must be empty when across_threads is set")
+        thread_id = None if across else convert.identifier(request.thread_id, "thread_id")
+        window, zone, max_chars = convert.context_options(request.context)
+        size = page_size(request.page_size)
+        scope = ["context", thread_id, across, request.context.window or "all", zone.key, max_chars]
+        # A paged context is a snapshot: later pages use the first page's time and end.
+        token = decode_token(request.page_token, scope)
+        after: ContextKey | None = None
+        upto: int | None = None
+        if token is None:
+            now = self._clock()
+        else:
+            try:
+                now = datetime.fromisoformat(token["n"])
+                upto = int(token["u"])
+                after = _key_from_token(token["a"])
+            except (TypeError, ValueError, KeyError):
+                raise _bad_token() from None
+            if now.tzinfo is None:
+                raise _bad_token()
+        response = pb.LoadContextResponse()
+        async with self._read() as conn:
+            if window == core.ALL and max_chars == 0:
+                # Nothing is cut, so no snapshot bound is needed either: page in SQL and
+                # answer from the serving copies. Rows prove the thread is the caller's.
+                rows = await store.context_page(
+                    conn, owner, thread_id, upto=None if thread_id else now, after=after,
+                    limit=size + 1,
+                )
+                if not rows and thread_id is not None:
+                    await self._thread_or_not_found(conn, owner, thread_id)
+                convert.add_serialized(response.messages, (wire for _, wire in rows[:size]))
+                last = rows[size - 1][0] if len(rows) > size else None
+            else:
+                if thread_id is not None and upto is None:
+                    thread = await self._thread_or_not_found(conn, owner, thread_id)
+                    upto = thread.message_count
+                found = await store.context_messages(
+                    conn,
+                    owner,
+                    thread_id,
+                    upto=upto if thread_id is not None and upto is not None else now,
+                    since=core.window_since(window, now, zone),
+                    last_n=core.window_limit(window),
+                )
+                kept = core.assemble_context(found, window, now, zone, max_chars)
+                if after is not None:
+                    kept = [m for m in kept if self._is_after(m, after, across)]
+                response.messages.extend(convert.message_to_pb(m) for m in kept[:size])
+                last = _context_key(kept[size - 1]) if len(kept) > size else None
+        if last is not None:
+            response.next_page_token = encode_token(
+                {"a": _key_to_token(last), "u": upto or 0, "n": now.isoformat()}, scope
+            )
+        return response
+
+    @staticmethod
+    async def _thread_or_not_found(conn: AsyncConnection, owner: str, thread_id: str) -> Thread:
+        thread = await store.get_thread(conn, owner, thread_id)
+        if thread is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return thread
+
+    @staticmethod
+    def _is_after(m: Message, after: ContextKey, across: bool) -> bool:
+        if not across:
+            return m.position > after.position
+        key = _context_key(m)
+        return (key.created_at, key.thread_id, key.position) > (
+            after.created_at, after.thread_id, after.position,
+        )
+
+    async def ListThreads(
+        self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListThreadsResponse:
+        owner = owner_id(context)
+        size = page_size(request.page_size)
+        scope = ["threads"]
+        raw = decode_token(request.page_token, scope)
+        after = None
+        if raw is not None:
+            try:
+                after = store.ThreadKey(datetime.fromisoformat(raw[0]), str(raw[1]))
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise _bad_token() from None
+            if after.update_time.tzinfo is None:
+                raise _bad_token()
+        async with self._read() as conn:
+            rows = await store.list_threads(conn, owner, after, size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            token = encode_token([page[-1].update_time.isoformat(), page[-1].id], scope)
+        return pb.ListThreadsResponse(
+            threads=[convert.thread_to_pb(t) for t in page], next_page_token=token
+        )
+
+    async def GetThread(
+        self, request: pb.GetThreadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetThreadResponse:
+        owner = owner_id(context)
+        thread_id = convert.identifier(request.thread_id, "thread_id")
+        async with self._read() as conn:
+            thread = await store.get_thread(conn, owner, thread_id)
+        if thread is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return pb.GetThreadResponse(thread=convert.thread_to_pb(thread))
+
+    async def GetRun(
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRunResponse:
+        owner = owner_id(context)
+        run_id = convert.identifier(request.run_id, "run_id")
+        async with self._read() as conn:
+            run = await store.get_run(conn, owner, run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        return pb.GetRunResponse(run=convert.run_to_pb(run))
+
+    async def ListAudit(
+        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAuditResponse:
+        require_admin(context)
+        if not valid_owner_id(request.owner_id):
+            raise InvalidArgument("owner_id", "must be a valid owner id")
+        flt = _audit_filter(request.filter)
+        size = page_size(request.page_size)
+        scope = ["audit", request.owner_id, dataclasses.asdict(flt)]
+        raw = decode_token(request.page_token, scope)
+        after = _key_from_token(raw) if raw is not None else None
+        async with self._read() as conn:
+            rows = await store.audit_page(conn, request.owner_id, flt, after=after, limit=size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            token = encode_token(_key_to_token(_context_key(page[-1])), scope)
+        return pb.ListAuditResponse(
+            messages=[convert.message_to_pb(m) for m in page], next_page_token=token
+        )
+
+
+def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:
+    if len(f.execution_profile_name) > 100:
+        raise InvalidArgument("filter.execution_profile_name", "must be at most 100 characters")
+    start = end = None
+    if f.HasField("start_time"):
+        start = convert.timestamp(f.start_time, "filter.start_time")
+    if f.HasField("end_time"):
+        end = convert.timestamp(f.end_time, "filter.end_time")
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument("filter.end_time", "must be after filter.start_time")
+    return store.AuditFilter(
+        origin=convert.optional_mode(f.origin, "filter.origin"),
+        executor=convert.optional_executor(f.executor, "filter.executor"),
+        execution_profile_name=f.execution_profile_name,
+        thread_id=convert.optional_identifier(f.thread_id, "filter.thread_id"),
+        start_time=start,
+        end_time=end,
+    )

@@ -1,0 +1,550 @@
+"""The history tables (SQLAlchemy 2 Core, async). Every statement is scoped by owner_id.
+
+The caller owns the transaction: each function takes the connection of the unit of work.
+Positions are dense per thread: a writer first locks the thread row (an UPDATE, which
+works the same on PostgreSQL and SQLite), then reserves its positions with
+`message_count = message_count + n ... RETURNING`. Concurrent appends to one thread
+therefore commit in position order, and keyset paging by position sees each message once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect, Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.history.core import Message, Run, RunState, Thread
+from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.profiles import ExecutionProfile
+from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """Timestamps are stored in UTC and come back timezone-aware on every backend."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the history store")
+        value = value.astimezone(UTC)
+        # SQLite keeps text; one fixed offset-free form keeps its comparisons correct.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is UTC:
+            return value
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+metadata_obj = sa.MetaData()
+
+threads = sa.Table(
+    "threads",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("runtime_mode", sa.String),
+    sa.Column("create_time", UtcDateTime),
+    sa.Column("update_time", UtcDateTime),
+    sa.Column("message_count", sa.BigInteger),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("thread_id", sa.String),
+    sa.Column("position", sa.BigInteger),
+    sa.Column("run_id", sa.String),
+    sa.Column("role", sa.String),
+    sa.Column("kind", sa.String),
+    sa.Column("visibility_mask", sa.Integer),
+    sa.Column("name", sa.String),
+    sa.Column("content", _JSON),
+    sa.Column("metadata", _JSON),
+    sa.Column("origin", sa.String),
+    sa.Column("executor", sa.String),
+    sa.Column("execution_profile_name", sa.String),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("finished_reason", sa.String),
+    sa.Column("created_at", UtcDateTime),
+    sa.Column("message_pb", sa.LargeBinary),
+)
+# Everything but the serving copy: what the domain Message is built from.
+MESSAGE_FIELDS = [c for c in messages.c if c.name != "message_pb"]
+
+runs = sa.Table(
+    "runs",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("thread_id", sa.String),
+    sa.Column("state", sa.String),
+    sa.Column("origin", sa.String),
+    sa.Column("profile", _JSON),
+    sa.Column("profile_name", sa.String),
+    sa.Column("create_time", UtcDateTime),
+    sa.Column("start_time", UtcDateTime),
+    sa.Column("finish_time", UtcDateTime),
+    sa.Column("error_code", sa.String),
+    sa.Column("error_message", sa.String),
+)
+
+
+def _mask_has(bit: int) -> sa.ColumnElement[bool]:
+    # Literal constants, exactly as the partial indexes' predicates: a bound parameter
+    # would keep PostgreSQL's planner from proving the index applies.
+    return sa.text(f"(messages.visibility_mask & {int(bit)}) <> 0")  # type: ignore[return-value]
+
+
+IN_HISTORY = _mask_has(UI_HISTORY)
+IN_CONTEXT = _mask_has(CONTEXT_ASSEMBLY)
+
+
+# --- row mapping ------------------------------------------------------------------------
+
+
+def _thread(row: Row[Any]) -> Thread:
+    return Thread(
+        owner_id=row.owner_id,
+        id=row.id,
+        runtime_mode=RuntimeMode(row.runtime_mode),
+        create_time=row.create_time,
+        update_time=row.update_time,
+        message_count=row.message_count,
+    )
+
+
+_KINDS = {k.value: k for k in MessageKind}
+_MODES = {m.value: m for m in RuntimeMode}
+_EXECUTORS: dict[str, ExecutorKind | None] = {e.value: e for e in ExecutorKind}
+_EXECUTORS[""] = None
+
+
+def _message(row: Row[Any]) -> Message:
+    # Positional unpacking and dict lookups: this runs for every row of every page.
+    (
+        owner_id, id_, thread_id, position, run_id, role, kind, mask, name, content, meta,
+        origin, executor, profile_name, input_tokens, output_tokens, finished_reason, created_at,
+    ) = row
+    return Message(
+        owner_id=owner_id,
+        id=id_,
+        thread_id=thread_id,
+        position=position,
+        run_id=run_id,
+        role=role,
+        kind=_KINDS[kind],
+        visibility_mask=mask,
+        name=name,
+        content=tuple(content),
+        hidden_from_user=bool(meta.get("hidden_from_user", False)),
+        origin=_MODES[origin],
+        executor=_EXECUTORS[executor],
+        execution_profile_name=profile_name,
+        extra=meta.get("extra") or {},
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finished_reason=finished_reason,
+        created_at=created_at,
+    )
+
+
+def message_row(m: Message, wire: bytes) -> dict[str, Any]:
+    return {
+        "message_pb": wire,
+        "owner_id": m.owner_id,
+        "id": m.id,
+        "thread_id": m.thread_id,
+        "position": m.position,
+        "run_id": m.run_id,
+        "role": m.role,
+        "kind": m.kind.value,
+        "visibility_mask": m.visibility_mask,
+        "name": m.name,
+        "content": list(m.content),
+        "metadata": {
+            "hidden_from_user": m.hidden_from_user,
+            "origin": m.origin.value,
+            "executor": m.executor.value if m.executor else "",
+            "execution_profile_name": m.execution_profile_name,
+            "extra": dict(m.extra),
+        },
+        "origin": m.origin.value,
+        "executor": m.executor.value if m.executor else "",
+        "execution_profile_name": m.execution_profile_name,
+        "input_tokens": m.input_tokens,
+        "output_tokens": m.output_tokens,
+        "finished_reason": m.finished_reason,
+        "created_at": m.created_at,
+    }
+
+
+def _run(row: Row[Any]) -> Run:
+    return Run(
+        owner_id=row.owner_id,
+        id=row.id,
+        thread_id=row.thread_id,
+        state=RunState(row.state),
+        origin=RuntimeMode(row.origin),
+        profile=ExecutionProfile.model_validate(row.profile),
+        create_time=row.create_time,
+        start_time=row.start_time,
+        finish_time=row.finish_time,
+        error_code=row.error_code,
+        error_message=row.error_message,
+    )
+
+
+def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+# --- threads ----------------------------------------------------------------------------
+
+
+async def get_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
+    row = (
+        await conn.execute(
+            sa.select(threads).where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
+        )
+    ).first()
+    return _thread(row) if row else None
+
+
+async def lock_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
+    """The thread, row-locked until the transaction ends (None if it does not exist)."""
+    row = (
+        await conn.execute(
+            sa.update(threads)
+            .where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
+            .values(message_count=threads.c.message_count)
+            .returning(*threads.c)
+        )
+    ).first()
+    return _thread(row) if row else None
+
+
+async def create_thread(
+    conn: AsyncConnection, owner_id: str, thread_id: str, mode: RuntimeMode, now: datetime
+) -> None:
+    """Create the thread unless it exists (a concurrent creator wins quietly)."""
+    stmt = _insert(conn, threads).values(
+        owner_id=owner_id,
+        id=thread_id,
+        runtime_mode=mode.value,
+        create_time=now,
+        update_time=now,
+        message_count=0,
+    )
+    await conn.execute(stmt.on_conflict_do_nothing(index_elements=["owner_id", "id"]))
+
+
+async def reserve_positions(
+    conn: AsyncConnection, owner_id: str, thread_id: str, count: int, now: datetime
+) -> int:
+    """Reserve `count` positions; returns the last one (the first is last - count + 1)."""
+    last: int = (
+        await conn.execute(
+            sa.update(threads)
+            .where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
+            .values(message_count=threads.c.message_count + count, update_time=now)
+            .returning(threads.c.message_count)
+        )
+    ).scalar_one()
+    return last
+
+
+@dataclass(frozen=True)
+class ThreadKey:
+    update_time: datetime
+    id: str
+
+
+async def list_threads(
+    conn: AsyncConnection, owner_id: str, after: ThreadKey | None, limit: int
+) -> list[Thread]:
+    """Newest update first."""
+    stmt = sa.select(threads).where(threads.c.owner_id == owner_id)
+    if after is not None:
+        stmt = stmt.where(
+            sa.or_(
+                threads.c.update_time < after.update_time,
+                sa.and_(threads.c.update_time == after.update_time, threads.c.id < after.id),
+            )
+        )
+    stmt = stmt.order_by(threads.c.update_time.desc(), threads.c.id.desc()).limit(limit)
+    return [_thread(r) for r in (await conn.execute(stmt)).all()]
+
+
+# --- messages ---------------------------------------------------------------------------
+
+
+async def messages_by_id(
+    conn: AsyncConnection, owner_id: str, ids: Sequence[str]
+) -> dict[str, Message]:
+    if not ids:
+        return {}
+    rows = (
+        await conn.execute(
+            sa.select(*MESSAGE_FIELDS).where(
+                messages.c.owner_id == owner_id, messages.c.id.in_(ids)
+            )
+        )
+    ).all()
+    return {r.id: _message(r) for r in rows}
+
+
+async def insert_messages(
+    conn: AsyncConnection, stamped: Sequence[tuple[Message, bytes]]
+) -> None:
+    """Insert messages with their serving copies (see the migration)."""
+    if stamped:
+        await conn.execute(sa.insert(messages), [message_row(m, w) for m, w in stamped])
+
+
+async def history_page(
+    conn: AsyncConnection,
+    owner_id: str,
+    thread_id: str,
+    *,
+    after: int | None,
+    backward: bool,
+    limit: int,
+) -> list[tuple[int, bytes]]:
+    """(position, serving copy) of messages shown in /history (mask & UI_HISTORY)."""
+    c = messages.c
+    stmt = sa.select(c.position, c.message_pb).where(
+        c.owner_id == owner_id, c.thread_id == thread_id, IN_HISTORY
+    )
+    if after is not None:
+        stmt = stmt.where(c.position < after if backward else c.position > after)
+    order = c.position.desc() if backward else c.position.asc()
+    rows = (await conn.execute(stmt.order_by(order).limit(limit))).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+@dataclass(frozen=True)
+class ContextKey:
+    """Where a message sits in a context: by position within a thread, by time across."""
+
+    created_at: datetime
+    thread_id: str
+    position: int
+
+
+def _after_key(key: ContextKey) -> sa.ColumnElement[bool]:
+    c = messages.c
+    return sa.or_(
+        c.created_at > key.created_at,
+        sa.and_(
+            c.created_at == key.created_at,
+            sa.or_(
+                c.thread_id > key.thread_id,
+                sa.and_(c.thread_id == key.thread_id, c.position > key.position),
+            ),
+        ),
+    )
+
+
+def _context_query(
+    columns: Sequence[Any],
+    owner_id: str,
+    thread_id: str | None,
+    *,
+    upto: int | datetime | None,
+    since: datetime | None,
+    last_n: int | None,
+    after: ContextKey | None,
+    limit: int | None,
+) -> tuple[Any, bool]:
+    c = messages.c
+    stmt = sa.select(*columns).where(c.owner_id == owner_id, IN_CONTEXT)
+    if thread_id is not None:
+        stmt = stmt.where(c.thread_id == thread_id)
+        if upto is not None:
+            assert isinstance(upto, int)
+            stmt = stmt.where(c.position <= upto)
+        order: list[Any] = [c.position]
+        if after is not None:
+            stmt = stmt.where(c.position > after.position)
+    else:
+        if upto is not None:
+            assert isinstance(upto, datetime)
+            stmt = stmt.where(c.created_at <= upto)
+        order = [c.created_at, c.thread_id, c.position]
+        if after is not None:
+            stmt = stmt.where(_after_key(after))
+    if since is not None:
+        stmt = stmt.where(c.created_at >= since)
+    if last_n is not None:
+        # The newest n, read newest first; the caller reverses them.
+        return stmt.order_by(*(o.desc() for o in order)).limit(last_n), True
+    stmt = stmt.order_by(*order)
+    return (stmt.limit(limit) if limit is not None else stmt), False
+
+
+async def context_messages(
+    conn: AsyncConnection,
+    owner_id: str,
+    thread_id: str | None,
+    *,
+    upto: int | datetime,
+    since: datetime | None = None,
+    last_n: int | None = None,
+    after: ContextKey | None = None,
+    limit: int | None = None,
+) -> list[Message]:
+    """Context-visible messages (mask & CONTEXT_ASSEMBLY), chronological.
+
+    One thread (ordered by position, bounded by position `upto`) or, with thread_id None,
+    every thread of the owner (ordered by time, bounded by created_at `upto`); only chat
+    messages ever carry the context bit, so that is the owner's chat history.
+    `last_n` keeps the newest n; `after`/`limit` page through the result.
+    """
+    stmt, newest_first = _context_query(
+        MESSAGE_FIELDS, owner_id, thread_id, upto=upto, since=since, last_n=last_n,
+        after=after, limit=limit,
+    )
+    rows = (await conn.execute(stmt)).all()
+    found = [_message(r) for r in rows]
+    return found[::-1] if newest_first else found
+
+
+async def context_page(
+    conn: AsyncConnection,
+    owner_id: str,
+    thread_id: str | None,
+    *,
+    upto: int | datetime | None,
+    after: ContextKey | None,
+    limit: int,
+) -> list[tuple[ContextKey, bytes]]:
+    """A page of a context that nothing cuts: (key, serving copy), chronological."""
+    c = messages.c
+    stmt, _ = _context_query(
+        [c.created_at, c.thread_id, c.position, c.message_pb], owner_id, thread_id,
+        upto=upto, since=None, last_n=None, after=after, limit=limit,
+    )
+    rows = (await conn.execute(stmt)).all()
+    return [(ContextKey(r[0], r[1], r[2]), r[3]) for r in rows]
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    origin: RuntimeMode | None = None
+    executor: ExecutorKind | None = None
+    execution_profile_name: str = ""
+    thread_id: str = ""
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+async def audit_page(
+    conn: AsyncConnection,
+    owner_id: str,
+    flt: AuditFilter,
+    *,
+    after: ContextKey | None,
+    limit: int,
+) -> list[Message]:
+    """Every message of the owner, hidden ones included, by time."""
+    c = messages.c
+    stmt = sa.select(*MESSAGE_FIELDS).where(c.owner_id == owner_id)
+    if flt.origin is not None:
+        stmt = stmt.where(c.origin == flt.origin.value)
+    if flt.executor is not None:
+        stmt = stmt.where(c.executor == flt.executor.value)
+    if flt.execution_profile_name:
+        stmt = stmt.where(c.execution_profile_name == flt.execution_profile_name)
+    if flt.thread_id:
+        stmt = stmt.where(c.thread_id == flt.thread_id)
+    if flt.start_time is not None:
+        stmt = stmt.where(c.created_at >= flt.start_time)
+    if flt.end_time is not None:
+        stmt = stmt.where(c.created_at < flt.end_time)
+    if after is not None:
+        stmt = stmt.where(_after_key(after))
+    stmt = stmt.order_by(c.created_at, c.thread_id, c.position).limit(limit)
+    return [_message(r) for r in (await conn.execute(stmt)).all()]
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+async def get_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
+    row = (
+        await conn.execute(sa.select(runs).where(runs.c.owner_id == owner_id, runs.c.id == run_id))
+    ).first()
+    return _run(row) if row else None
+
+
+async def lock_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
+    row = (
+        await conn.execute(
+            sa.update(runs)
+            .where(runs.c.owner_id == owner_id, runs.c.id == run_id)
+            .values(state=runs.c.state)
+            .returning(*runs.c)
+        )
+    ).first()
+    return _run(row) if row else None
+
+
+async def insert_run(conn: AsyncConnection, run: Run) -> None:
+    await conn.execute(
+        sa.insert(runs).values(
+            owner_id=run.owner_id,
+            id=run.id,
+            thread_id=run.thread_id,
+            state=run.state.value,
+            origin=run.origin.value,
+            profile=run.profile.model_dump(mode="json"),
+            profile_name=run.profile.name,
+            create_time=run.create_time,
+            start_time=run.start_time,
+            finish_time=run.finish_time,
+            error_code=run.error_code,
+            error_message=run.error_message,
+        )
+    )
+
+
+async def finish_run(
+    conn: AsyncConnection,
+    owner_id: str,
+    run_id: str,
+    *,
+    state: RunState,
+    now: datetime,
+    error_code: str,
+    error_message: str,
+) -> Run:
+    row = (
+        await conn.execute(
+            sa.update(runs)
+            .where(runs.c.owner_id == owner_id, runs.c.id == run_id)
+            .values(
+                state=state.value,
+                finish_time=now,
+                error_code=error_code,
+                error_message=error_message,
+            )
+            .returning(*runs.c)
+        )
+    ).one()
+    return _run(row)
