@@ -47,7 +47,11 @@ def create_engine(settings: Settings, service: str) -> AsyncEngine:
         url,
         pool_size=10,
         max_overflow=20,
-        pool_pre_ping=True,
+        # No pre-ping: it costs a round trip on every checkout of a hot path. A connection
+        # that died with its server raises a disconnect error, which invalidates the pool,
+        # and the caller's next attempt gets a fresh one.
+        pool_pre_ping=False,
+        pool_recycle=1800,
         connect_args={"server_settings": {"search_path": schema}},
     )
 
