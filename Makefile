@@ -61,7 +61,9 @@ test-postgres: install tools
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
 	fi
 
+## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
 bench: install
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

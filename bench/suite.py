@@ -1,0 +1,158 @@
+"""Chat runs through the real suite: throughput and latency at several concurrencies, one
+long stream's event rate, and each service's resident memory.
+
+Clients are separate processes (multiprocessing), each running asyncio workers that POST
+runs to the gateway and read the SSE stream to RUN_FINISHED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+
+from bench.stats import summary_ms
+from services.launcher import ALL_SERVICES, Suite, free_port
+
+SECRET = "bench-secret-of-at-least-thirty-two-bytes!"
+PG_URL = os.environ.get("AGENTMESH_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("AGENTMESH_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] | None = None) -> Suite:
+    env = {
+        "AGENTMESH_DATA_DIR": str(tmp / "data"),
+        "AGENTMESH_JWT_SECRET": SECRET,
+        "AGENTMESH_DB_SCHEMA_PREFIX": prefix,
+        "AGENTMESH_DATABASE_URL": PG_URL if backend == "postgres" else "",
+        "AGENTMESH_EVENT_LOG_URL": REDIS_URL if backend == "postgres" else "memory://",
+        "AGENTMESH_LOG_LEVEL": "WARNING",
+        "AGENTMESH_RUN_TIMEOUT_SECONDS": "120",
+        "AGENTMESH_RPC_TIMEOUT_SECONDS": "30",
+    }
+    env.update(extra_env or {})
+    suite = Suite(ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs")
+    suite.start(timeout=120)
+    return suite
+
+
+def token(owner: str) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": owner, "iat": now, "exp": now + 86_400}, SECRET, algorithm="HS256")
+
+
+async def one_run(client: httpx.AsyncClient, url: str, auth: str, text: str) -> tuple[float, float, int]:
+    """(time to first event, time to RUN_FINISHED, events) of one run, in seconds."""
+    thread_id = f"b-{uuid.uuid4().hex[:12]}"
+    body = {
+        "threadId": thread_id,
+        "runId": f"r-{uuid.uuid4().hex[:12]}",
+        "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": text}],
+    }
+    started = time.perf_counter()
+    first = 0.0
+    events = 0
+    async with client.stream("POST", url, json=body, headers={"Authorization": auth}) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}")
+        buffer = b""
+        async for chunk in resp.aiter_raw():
+            if not first:
+                first = time.perf_counter() - started
+            buffer += chunk
+            events += chunk.count(b"\n\n")
+            if b'"RUN_FINISHED"' in buffer[-4096:] or b'"RUN_ERROR"' in buffer[-4096:]:
+                if b'"RUN_ERROR"' in buffer:
+                    raise RuntimeError("run failed: " + buffer[-300:].decode(errors="replace"))
+                buffer = buffer[-4096:]
+    return first, time.perf_counter() - started, events
+
+
+def _client_process(url: str, concurrency: int, duration: float, text: str, out: Any) -> None:
+    import uvloop
+
+    async def main() -> dict[str, Any]:
+        auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
+        firsts: list[float] = []
+        totals: list[float] = []
+        errors: list[str] = []
+        limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            deadline = time.perf_counter() + duration
+
+            async def worker() -> None:
+                while time.perf_counter() < deadline:
+                    try:
+                        f, t, _ = await one_run(client, url, auth, text)
+                        firsts.append(f)
+                        totals.append(t)
+                    except Exception as err:  # the benchmark counts failures, it does not stop
+                        errors.append(str(err)[:200])
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return {"firsts": firsts, "totals": totals, "errors": errors}
+
+    out.send(uvloop.run(main()))
+    out.close()
+
+
+def load(suite: Suite, concurrency: int, duration: float, processes: int, text: str = "Hello benchmark") -> dict[str, Any]:
+    """Runs/s and latency at `concurrency` concurrent runs spread over client processes."""
+    url = f"{suite.gateway_url}/api/v1/agent/runs"
+    procs = max(1, min(processes, concurrency))
+    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    ctx = mp.get_context("spawn")
+    pipes = []
+    workers = []
+    started = time.perf_counter()
+    for n in per:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_client_process, args=(url, n, duration, text, child))
+        p.start()
+        pipes.append(parent)
+        workers.append(p)
+    results = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join()
+    elapsed = time.perf_counter() - started
+    firsts = [x for r in results for x in r["firsts"]]
+    totals = [x for r in results for x in r["totals"]]
+    errors = [x for r in results for x in r["errors"]]
+    return {
+        "concurrency": concurrency,
+        "runs": len(totals),
+        "errors": len(errors),
+        "error_samples": errors[:3],
+        "runs_per_s": round(len(totals) / elapsed, 1),
+        "first_event": summary_ms(firsts),
+        "run_finished": summary_ms(totals),
+    }
+
+
+def long_stream(suite: Suite, words: int = 10_000) -> dict[str, Any]:
+    """One run whose reply streams about `words` text deltas: events/s at the SSE client."""
+    text = " ".join(f"w{i}" for i in range(words))
+
+    async def main() -> tuple[float, float, int]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            return await one_run(client, f"{suite.gateway_url}/api/v1/agent/runs", f"Bearer {token('bench-long')}", text)
+
+    first, total, events = asyncio.run(main())
+    return {"events": events, "seconds": round(total, 3), "events_per_s": round(events / total, 1), "first_event_ms": round(first * 1000, 2)}
+
+
+def rss_mb(suite: Suite) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, proc in suite.procs.items():
+        with open(f"/proc/{proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    out[name] = round(int(line.split()[1]) / 1024, 1)
+    return out
