@@ -33,6 +33,7 @@ def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] 
         "AGENTMESH_DB_SCHEMA_PREFIX": prefix,
         "AGENTMESH_DATABASE_URL": PG_URL if backend == "postgres" else "",
         "AGENTMESH_EVENT_LOG_URL": REDIS_URL if backend == "postgres" else "memory://",
+        "AGENTMESH_EVENT_LOG_PREFIX": f"{prefix}run:",
         "AGENTMESH_LOG_LEVEL": "WARNING",
         "AGENTMESH_RUN_TIMEOUT_SECONDS": "120",
         "AGENTMESH_RPC_TIMEOUT_SECONDS": "30",

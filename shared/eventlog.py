@@ -180,9 +180,9 @@ class RedisEventLog:
         await self.redis.aclose()
 
 
-def open_event_log(url: str, retention_seconds: int) -> EventLog:
+def open_event_log(url: str, retention_seconds: int, prefix: str = "agentmesh:run:") -> EventLog:
     if url.startswith("memory://"):
         return InMemoryEventLog(retention_seconds)
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisEventLog(url, retention_seconds)
+        return RedisEventLog(url, retention_seconds, prefix=prefix)
     raise ValueError(f"AGENTMESH_EVENT_LOG_URL: unsupported event log {url!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Default localhost ports of the embedded mode; each can be overridden.
@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     event_log_url: str = "memory://"
     # How long a finished run's events stay resumable.
     event_log_retention_seconds: int = 3600
+    # Redis key prefix of the run event streams (lets deployments share a Redis).
+    event_log_prefix: str = "agentmesh:run:"
 
     host: str = "127.0.0.1"
     # The port this process listens on; 0 picks a free one; unset uses DEFAULT_PORTS.
@@ -68,9 +70,17 @@ class Settings(BaseSettings):
     model_provider: str = "scripted"
     # Scripted model: simulated latency per streamed token, in seconds.
     scripted_token_latency: float = 0.0
+    # Orchestrator: a YAML file of extra execution profiles (validated at start-up; a bad
+    # file stops the service). Empty: the built-ins only.
+    profiles_file: Path | None = None
     log_level: str = "INFO"
     # Log message contents and tool arguments (never on in production).
     log_contents: bool = False
+
+    @field_validator("profiles_file", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     def listen_port(self, service: str) -> int:
         return DEFAULT_PORTS[service] if self.port is None else self.port

@@ -34,6 +34,7 @@ def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: ob
         "database_url": PG_URL if USES_POSTGRES else "",
         "db_schema_prefix": prefix,
         "event_log_url": REDIS_URL if USES_POSTGRES else "memory://",
+        "event_log_prefix": f"{prefix}run:",
         "grace_seconds": 2.0,
         "rpc_timeout_seconds": 5.0,
     }
@@ -42,6 +43,14 @@ def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: ob
 
 
 async def drop_schemas(prefix: str) -> None:
+    """Remove a test's PostgreSQL schemas and Redis keys (everything named with `prefix`)."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
     conn = await asyncpg.connect(PG_URL)
     try:
         rows = await conn.fetch(

@@ -12,20 +12,33 @@ from services.orchestrator.clients import Peers
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.eventlog import open_event_log
-from shared.profiles import BUILT_INS, ProfileRegistry
+from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import ServiceParts
 from shared.settings import Settings
+from shared.tools import REGISTERED_TOOLS
 
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
 
 migrate = None
 
 
+def load_profiles(settings: Settings) -> ProfileRegistry:
+    """The built-ins plus AGENTMESH_PROFILES_FILE, all validated; a bad file stops the
+    service with a message naming the file, the entry and the field (nothing half-loaded)."""
+    try:
+        return ProfileRegistry.load(settings.profiles_file, REGISTERED_TOOLS)
+    except ProfileFileError as err:
+        raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
+
+
 async def build(settings: Settings, *, profiles: ProfileRegistry | None = None) -> ServiceParts:
-    event_log = open_event_log(settings.event_log_url, settings.event_log_retention_seconds)
+    registry = profiles or load_profiles(settings)
+    event_log = open_event_log(
+        settings.event_log_url, settings.event_log_retention_seconds, settings.event_log_prefix
+    )
     peers = Peers(settings)
     runs = RunManager(peers, event_log, rpc_timeout_seconds=settings.rpc_timeout_seconds)
-    servicer = OrchestratorServicer(runs, event_log, profiles or ProfileRegistry(BUILT_INS), settings)
+    servicer = OrchestratorServicer(runs, event_log, registry, settings)
 
     def register(server: grpc.aio.Server) -> None:
         orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server(servicer, server)

@@ -34,6 +34,7 @@ def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
         "AGENTMESH_DB_SCHEMA_PREFIX": prefix,
         "AGENTMESH_DATABASE_URL": PG_URL if USES_POSTGRES else "",
         "AGENTMESH_EVENT_LOG_URL": REDIS_URL if USES_POSTGRES else "memory://",
+        "AGENTMESH_EVENT_LOG_PREFIX": f"{prefix}run:",
         "AGENTMESH_LOG_LEVEL": "INFO",
     }
     values.update(env)

@@ -48,7 +48,7 @@ def test_sigterm_stops_every_process_and_a_restart_keeps_the_data(tmp_path: Path
     try:
         suite.start(timeout=90)
         thread_id = f"t-{uuid.uuid4().hex[:8]}"
-        resp = _post_run(suite, "frank", thread_id, "r1", "keep me")
+        resp = _post_run(suite, "frank", thread_id, f"r-{uuid.uuid4().hex[:8]}", "keep me")
         assert resp.status_code == 200
         assert parse_sse(resp.content)[-1]["type"] == "RUN_FINISHED"
         pids = [p.pid for p in suite.procs.values()]
@@ -79,11 +79,11 @@ def test_orchestrator_down_gives_503_and_loses_nothing(tmp_path: Path) -> None:
     try:
         suite.start(timeout=90)
         thread_id = f"t-{uuid.uuid4().hex[:8]}"
-        assert _post_run(suite, "grace", thread_id, "r1", "before the outage").status_code == 200
+        assert _post_run(suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "before the outage").status_code == 200
 
         suite.stop_service("orchestrator")
         started = time.monotonic()
-        resp = _post_run(suite, "grace", thread_id, "r2", "during the outage")
+        resp = _post_run(suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "during the outage")
         assert resp.status_code == 503, resp.text
         assert resp.json()["error"]["code"]
         assert time.monotonic() - started < 10
