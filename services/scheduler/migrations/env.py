@@ -1,0 +1,2 @@
+from shared.migrations_env import run
+run()

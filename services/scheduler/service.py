@@ -1,0 +1,57 @@
+"""Wiring of the scheduler: engine and migrations, orchestrator channel, dispatcher, claim
+loop (a background task of the shared server) and the gRPC servicer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentmesh.scheduler.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shared import db
+from shared.clients import open_channel
+from shared.server import ServiceParts
+from shared.settings import Settings
+
+from services.scheduler.dispatch import ClaimLoop, Dispatcher, replica_id
+from services.scheduler.servicer import SchedulerServicer
+from services.scheduler.settings import SchedulerSettings
+
+NAME = "scheduler"
+MIGRATIONS = Path(__file__).parent / "migrations"
+SERVICE_NAME = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+
+
+async def _migrated_engine(settings: Settings) -> AsyncEngine:
+    engine = db.create_engine(settings, NAME)
+    await db.migrate(engine, MIGRATIONS, settings.schema_for(NAME))
+    return engine
+
+
+async def migrate(settings: Settings) -> None:
+    engine = await _migrated_engine(settings)
+    await engine.dispose()
+
+
+async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> ServiceParts:
+    cfg = cfg or SchedulerSettings()
+    engine = await _migrated_engine(settings)
+    channel = open_channel(settings.addr("orchestrator"))
+    dispatcher = Dispatcher(engine, channel, settings, cfg, replica_id())
+    loop = ClaimLoop(engine, dispatcher, cfg)
+    servicer = SchedulerServicer(engine, dispatcher, cfg)
+
+    def register(server: object) -> None:
+        scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]
+
+    async def on_stop() -> None:
+        await dispatcher.close(settings.grace_seconds)
+        await channel.close()
+        await engine.dispose()
+
+    return ServiceParts(
+        register=register,
+        service_names=[SERVICE_NAME],
+        on_stop=on_stop,
+        background=[loop.run_forever],
+    )

@@ -1,0 +1,270 @@
+"""The claim and dispatch cycle in-process: catch-up after downtime, a clock moved back,
+retries with backoff, lease fencing, takeover of a dead replica's run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
+
+from shared.settings import Settings
+
+from services.scheduler import core, store
+from services.scheduler.core import CatchUpPolicy
+from services.scheduler.dispatch import start_request
+from services.scheduler.schedule import zone
+from tests.scheduler.helpers import (
+    FakeOrchestrator,
+    daily_spec,
+    db_now,
+    due_job,
+    fake_orchestrator,
+    fast_cfg,
+    insert_jobs,
+    local_runtime,
+    migrated_engine,
+    run_rows,
+)
+
+SHANGHAI = zone("Asia/Shanghai")
+
+
+@pytest.fixture
+async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrchestrator, str, Settings]]:
+    engine = await migrated_engine(settings)
+    async with fake_orchestrator() as (fake, address):
+        yield engine, fake, address, settings
+    await engine.dispose()
+
+
+async def get_job(engine: AsyncEngine, job_id: str) -> core.Job:
+    async with engine.connect() as conn:
+        row = (await conn.execute(sa.select(store.jobs).where(store.jobs.c.id == job_id))).one()
+    return store.job_from_row(row)
+
+
+def by_state(rows: list[Any]) -> dict[str, list[datetime]]:
+    out: dict[str, list[datetime]] = {}
+    for r in rows:
+        out.setdefault(r.state, []).append(r.scheduled_slot)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize(
+    ("policy", "runs", "missed"),
+    [(CatchUpPolicy.LATEST, 1, 3), (CatchUpPolicy.SKIP, 0, 4), (CatchUpPolicy.ALL, 2, 2)],
+)
+async def test_three_days_down_applies_the_catch_up_policy(env, policy: CatchUpPolicy, runs: int, missed: int) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    # A daily slot two hours ago; the replicas stopped three days before it.
+    local = (now - timedelta(hours=2)).astimezone(SHANGHAI)
+    spec = daily_spec(f"{local:%H:%M}", catch_up_policy=policy)
+    newest = core.next_run("x", spec, now - timedelta(days=1), None).slot
+    assert newest is not None
+    job = due_job("alice", spec, newest - timedelta(days=3), now)
+    await insert_jobs(engine, [job])
+
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg(catch_up_max=2))
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+
+    states = by_state(await run_rows(engine))
+    assert len(states.get("succeeded", [])) == runs
+    assert len(states.get("missed", [])) == missed
+    all_slots = sorted(states.get("succeeded", []) + states.get("missed", []))
+    assert all_slots == [newest - timedelta(days=d) for d in (3, 2, 1, 0)]
+    if runs:
+        assert states["succeeded"][-1] == newest  # the newest slots are the ones that run
+    assert sum(fake.starts.values()) == runs
+    after = await get_job(engine, job.id)
+    assert after.last_slot == newest and after.next_slot == newest + timedelta(days=1)
+
+
+async def test_skip_still_runs_an_on_time_slot(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    spec = daily_spec(catch_up_policy=CatchUpPolicy.SKIP)
+    job = due_job("alice", spec, now - timedelta(seconds=5), now)  # due 5 s ago, within grace
+    await insert_jobs(engine, [job])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg())
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    assert by_state(await run_rows(engine)) == {"succeeded": [job.next_slot]}
+
+
+async def test_clock_moved_back_an_hour_fires_no_slot_twice(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    spec = daily_spec()
+    slot = core.next_run("x", spec, now - timedelta(days=1), None).slot
+    assert slot is not None
+    job = due_job("alice", spec, slot, now)
+    await insert_jobs(engine, [job])
+    clock = {"now": slot + timedelta(seconds=1)}
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg(), clock=lambda: clock["now"])
+
+    await loop.tick()
+    await dispatcher.idle()
+    assert len(await run_rows(engine)) == 1
+
+    # The clock moves back an hour: nothing is due again.
+    clock["now"] = slot + timedelta(seconds=1) - timedelta(hours=1)
+    await loop.tick()
+    # A replica whose clock is an hour behind recomputes the job's next run from its "now":
+    # it lands on the slot that already ran.
+    behind = core.next_run(job.id, spec, slot - timedelta(hours=1), None)
+    assert behind.slot == slot
+    async with engine.begin() as conn:
+        await conn.execute(
+            store.jobs.update().where(store.jobs.c.id == job.id).values(next_slot=slot, next_run_at=slot)
+        )
+    # ... and with the high-water mark the same computation moves past it.
+    assert core.next_run(job.id, spec, slot - timedelta(hours=1), slot).slot == slot + timedelta(days=1)
+    for t in (slot - timedelta(minutes=30), slot + timedelta(seconds=1), slot + timedelta(minutes=5)):
+        clock["now"] = t
+        await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+
+    rows = await run_rows(engine)
+    assert [(r.scheduled_slot, r.state) for r in rows] == [(slot, "succeeded")]
+    assert sum(fake.starts.values()) == 1
+    after = await get_job(engine, job.id)
+    assert after.next_slot == slot + timedelta(days=1) and after.last_slot == slot
+
+
+async def test_failures_retry_with_backoff_then_fail_with_their_history(env) -> None:
+    engine, fake, address, settings = env
+    fake.fail_next = 10
+    now = await db_now(engine)
+    job = due_job("alice", daily_spec(), now - timedelta(seconds=1), now)
+    await insert_jobs(engine, [job])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg(max_attempts=3))
+    for _ in range(10):
+        await loop.tick()
+        await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "failed" and row.attempt == 3
+    assert [e["attempt"] for e in row.errors] == [1, 2, 3]
+    assert all(e["error"].startswith("UNAVAILABLE") and e["at"] for e in row.errors)
+    assert sum(fake.starts.values()) == 3 and len(fake.starts) == 3  # one orchestrator run id per attempt
+
+
+async def test_backoff_delays_the_next_attempt(env) -> None:
+    engine, fake, address, settings = env
+    fake.fail_next = 1
+    now = await db_now(engine)
+    job = due_job("alice", daily_spec(), now - timedelta(seconds=1), now)
+    await insert_jobs(engine, [job])
+    cfg = fast_cfg(backoff_initial_seconds=600, backoff_max_seconds=900)
+    loop, dispatcher, channel = local_runtime(engine, address, settings, cfg)
+    await loop.tick()
+    await dispatcher.idle()
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "pending" and row.attempt == 1
+    failed_at = datetime.fromisoformat(row.errors[0]["at"])
+    assert row.next_attempt_at - failed_at == timedelta(seconds=600)
+    assert sum(fake.starts.values()) == 1
+
+
+async def test_permanent_orchestrator_error_fails_without_retry(env) -> None:
+    engine, fake, address, settings = env
+    fake.fail_next, fake.fail_code = 1, grpc.StatusCode.INVALID_ARGUMENT
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg(max_attempts=5))
+    for _ in range(3):
+        await loop.tick()
+        await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "failed" and row.attempt == 1 and len(row.errors) == 1
+
+
+async def test_stale_replicas_late_write_is_refused(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    stale, stale_dispatcher, ch1 = local_runtime(engine, address, settings, fast_cfg(lease_seconds=1), owner="stale")
+    claimed = await stale.claim_due()  # leased at attempt 1, then the replica stalls
+    (order,) = claimed.orders
+
+    async with engine.begin() as conn:  # its lease runs out
+        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
+    fresh, fresh_dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="fresh")
+    (taken,) = await fresh.take_over()
+    assert taken.run.attempt == 2 and taken.resume
+    assert await fresh_dispatcher.dispatch(taken)
+
+    # The stalled replica wakes up and completes attempt 1: nothing changes.
+    assert not await stale_dispatcher.dispatch(order)
+    async with engine.begin() as conn:
+        assert not await store.fail_attempt(
+            conn, order.run, core.RunError(1, "late", now), now=now, dispatched_at=now,
+            orchestrator_run_id="x", retry_at=None,
+        )
+    await ch1.close()
+    await ch2.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "succeeded" and row.attempt == 2 and row.errors == []
+    assert row.orchestrator_run_id == core.orchestrator_run_id(row.id, 2)
+
+
+async def test_takeover_follows_the_dead_attempts_run_instead_of_starting_it_again(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    dead, _, ch1 = local_runtime(engine, address, settings, fast_cfg(), owner="dead")
+    (order,) = (await dead.claim_due()).orders
+    # The dead replica's StartRun reached the orchestrator before it died.
+    first_id = core.orchestrator_run_id(order.run.id, 1)
+    async with grpc.aio.insecure_channel(address) as ch:
+        async for _ in orch_grpc.OrchestratorServiceStub(ch).StartRun(start_request(order.job, first_id)):
+            pass
+    async with engine.begin() as conn:
+        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
+
+    alive, dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="alive")
+    await alive.tick()
+    await dispatcher.idle()
+    await ch1.close()
+    await ch2.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "succeeded" and row.attempt == 2 and row.orchestrator_run_id == first_id
+    assert sum(fake.starts.values()) == 1 and fake.follows[first_id] == 1
+
+
+async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    job = due_job("alice", daily_spec(), now - timedelta(seconds=1), now)
+    await insert_jobs(engine, [job])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg())
+    await loop.tick()
+    await dispatcher.idle()
+    # Forget the high-water mark too: UNIQUE(job_id, scheduled_slot) still holds the line.
+    async with engine.begin() as conn:
+        await conn.execute(
+            store.jobs.update().values(next_slot=job.next_slot, next_run_at=job.next_slot, last_slot=None)
+        )
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    assert len(await run_rows(engine)) == 1 and sum(fake.starts.values()) == 1
+    after = await get_job(engine, job.id)
+    assert after.next_slot is not None and after.next_slot > now
+    assert after.last_slot == job.next_slot
