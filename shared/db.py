@@ -30,8 +30,15 @@ def create_engine(settings: Settings, service: str) -> AsyncEngine:
     if not settings.database_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         path = (settings.data_dir / f"{service}.db").resolve()
+        # One connection per process: SQLite has one writer at a time anyway, and waiting
+        # for the pool is an asyncio wait, where waiting on the file lock is SQLite's
+        # busy handler sleeping in growing steps (hundreds of ms under concurrency).
         engine = create_async_engine(
-            f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 30}
+            f"sqlite+aiosqlite:///{path}",
+            connect_args={"timeout": 30},
+            pool_size=1,
+            max_overflow=0,
+            pool_timeout=60,
         )
         _sqlite_pragmas(engine)
         return engine
