@@ -10,7 +10,7 @@ from typing import Literal
 
 import yaml
 from agentmesh.type.v1 import execution_profile_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared.domain import EXECUTOR_FROM_PB, EXECUTOR_TO_PB, ExecutorKind
 from shared.errors import InvalidArgument
@@ -44,8 +44,35 @@ class ExecutionProfile(BaseModel):
     tool_policy: ToolPolicy = ToolPolicy()
     history_policy: HistoryPolicy = HistoryPolicy()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_an_executor(cls, data: object) -> object:
+        # Seed 001 §4.4: a run always has an executor; without a router nothing else could
+        # run, so that case gets its own message.
+        if isinstance(data, dict) and data.get("executor") in (None, ""):
+            if data.get("enable_router") is False:
+                raise _Missing("executor", "is required when enable_router is false (a run needs an executor): worker or memory")
+            raise _Missing("executor", "is required: worker or memory")
+        return data
 
-CHAT_DEFAULT = ExecutionProfile(name="chat_default", enable_router=True, executor=ExecutorKind.WORKER)
+
+class _Missing(ValueError):
+    """A required field is absent; names the field (pydantic reports model errors at the root)."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.field = field
+        self.description = description
+
+
+# The worker's one server-side tool: reading the user's own memories. An empty allowlist
+# would give a profile no server-side tools at all (shared.tools).
+CHAT_DEFAULT = ExecutionProfile(
+    name="chat_default",
+    enable_router=True,
+    executor=ExecutorKind.WORKER,
+    tool_policy=ToolPolicy(allowlist=("memory_search",)),
+)
 AUTOMATION_MEMORY_DEFAULT = ExecutionProfile(
     name="automation_memory_default",
     enable_router=False,
@@ -58,6 +85,9 @@ BUILT_INS = {p.name: p for p in (CHAT_DEFAULT, AUTOMATION_MEMORY_DEFAULT)}
 
 def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
     first = err.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, _Missing):
+        return InvalidArgument(f"{prefix}.{cause.field}", cause.description)
     loc = ".".join(str(p) for p in first["loc"])
     field = f"{prefix}.{loc}" if loc else prefix
     return InvalidArgument(field, first["msg"])
@@ -105,8 +135,18 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
     )
 
 
+class ProfileFileError(ValueError):
+    """The profiles file cannot be used; the message names the file, the entry and the field."""
+
+
 class ProfileRegistry:
-    """Built-in profiles plus those of a YAML file, all validated before any is used."""
+    """Built-in profiles plus those of a YAML file, all validated before any is used.
+
+    The file (AGENTMESH_PROFILES_FILE) is a mapping with one key, `profiles`, a list of
+    profiles; each entry is validated like any profile, its allowlist against the registered
+    tools; names are unique and may not redefine a built-in. Any fault rejects the whole
+    file (ProfileFileError): a service never runs with half of it.
+    """
 
     def __init__(self, profiles: Mapping[str, ExecutionProfile]) -> None:
         self._profiles = dict(profiles)
@@ -114,14 +154,33 @@ class ProfileRegistry:
     @classmethod
     def load(cls, path: Path | None, registered_tools: Iterable[str]) -> ProfileRegistry:
         profiles = dict(BUILT_INS)
-        if path is not None:
-            tools = list(registered_tools)
-            raw = yaml.safe_load(path.read_text()) or {}
-            if not isinstance(raw, dict) or not isinstance(raw.get("profiles", []), list):
-                raise InvalidArgument("profiles", f"{path}: expected a mapping with a 'profiles' list")
-            for i, entry in enumerate(raw.get("profiles", [])):
+        if path is None:
+            return cls(profiles)
+        tools = list(registered_tools)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ProfileFileError(f"{path}: cannot read the profiles file ({err.strerror})") from None
+        except yaml.YAMLError as err:
+            raise ProfileFileError(f"{path}: not valid YAML ({err})") from None
+        if not isinstance(raw, dict) or set(raw) != {"profiles"} or not isinstance(raw["profiles"], list):
+            raise ProfileFileError(f"{path}: expected a mapping with exactly one key, 'profiles', holding a list")
+        for i, entry in enumerate(raw["profiles"]):
+            if not isinstance(entry, dict):
+                raise ProfileFileError(f"{path}: profiles[{i}]: must be a mapping")
+            if "name" not in entry:
+                raise ProfileFileError(f"{path}: profiles[{i}].name: is required")
+            try:
                 profile = parse_profile(entry, registered_tools=tools, field=f"profiles[{i}]")
-                profiles[profile.name] = profile
+            except InvalidArgument as err:
+                raise ProfileFileError(f"{path}: {err.message}") from None
+            if profile.name in BUILT_INS:
+                raise ProfileFileError(
+                    f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; use another name"
+                )
+            if profile.name in profiles:
+                raise ProfileFileError(f"{path}: profiles[{i}].name: {profile.name!r} is defined twice")
+            profiles[profile.name] = profile
         return cls(profiles)
 
     def get(self, name: str) -> ExecutionProfile:

@@ -76,11 +76,22 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Log message contents and tool arguments (never on in production).
     log_contents: bool = False
+    # OpenTelemetry: OTLP/gRPC collector endpoint (http://collector:4317) the traces go to.
+    # Empty: tracing is off.
+    otlp_endpoint: str = ""
+    # gRPC services: serve Prometheus /metrics on this port. 0 or empty: off (the gateway
+    # always serves GET /metrics on its own port).
+    metrics_port: int = 0
 
     @field_validator("profiles_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _empty_is_zero(cls, value: object) -> object:
+        return 0 if value == "" or value is None else value
 
     def listen_port(self, service: str) -> int:
         return DEFAULT_PORTS[service] if self.port is None else self.port

@@ -12,6 +12,7 @@ from services.executor.events import (
     StepItem,
     StepResult,
     TextDelta,
+    ToolDenied,
     TextEnd,
     TextStart,
     ToolCallArgs,
@@ -66,7 +67,15 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         ),
         time_zone=request.time_zone,
         reply_message_id=request.reply_message_id,
+        declared_tools=tuple(request.declared_tools),
     )
+
+
+DENIAL_REASON_TO_PB = {
+    "not_declared": pb.TOOL_DENIAL_REASON_NOT_DECLARED,
+    "not_in_profile": pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE,
+    "not_registered": pb.TOOL_DENIAL_REASON_NOT_REGISTERED,
+}
 
 
 def _event(item: StepItem) -> run_event_pb2.RunEvent:
@@ -107,6 +116,17 @@ def _event(item: StepItem) -> run_event_pb2.RunEvent:
 
 
 def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
+    if isinstance(item, run_event_pb2.RunEvent):
+        return pb.ExecuteResponse(event=item)
+    if isinstance(item, ToolDenied):
+        return pb.ExecuteResponse(
+            tool_denial=pb.ToolDenial(
+                tool_call_id=item.tool_call_id,
+                tool_name=item.tool_name,
+                arguments_sha256=item.arguments_sha256,
+                reason=DENIAL_REASON_TO_PB[item.reason],
+            )
+        )
     if isinstance(item, Msg):
         return pb.ExecuteResponse(message=msg_to_pb(item))
     if isinstance(item, StepResult):

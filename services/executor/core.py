@@ -1,10 +1,13 @@
-"""Pure rules of the executor: which agent runs a step, which tools a step offers, where a
-tool call goes, how streamed tool-call fragments assemble. No I/O."""
+"""Pure rules of the executor: which agent runs a step, client-tool names, how streamed
+tool-call fragments assemble. Which server-side tools a step offers and may run is
+shared.tools' rule. No I/O."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -25,18 +28,6 @@ def select_agent(executor: ExecutorKind, agents: Mapping[ExecutorKind, A]) -> A:
     return agent
 
 
-def offered_server_tools(authorised: Iterable[str], registered: Iterable[str]) -> tuple[str, ...]:
-    """Server-side tools the model is offered: those the run authorised that this process runs."""
-    known = set(registered)
-    seen: set[str] = set()
-    offered = []
-    for name in authorised:
-        if name in known and name not in seen:
-            seen.add(name)
-            offered.append(name)
-    return tuple(offered)
-
-
 def check_client_tools(client: Sequence[str], server: Iterable[str]) -> None:
     """Client-side tool names are unique and never shadow a server-side tool."""
     seen: set[str] = set()
@@ -54,21 +45,16 @@ def check_client_tools(client: Sequence[str], server: Iterable[str]) -> None:
 
 
 class ToolRoute(StrEnum):
+    """Where a tool call goes (the worker decides with shared.tools.authorize)."""
+
     SERVER = "server"  # run here, result fed to the next model turn
     CLIENT = "client"  # the step ends; the client runs it
     FORBIDDEN = "forbidden"  # not executed; the model gets an error result
 
 
-def route_tool_call(name: str, server: Iterable[str], client: Iterable[str]) -> ToolRoute:
-    if name in set(server):
-        return ToolRoute.SERVER
-    if name in set(client):
-        return ToolRoute.CLIENT
-    return ToolRoute.FORBIDDEN
-
-
-def forbidden_tool_message(name: str) -> str:
-    return f"error: tool {name!r} is not available to this run; it was not executed"
+def forbidden_tool_message(name: str, reason: str = "") -> str:
+    why = f" ({reason})" if reason else ""
+    return f"error: tool {name!r} is not available to this run{why}; it was not executed"
 
 
 def turn_message_id(reply_message_id: str, turn: int) -> str:
@@ -120,3 +106,46 @@ class ToolCallAssembler:
 
     def __bool__(self) -> bool:
         return bool(self._calls)
+
+
+# ---- the memory agent's watermark -----------------------------------------------------------
+
+# Where a message sits among an owner's messages across threads: history's order of a
+# cross-thread context (created_at, thread_id, position).
+MessageKey = tuple[datetime, str, int]
+
+
+def message_key(created_at: datetime, thread_id: str, position: int) -> MessageKey:
+    return (created_at.astimezone(UTC), thread_id, position)
+
+
+def watermark_position(key: MessageKey, message_id: str) -> str:
+    """The watermark's opaque position for the last message processed."""
+    created_at, thread_id, position = key
+    return json.dumps(
+        {
+            "message_time": created_at.isoformat(),
+            "thread_id": thread_id,
+            "position": position,
+            "message_id": message_id,
+        },
+        separators=(",", ":"),
+    )
+
+
+def watermark_key(position: str) -> MessageKey | None:
+    """The key of a watermark's position; None for a never-advanced (or unreadable) one.
+
+    An unreadable position is treated as never advanced: reprocessing is harmless (memory
+    writes are idempotent), skipping messages would not be.
+    """
+    if not position:
+        return None
+    try:
+        data = json.loads(position)
+        created_at = datetime.fromisoformat(data["message_time"])
+        if created_at.tzinfo is None:
+            return None
+        return message_key(created_at, str(data["thread_id"]), int(data["position"]))
+    except (ValueError, KeyError, TypeError):
+        return None

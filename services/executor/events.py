@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentmesh.type.v1 import run_event_pb2
+
 from shared.messages import Msg, Usage
 
 
@@ -51,7 +53,30 @@ class ToolCallResult:
     content: str
 
 
-StepEvent = TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallArgs | ToolCallEnd | ToolCallResult
+@dataclass(frozen=True)
+class ToolDenied:
+    """A tool call the step refused (shared.tools.authorize): the orchestrator audits it."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments_sha256: str
+    reason: str  # a shared.tools.DenialReason value
+
+
+# Tool-call events produced by shared.toolcalls.ToolCallTracker (which speaks the run-event
+# protobuf so that "START was emitted" has one owner) travel as they are.
+TrackedEvent = run_event_pb2.RunEvent
+
+StepEvent = (
+    TextStart
+    | TextDelta
+    | TextEnd
+    | ToolCallStart
+    | ToolCallArgs
+    | ToolCallEnd
+    | ToolCallResult
+    | TrackedEvent
+)
 
 
 @dataclass(frozen=True)
@@ -65,4 +90,4 @@ class StepResult:
 
 
 # A finished message (reply, tool calls, tool results) to be stored by the orchestrator.
-StepItem = StepEvent | Msg | StepResult
+StepItem = StepEvent | ToolDenied | Msg | StepResult

@@ -1,13 +1,12 @@
-"""The chat model this process uses, chosen by settings.model_provider."""
+"""The chat model this process uses: the model layer's factory (settings.model_provider and
+the model card settings; the offline scripted model by default)."""
 
 from __future__ import annotations
 
 from shared.model.base import ChatModel
-from shared.model.scripted import ScriptedModel
+from shared.model.factory import create_model
 from shared.settings import Settings
 
 
 def model_for(settings: Settings) -> ChatModel:
-    if settings.model_provider == "scripted":
-        return ScriptedModel(settings.scripted_token_latency)
-    raise ValueError(f"AGENTMESH_MODEL_PROVIDER: unsupported model provider {settings.model_provider!r}")
+    return create_model(settings)

@@ -1,4 +1,5 @@
-"""Executor wiring: the model, the tool registry and the agents behind ExecutorService.
+"""Executor wiring: the model, the tool registry (the memory tools over the memory service)
+and the agents behind ExecutorService.
 
 The executor owns no tables (nothing to migrate)."""
 
@@ -9,12 +10,14 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 
 from services.executor.agents import build_agents
 from services.executor.config import ExecutorConfig
+from services.executor.memory_tools import MemoryClient, memory_tools
 from services.executor.models import model_for
 from services.executor.servicer import ExecutorServicer
 from services.executor.tools import Tool, ToolRegistry
 from shared.model.base import ChatModel
 from shared.server import ServiceParts
 from shared.settings import Settings
+from shared.tools import REGISTERED_TOOLS
 
 SERVICE_NAME = executor_service_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
 
@@ -25,15 +28,20 @@ async def build(
     settings: Settings,
     *,
     model: ChatModel | None = None,
-    tools: tuple[Tool, ...] = (),
+    tools: tuple[Tool, ...] | None = None,
     config: ExecutorConfig | None = None,
 ) -> ServiceParts:
+    """`tools` replaces the registered tools (tests); by default they are the memory tools."""
+    memory = MemoryClient(settings.addr("memory"), settings.rpc_timeout_seconds)
+    registry = ToolRegistry(memory_tools(memory) if tools is None else tools)
+    if tools is None and set(registry.names()) != set(REGISTERED_TOOLS):
+        raise RuntimeError("the executor's tools differ from shared.tools.REGISTERED_TOOLS")
     agents = build_agents(
-        model or model_for(settings), ToolRegistry(tools), config or ExecutorConfig()
+        model or model_for(settings), registry, config or ExecutorConfig(), memory
     )
     servicer = ExecutorServicer(agents)
 
     def register(server: grpc.aio.Server) -> None:
         executor_service_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, server)
 
-    return ServiceParts(register=register, service_names=[SERVICE_NAME])
+    return ServiceParts(register=register, service_names=[SERVICE_NAME], on_stop=memory.aclose)

@@ -19,6 +19,8 @@ class ToolContext:
     run_id: str
     thread_id: str
     time_zone: str
+    # The messages the step works from (the memory agent's sources of a memory).
+    source_message_ids: tuple[str, ...] = ()
 
 
 class ToolError(Exception):

@@ -206,3 +206,33 @@ def memory_json(m: memory_service_pb2.Memory) -> dict[str, Any]:
     if m.HasField("update_time"):
         out["updateTime"] = timestamp(m.update_time)
     return out
+
+
+DENIAL_REASON_NAMES = {
+    history_service_pb2.TOOL_DENIAL_REASON_NOT_DECLARED: "not_declared",
+    history_service_pb2.TOOL_DENIAL_REASON_NOT_IN_PROFILE: "not_in_profile",
+    history_service_pb2.TOOL_DENIAL_REASON_NOT_REGISTERED: "not_registered",
+}
+
+
+def tool_denial_json(d: history_service_pb2.ToolDenial) -> dict[str, Any]:
+    """An audit record of a refused tool call (the arguments only as their sha256)."""
+    out: dict[str, Any] = {
+        "ownerId": d.owner_id,
+        "runId": d.run_id,
+        "threadId": d.thread_id,
+        "toolCallId": d.tool_call_id,
+        "toolName": d.tool_name,
+        "argumentsSha256": d.arguments_sha256,
+    }
+    if d.reason in DENIAL_REASON_NAMES:
+        out["reason"] = DENIAL_REASON_NAMES[d.reason]
+    if d.origin in RUNTIME_MODE_NAMES:
+        out["origin"] = RUNTIME_MODE_NAMES[d.origin]
+    if d.executor in EXECUTOR_NAMES:
+        out["executor"] = EXECUTOR_NAMES[d.executor]
+    if d.execution_profile_name:
+        out["executionProfileName"] = d.execution_profile_name
+    if d.HasField("create_time"):
+        out["createTime"] = timestamp(d.create_time)
+    return out

@@ -106,14 +106,28 @@ def camel_field(path: str) -> str:
     return _SNAKE.sub(lambda m: m.group(1).upper(), path)
 
 
-def from_rpc(err: grpc.RpcError, service: str, *, camel_fields: bool = False) -> ApiError:
-    """The HTTP answer for a failed call to `service`."""
+def from_rpc(
+    err: grpc.RpcError,
+    service: str,
+    *,
+    camel_fields: bool = False,
+    renames: Mapping[str, str] | None = None,
+) -> ApiError:
+    """The HTTP answer for a failed call to `service`. `renames` maps a proto field to the
+    name the caller used for it (e.g. profile_name -> forwardedProps.agentmesh.profile)."""
     code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
     status = HTTP_STATUS.get(code, 500)
     if code in _CLIENT_FACING:
         domain = from_rpc_error(err)
-        violations = [(camel_field(f) if camel_fields else f, d) for f, d in domain.violations]
-        return ApiError(status, code.name, domain.message, violations=violations)
+        renames = renames or {}
+        message = domain.message
+        violations = []
+        for f, d in domain.violations:
+            name = renames.get(f) or (camel_field(f) if camel_fields else f)
+            if f in renames and message.startswith(f"{f}:"):
+                message = f"{name}:{message[len(f) + 1:]}"
+            violations.append((name, d))
+        return ApiError(status, code.name, message, violations=violations)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         log.warning(
             "%s unreachable", service, extra={"fields": {"code": code.name, "service": service}}

@@ -124,7 +124,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 @router.get(
     "/api/v1/admin/audit",
-    summary="Every message and tool call of an owner, hidden ones included (admin scope)",
+    summary="Every message, tool call and refused tool call of an owner, hidden ones included (admin scope)",
     dependencies=[
         Depends(
             only_params(
@@ -180,6 +180,8 @@ async def list_audit(
         timeout=settings.rpc_timeout_seconds,
         admin=True,
     )
-    return _page(
+    out = _page(
         "messages", convert.messages_json(reply.messages, audit=True), reply.next_page_token
     )
+    out["toolDenials"] = [convert.tool_denial_json(d) for d in reply.tool_denials]
+    return out

@@ -17,6 +17,7 @@ from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal
 from services.gateway.run_input import (
+    PROFILE_FIELD,
     RunAgentInputIn,
     check_body_size,
     parse_body,
@@ -128,7 +129,9 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
             504, "DEADLINE_EXCEEDED", "the orchestrator service did not answer in time; retry later"
         ) from None
     except grpc.RpcError as err:
-        raise from_rpc(err, "orchestrator", camel_fields=True) from None
+        raise from_rpc(
+            err, "orchestrator", camel_fields=True, renames={"profile_name": PROFILE_FIELD}
+        ) from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
     return StreamingResponse(

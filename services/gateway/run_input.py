@@ -219,6 +219,27 @@ def time_zone(header: str | None) -> str:
     return header
 
 
+PROFILE_FIELD = "forwardedProps.agentmesh.profile"
+MAX_PROFILE_NAME = 100
+
+
+def requested_profile(forwarded_props: Any) -> str:
+    """The execution profile a chat caller names in forwardedProps.agentmesh.profile ("" =
+    chat_default). The orchestrator decides whether the caller may use it (worker profiles
+    only); other forwardedProps keys pass through untouched."""
+    if not isinstance(forwarded_props, dict) or "agentmesh" not in forwarded_props:
+        return ""
+    ours = forwarded_props["agentmesh"]
+    if not isinstance(ours, dict):
+        raise invalid("forwardedProps.agentmesh", "must be an object")
+    name = ours.get("profile", "")
+    if not isinstance(name, str):
+        raise invalid(PROFILE_FIELD, "must be a string (an execution profile name)")
+    if len(name) > MAX_PROFILE_NAME:
+        raise invalid(PROFILE_FIELD, f"must be at most {MAX_PROFILE_NAME} characters")
+    return name
+
+
 def start_run_request(
     parsed: RunAgentInputIn, *, max_chars: int, tz: str
 ) -> orchestrator_service_pb2.StartRunRequest:
@@ -241,6 +262,7 @@ def start_run_request(
         origin=message_pb2.RUNTIME_MODE_CHAT,
         time_zone=tz,
         parent_run_id=parsed.parent_run_id or "",
+        profile_name=requested_profile(parsed.forwarded_props),
     )
     if parsed.state is not None:
         req.state.CopyFrom(_json_value("state", parsed.state))

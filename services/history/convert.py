@@ -14,7 +14,7 @@ from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
 from services.history import core
-from services.history.core import Message, NewMessage, Run, RunState, Thread
+from services.history.core import Message, NewMessage, Run, RunState, Thread, ToolDenial
 from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
@@ -225,6 +225,42 @@ def run_to_pb(r: Run) -> pb.Run:
     if r.finish_time is not None:
         out.finish_time.CopyFrom(_ts(r.finish_time))
     return out
+
+
+DENIAL_REASON_FROM_PB = {
+    pb.TOOL_DENIAL_REASON_NOT_DECLARED: "not_declared",
+    pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE: "not_in_profile",
+    pb.TOOL_DENIAL_REASON_NOT_REGISTERED: "not_registered",
+}
+DENIAL_REASON_TO_PB = {v: k for k, v in DENIAL_REASON_FROM_PB.items()}
+
+
+def new_denials(
+    items: Sequence[pb.ToolDenial], field: str
+) -> list[tuple[str, str, str, str]]:
+    """(call id, tool, digest, reason) of FinishRun's tool_denials, validated."""
+    out = []
+    for i, d in enumerate(items):
+        reason = DENIAL_REASON_FROM_PB.get(d.reason, "")  # type: ignore[call-overload]
+        core.check_denial(d.tool_call_id, d.tool_name, d.arguments_sha256, reason, f"{field}[{i}]")
+        out.append((d.tool_call_id, d.tool_name, d.arguments_sha256, reason))
+    return out
+
+
+def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
+    return pb.ToolDenial(
+        tool_call_id=d.tool_call_id,
+        tool_name=d.tool_name,
+        arguments_sha256=d.arguments_sha256,
+        reason=DENIAL_REASON_TO_PB[d.reason],  # type: ignore[arg-type]
+        owner_id=d.owner_id,
+        run_id=d.run_id,
+        thread_id=d.thread_id,
+        origin=RUNTIME_MODE_TO_PB[d.origin],
+        executor=EXECUTOR_TO_PB[d.executor],
+        execution_profile_name=d.execution_profile_name,
+        create_time=_ts(d.created_at),
+    )
 
 
 # --- context options ----------------------------------------------------------------------

@@ -64,6 +64,66 @@ class Run:
 
 
 @dataclass(frozen=True)
+class ToolDenial:
+    """An audit record of a refused tool call (arguments only as their sha256)."""
+
+    owner_id: str
+    run_id: str
+    thread_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments_sha256: str
+    reason: str
+    origin: RuntimeMode
+    executor: ExecutorKind
+    execution_profile_name: str
+    created_at: datetime
+
+
+DENIAL_REASONS = ("not_declared", "not_in_profile", "not_registered")
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+def check_denial(tool_call_id: str, tool_name: str, digest: str, reason: str, field: str) -> None:
+    if not tool_call_id or len(tool_call_id) > 200:
+        raise InvalidArgument(f"{field}.tool_call_id", "must be 1 to 200 characters")
+    if not tool_name or len(tool_name) > 200:
+        raise InvalidArgument(f"{field}.tool_name", "must be 1 to 200 characters")
+    if len(digest) != 64 or not set(digest) <= _SHA256_HEX:
+        raise InvalidArgument(f"{field}.arguments_sha256", "must be a sha256 digest in lowercase hex")
+    if reason not in DENIAL_REASONS:
+        raise InvalidArgument(f"{field}.reason", "must be NOT_DECLARED, NOT_IN_PROFILE or NOT_REGISTERED")
+
+
+def denials_for_run(
+    items: Sequence[tuple[str, str, str, str]], run: Run, now: datetime
+) -> list[ToolDenial]:
+    """(call id, tool, digest, reason) of a run as records, each call once."""
+    seen: set[str] = set()
+    out = []
+    for call_id, tool, digest, reason in items:
+        if call_id in seen:
+            continue
+        seen.add(call_id)
+        out.append(
+            ToolDenial(
+                owner_id=run.owner_id,
+                run_id=run.id,
+                thread_id=run.thread_id,
+                tool_call_id=call_id,
+                tool_name=tool,
+                arguments_sha256=digest,
+                reason=reason,
+                origin=run.origin,
+                executor=run.profile.executor,
+                execution_profile_name=run.profile.name,
+                created_at=now,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
 class NewMessage:
     """A message as a caller sends it: no mask, position or time yet."""
 

@@ -197,6 +197,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if len(request.error_code) > 100:
             raise InvalidArgument("error_code", "must be at most 100 characters")
         outputs = convert.new_messages(request.output_messages, "output_messages")
+        denials = convert.new_denials(request.tool_denials, "tool_denials")
         now = self._clock()
         async with self._write() as conn:
             run = await store.lock_run(conn, owner, run_id)
@@ -208,6 +209,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     conn, thread, core.for_run(outputs, run, "output_messages"),
                     "output_messages", now,
                 )
+                await store.insert_denials(conn, core.denials_for_run(denials, run, now))
                 run = await store.finish_run(
                     conn,
                     owner,
@@ -422,17 +424,81 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         flt = _audit_filter(request.filter)
         size = page_size(request.page_size)
         scope = ["audit", request.owner_id, dataclasses.asdict(flt)]
-        raw = decode_token(request.page_token, scope)
-        after = _key_from_token(raw) if raw is not None else None
+        cursor = _AuditCursor.from_token(decode_token(request.page_token, scope))
+        messages: list[Message] = []
+        denials: list[core.ToolDenial] = []
         async with self._read() as conn:
-            rows = await store.audit_page(conn, request.owner_id, flt, after=after, limit=size + 1)
-        page = rows[:size]
+            if not cursor.messages_done:
+                messages = await store.audit_page(
+                    conn, request.owner_id, flt, after=cursor.message, limit=size + 1
+                )
+            if not cursor.denials_done:
+                denials = await store.denial_page(
+                    conn, request.owner_id, flt, after=cursor.denial, limit=size + 1
+                )
+        # Messages and denials page side by side, each with its own position.
+        more_messages, more_denials = len(messages) > size, len(denials) > size
+        messages, denials = messages[:size], denials[:size]
         token = ""
-        if len(rows) > size:
-            token = encode_token(_key_to_token(_context_key(page[-1])), scope)
+        if more_messages or more_denials:
+            token = encode_token(
+                _AuditCursor(
+                    message=_context_key(messages[-1]) if more_messages else None,
+                    messages_done=not more_messages,
+                    denial=_denial_key(denials[-1]) if more_denials else None,
+                    denials_done=not more_denials,
+                ).to_token(),
+                scope,
+            )
         return pb.ListAuditResponse(
-            messages=[convert.message_to_pb(m) for m in page], next_page_token=token
+            messages=[convert.message_to_pb(m) for m in messages],
+            tool_denials=[convert.denial_to_pb(d) for d in denials],
+            next_page_token=token,
         )
+
+
+def _denial_key(d: core.ToolDenial) -> store.DenialKey:
+    return store.DenialKey(d.created_at, d.run_id, d.tool_call_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class _AuditCursor:
+    """Where an audit listing stands in each of its two streams (messages, denials)."""
+
+    message: ContextKey | None = None
+    messages_done: bool = False
+    denial: store.DenialKey | None = None
+    denials_done: bool = False
+
+    def to_token(self) -> dict[str, Any]:
+        return {
+            "m": _key_to_token(self.message) if self.message else None,
+            "md": self.messages_done,
+            "d": [self.denial.created_at.isoformat(), self.denial.run_id, self.denial.tool_call_id]
+            if self.denial
+            else None,
+            "dd": self.denials_done,
+        }
+
+    @classmethod
+    def from_token(cls, raw: Any) -> _AuditCursor:
+        if raw is None:
+            return cls()
+        try:
+            denial = None
+            if raw["d"] is not None:
+                created, run_id, call_id = raw["d"]
+                denial = store.DenialKey(datetime.fromisoformat(created), str(run_id), str(call_id))
+                if denial.created_at.tzinfo is None:
+                    raise _bad_token()
+            return cls(
+                message=_key_from_token(raw["m"]) if raw["m"] is not None else None,
+                messages_done=bool(raw["md"]),
+                denial=denial,
+                denials_done=bool(raw["dd"]),
+            )
+        except (TypeError, ValueError, KeyError):
+            raise _bad_token() from None
 
 
 def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:

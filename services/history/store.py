@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.history.core import Message, Run, RunState, Thread
+from services.history.core import Message, Run, RunState, Thread, ToolDenial
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.profiles import ExecutionProfile
 from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
@@ -101,6 +101,22 @@ runs = sa.Table(
     sa.Column("finish_time", UtcDateTime),
     sa.Column("error_code", sa.String),
     sa.Column("error_message", sa.String),
+)
+
+tool_denials = sa.Table(
+    "tool_denials",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("run_id", sa.String, primary_key=True),
+    sa.Column("tool_call_id", sa.String, primary_key=True),
+    sa.Column("thread_id", sa.String),
+    sa.Column("tool_name", sa.String),
+    sa.Column("arguments_sha256", sa.String),
+    sa.Column("reason", sa.String),
+    sa.Column("origin", sa.String),
+    sa.Column("executor", sa.String),
+    sa.Column("execution_profile_name", sa.String),
+    sa.Column("created_at", UtcDateTime),
 )
 
 
@@ -548,3 +564,97 @@ async def finish_run(
         )
     ).one()
     return _run(row)
+
+
+# --- tool denials -----------------------------------------------------------------------
+
+
+async def insert_denials(conn: AsyncConnection, denials: Sequence[ToolDenial]) -> None:
+    """Store denials; one already stored (a retried FinishRun) stays as it was."""
+    if not denials:
+        return
+    stmt = _insert(conn, tool_denials).on_conflict_do_nothing(
+        index_elements=["owner_id", "run_id", "tool_call_id"]
+    )
+    await conn.execute(
+        stmt,
+        [
+            {
+                "owner_id": d.owner_id,
+                "run_id": d.run_id,
+                "tool_call_id": d.tool_call_id,
+                "thread_id": d.thread_id,
+                "tool_name": d.tool_name,
+                "arguments_sha256": d.arguments_sha256,
+                "reason": d.reason,
+                "origin": d.origin.value,
+                "executor": d.executor.value,
+                "execution_profile_name": d.execution_profile_name,
+                "created_at": d.created_at,
+            }
+            for d in denials
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class DenialKey:
+    created_at: datetime
+    run_id: str
+    tool_call_id: str
+
+
+def _denial(row: Row[Any]) -> ToolDenial:
+    return ToolDenial(
+        owner_id=row.owner_id,
+        run_id=row.run_id,
+        thread_id=row.thread_id,
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        arguments_sha256=row.arguments_sha256,
+        reason=row.reason,
+        origin=RuntimeMode(row.origin),
+        executor=ExecutorKind(row.executor),
+        execution_profile_name=row.execution_profile_name,
+        created_at=row.created_at,
+    )
+
+
+async def denial_page(
+    conn: AsyncConnection,
+    owner_id: str,
+    flt: AuditFilter,
+    *,
+    after: DenialKey | None,
+    limit: int,
+) -> list[ToolDenial]:
+    """The owner's refused tool calls matching the audit filter, by time."""
+    c = tool_denials.c
+    stmt = sa.select(tool_denials).where(c.owner_id == owner_id)
+    if flt.origin is not None:
+        stmt = stmt.where(c.origin == flt.origin.value)
+    if flt.executor is not None:
+        stmt = stmt.where(c.executor == flt.executor.value)
+    if flt.execution_profile_name:
+        stmt = stmt.where(c.execution_profile_name == flt.execution_profile_name)
+    if flt.thread_id:
+        stmt = stmt.where(c.thread_id == flt.thread_id)
+    if flt.start_time is not None:
+        stmt = stmt.where(c.created_at >= flt.start_time)
+    if flt.end_time is not None:
+        stmt = stmt.where(c.created_at < flt.end_time)
+    if after is not None:
+        stmt = stmt.where(
+            sa.or_(
+                c.created_at > after.created_at,
+                sa.and_(
+                    c.created_at == after.created_at,
+                    sa.or_(
+                        c.run_id > after.run_id,
+                        sa.and_(c.run_id == after.run_id, c.tool_call_id > after.tool_call_id),
+                    ),
+                ),
+            )
+        )
+    stmt = stmt.order_by(c.created_at, c.run_id, c.tool_call_id).limit(limit)
+    return [_denial(r) for r in (await conn.execute(stmt)).all()]

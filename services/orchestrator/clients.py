@@ -61,6 +61,17 @@ class Peers:
             raise from_rpc_error(err) from None
         return response
 
+    async def load_context(
+        self, owner: str, request: history_service_pb2.LoadContextRequest
+    ) -> history_service_pb2.LoadContextResponse:
+        try:
+            response: history_service_pb2.LoadContextResponse = await self.history.LoadContext(
+                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        return response
+
     async def route(
         self, owner: str, request: router_service_pb2.RouteRequest
     ) -> router_service_pb2.RouteResponse:

@@ -23,6 +23,9 @@ from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 
+# Messages per LoadContext page when the memory agent's window is loaded.
+OWNER_WINDOW_PAGE = 500
+
 # ---- StartRun -> RunPlan ------------------------------------------------------------
 
 
@@ -90,7 +93,7 @@ def plan_from_pb(
         profile=profile,
         inputs=tuple(stamped),
         time_zone=_time_zone(request.time_zone, default_time_zone),
-        server_tools=core.server_tools_for(profile, request.declared_tools),
+        server_tools=core.server_tools_for(origin, profile, request.declared_tools),
         client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
     )
 
@@ -154,6 +157,30 @@ def execute_request(
         client_tools=[_tool_spec_to_pb(t) for t in client_tools],
         time_zone=plan.time_zone,
         reply_message_id=reply_message_id,
+        # After the router: what it dropped counts as not declared for this step.
+        declared_tools=list(server_tools),
+    )
+
+
+def owner_window_request(plan: RunPlan, page_token: str) -> history_service_pb2.LoadContextRequest:
+    """A page of the owner's chat messages (all threads) in the profile's window."""
+    return history_service_pb2.LoadContextRequest(
+        across_threads=True,
+        context=history_service_pb2.ContextOptions(
+            window=plan.profile.history_policy.window, time_zone=plan.time_zone
+        ),
+        page_size=OWNER_WINDOW_PAGE,
+        page_token=page_token,
+    )
+
+
+def tool_denial(item: executor_service_pb2.ToolDenial) -> history_service_pb2.ToolDenial:
+    """An executor's refused call as the audit record history stores (same reason codes)."""
+    return history_service_pb2.ToolDenial(
+        tool_call_id=item.tool_call_id,
+        tool_name=item.tool_name,
+        arguments_sha256=item.arguments_sha256,
+        reason=int(item.reason),  # type: ignore[arg-type]
     )
 
 

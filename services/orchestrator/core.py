@@ -25,7 +25,9 @@ from shared.errors import (
 )
 from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
+from shared.domain import ExecutorKind
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
+from shared.tools import REGISTERED_TOOLS, effective_tools
 
 MAX_ID_CHARS = 128
 ROUTER_STEP = "router"
@@ -102,11 +104,21 @@ def resolve_profile(
     snapshot: ExecutionProfile | None,
     registry: ProfileRegistry,
 ) -> ExecutionProfile:
-    """chat -> chat_default or the named registry profile; automation -> the job's snapshot."""
+    """chat -> chat_default or the named registry profile; automation -> the job's snapshot.
+
+    A chat caller may name only a worker profile: the memory executor works on the owner's
+    whole conversation history with write tools, which only automation (a job the owner has)
+    starts.
+    """
     if origin is RuntimeMode.CHAT:
         if snapshot is not None:
             raise InvalidArgument("profile", "only automation runs carry a profile snapshot")
-        return registry.get(profile_name or CHAT_DEFAULT.name)
+        profile = registry.get(profile_name or CHAT_DEFAULT.name)
+        if profile.executor is not ExecutorKind.WORKER:
+            raise InvalidArgument(
+                "profile_name", f"profile {profile.name!r} is not available to chat runs (worker profiles only)"
+            )
+        return profile
     if profile_name:
         raise InvalidArgument("profile_name", "automation runs use their job's profile snapshot")
     if snapshot is None:
@@ -120,14 +132,18 @@ def plan_steps(profile: ExecutionProfile) -> tuple[str, ...]:
     return (ROUTER_STEP, executor) if profile.enable_router else (executor,)
 
 
-def server_tools_for(profile: ExecutionProfile, declared: Iterable[str]) -> tuple[str, ...]:
-    """Server-side tools a run may offer: declared ∩ the profile's allowlist (order kept).
+def server_tools_for(
+    origin: RuntimeMode, profile: ExecutionProfile, declared: Iterable[str]
+) -> tuple[str, ...]:
+    """The run's effective server-side tools (shared.tools.effective_tools).
 
-    The executor intersects with the tools it really has (the system allowlist); client-side
-    tools are the caller's own and are not subject to the profile's allowlist.
+    An automation run declares its job's config.tools; a chat run declares its profile's
+    allowlist (chat callers declare only client-side tools, which are theirs to run and not
+    subject to the profile). The executor applies the same rule to every call.
     """
-    allowed = set(profile.tool_policy.allowlist)
-    return tuple(dict.fromkeys(t for t in declared if t in allowed))
+    if origin is RuntimeMode.CHAT:
+        declared = profile.tool_policy.allowlist
+    return effective_tools(declared, profile, REGISTERED_TOOLS)
 
 
 def narrow(tools: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:

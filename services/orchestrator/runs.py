@@ -26,6 +26,7 @@ from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunPlan
 from services.orchestrator.writer import RunEventWriter
+from shared.domain import ExecutorKind
 from shared.errors import AlreadyExists, Internal, NotFound
 from shared.eventlog import EventLog
 from shared.logs import run_id_var, thread_id_var
@@ -58,6 +59,8 @@ class ActiveRun:
     spans: OpenSpans = field(default_factory=OpenSpans)
     # Finished messages of the steps, stamped for history.
     outputs: list[message_pb2.Message] = field(default_factory=list)
+    # Tool calls the executor refused, audited with the run's record.
+    denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
 
 
 class RunManager:
@@ -180,6 +183,12 @@ class RunManager:
             return
         await self._emit(run, convert.run_started())
         context = convert.context_without_inputs(begin.context_messages, plan)
+        if plan.profile.executor is ExecutorKind.MEMORY:
+            try:
+                context = await self._owner_window(plan)
+            except Exception as exc:
+                await self._fail(run, exc)
+                return
 
         steps = asyncio.create_task(self._steps(run, context), name=f"steps {plan.run_id}")
         run.steps = steps
@@ -197,6 +206,20 @@ class RunManager:
             await self._fail(run, exc)
             return
         await self._succeeded(run, result)
+
+    async def _owner_window(self, plan: RunPlan) -> list[message_pb2.Message]:
+        """The memory agent's context: the owner's chat messages (every thread) in the
+        profile's window and the run's time zone, oldest first."""
+        messages: list[message_pb2.Message] = []
+        token = ""
+        while True:
+            page = await self.peers.load_context(
+                plan.owner, convert.owner_window_request(plan, token)
+            )
+            messages.extend(page.messages)
+            token = page.next_page_token
+            if not token:
+                return messages
 
     async def _steps(
         self, run: ActiveRun, context: list[message_pb2.Message]
@@ -224,6 +247,8 @@ class RunManager:
                             await self._emit(run, item.event)
                     elif which == "message":
                         run.outputs.append(convert.stamp_output(item.message, plan))
+                    elif which == "tool_denial":
+                        run.denials.append(convert.tool_denial(item.tool_denial))
                     elif which == "result":
                         result = item.result
                 if result is None:
@@ -248,6 +273,7 @@ class RunManager:
                 output_messages=outputs,
                 error_code=code,
                 error_message=message,
+                tool_denials=run.denials,
             ),
         )
 

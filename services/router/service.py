@@ -11,6 +11,7 @@ from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
 from services.router.deciders import Decider, ModelDecider, RuleDecider
 from services.router.servicer import RouterServicer
 from shared.model.base import ChatModel
+from shared.model.factory import create_model
 from shared.server import ServiceParts
 from shared.settings import Settings
 
@@ -23,9 +24,8 @@ def decider_for(settings: Settings, model: ChatModel | None = None) -> Decider:
     if model is None and settings.model_provider == "scripted":
         return RuleDecider()
     if model is None:
-        raise ValueError(
-            f"AGENTMESH_MODEL_PROVIDER: unsupported model provider {settings.model_provider!r}"
-        )
+        # The model layer's factory: provider and card from settings (CardError explains).
+        model = create_model(settings)
     # Leave part of the caller's deadline for the answer itself.
     return ModelDecider(model, timeout_seconds=settings.rpc_timeout_seconds * 0.8)
 

@@ -17,17 +17,6 @@ def test_executor_without_an_agent_is_failed_precondition_naming_it() -> None:
     assert info.value.reason == "EXECUTOR_NOT_AVAILABLE"
 
 
-def test_offered_server_tools_are_the_authorised_ones_this_process_has() -> None:
-    offered = core.offered_server_tools(["b", "x", "a", "b"], registered=["a", "b", "c"])
-    assert offered == ("b", "a")
-
-
-def test_tool_call_routes_to_server_client_or_nowhere() -> None:
-    assert core.route_tool_call("a", ["a"], ["c"]) is core.ToolRoute.SERVER
-    assert core.route_tool_call("c", ["a"], ["c"]) is core.ToolRoute.CLIENT
-    assert core.route_tool_call("z", ["a"], ["c"]) is core.ToolRoute.FORBIDDEN
-
-
 def test_client_tool_may_not_shadow_a_server_tool() -> None:
     with pytest.raises(InvalidArgument) as info:
         core.check_client_tools(["a"], server=["a"])

@@ -11,7 +11,11 @@ from agentmesh.executor.v1 import executor_service_pb2 as pb
 from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
+from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
+from agentmesh.memory.v1 import memory_service_pb2_grpc as memory_grpc
+
 from services.executor.service import build
+from services.memory.service import build as build_memory
 from shared import errors
 from shared.messages import msg_from_pb, msg_to_pb, user
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, CHAT_DEFAULT, profile_to_pb
@@ -52,22 +56,49 @@ async def test_execute_streams_text_events_then_the_reply_then_the_result(settin
     assert all(e.sequence == 0 for e in events)  # the orchestrator numbers them
 
 
-async def test_memory_executor_is_failed_precondition_until_its_agent_exists(
-    settings: Settings,
-) -> None:
-    async with running_service("executor", build, settings) as addr, channel(addr) as ch:
-        stub = pb_grpc.ExecutorServiceStub(ch)
-        call = stub.Execute(
-            request(
-                executor=execution_profile_pb2.EXECUTOR_MEMORY,
-                profile=profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
-            ),
-            metadata=owner_md("alice"),
-        )
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            [r async for r in call]
-    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert info.value.details() == "memory executor not available"
+def chat_message(text_: str, position: int, *, thread_id: str = "chat-1") -> message_pb2.Message:
+    pb_msg = msg_to_pb(user(text_, thread_id=thread_id, position=position))
+    pb_msg.created_at.GetCurrentTime()
+    return pb_msg
+
+
+def memory_request(context: list[message_pb2.Message], run_id: str = "run-m1") -> pb.ExecuteRequest:
+    return request(
+        run_id=run_id,
+        executor=execution_profile_pb2.EXECUTOR_MEMORY,
+        profile=profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
+        context_messages=context,
+        input_message=msg_to_pb(user("Extract durable memories.")),
+        declared_tools=["memory_write", "memory_forget"],
+        reply_message_id=f"reply-{run_id}",
+    )
+
+
+async def test_memory_agent_writes_the_facts_for_the_run_owner_once(settings: Settings) -> None:
+    async with running_service("memory", build_memory, settings) as memory_addr:
+        executor_settings = settings.model_copy(update={"memory_addr": memory_addr})
+        async with (
+            running_service("executor", build, executor_settings) as addr,
+            channel(addr) as ch,
+            channel(memory_addr) as mch,
+        ):
+            stub = pb_grpc.ExecutorServiceStub(ch)
+            memories = memory_grpc.MemoryServiceStub(mch)
+            context = [chat_message("I love green tea and my name is Lin", 1)]
+            first = [r async for r in stub.Execute(memory_request(context), metadata=owner_md("alice"))]
+            again = [
+                r async for r in stub.Execute(memory_request(context, "run-m2"), metadata=owner_md("alice"))
+            ]
+            alice = await memories.ListMemories(memory_pb.ListMemoriesRequest(), metadata=owner_md("alice"))
+            bob = await memories.ListMemories(memory_pb.ListMemoriesRequest(), metadata=owner_md("bob"))
+    payloads = [r.event.WhichOneof("payload") for r in first if r.WhichOneof("item") == "event"]
+    assert payloads.count("tool_call_start") == 2 and payloads.count("tool_call_result") == 2
+    assert sorted(m.content for m in alice.memories) == ["User likes green tea", "User's name is Lin"]
+    assert {m.source_run_id for m in alice.memories} == {"run-m1"}
+    assert list(bob.memories) == []
+    # The second run finds nothing after the watermark: no tool call, nothing written.
+    assert not any(r.event.WhichOneof("payload") == "tool_call_start" for r in again)
+    assert "No new messages" in msg_from_pb(next(r.message for r in again if r.WhichOneof("item") == "message")).text
 
 
 @pytest.mark.parametrize(

@@ -168,6 +168,7 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
     threads: dict[tuple[str, str], history_service_pb2.Thread] = field(default_factory=dict)
     messages: dict[tuple[str, str], list[message_pb2.Message]] = field(default_factory=dict)
     runs: dict[tuple[str, str], history_service_pb2.Run] = field(default_factory=dict)
+    denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
     calls: list[Recorded] = field(default_factory=list)
 
     def seed(self, owner: str, thread_id: str, messages: list[message_pb2.Message]) -> None:
@@ -215,7 +216,8 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
         require_admin(context)
         found = [m for (o, _), ms in sorted(self.messages.items()) if o == request.owner_id
                  for m in ms]
-        return history_service_pb2.ListAuditResponse(messages=found)
+        denials = [d for d in self.denials if d.owner_id == request.owner_id]
+        return history_service_pb2.ListAuditResponse(messages=found, tool_denials=denials)
 
 
 @dataclass

@@ -186,3 +186,25 @@ def test_tool_messages_take_the_agui_shape() -> None:
     assert c["toolCalls"] == [{"id": "tc", "type": "function", "function": {"name": "memory_write", "arguments": '{"x":1}'}}]
     assert "content" not in c and c["kind"] == "tool_call"
     assert (r["role"], r["toolCallId"], r["content"]) == ("tool", "tc", "done")
+
+
+async def test_audit_lists_refused_tool_calls_with_a_digest_only(
+    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+) -> None:
+    denial = history_service_pb2.ToolDenial(
+        owner_id="hana", run_id="run-h", thread_id="th-1", tool_call_id="c1", tool_name="memory_write",
+        arguments_sha256="ab" * 32, reason=history_service_pb2.TOOL_DENIAL_REASON_NOT_IN_PROFILE,
+        origin=message_pb2.RUNTIME_MODE_CHAT, executor=1, execution_profile_name="chat_default",
+    )
+    denial.create_time.FromSeconds(1_700_000_000)
+    seeded.history.denials.append(denial)
+    resp = await http.get("/api/v1/admin/audit?owner_id=hana", headers=bearer(gw_settings, "root", admin=True))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["toolDenials"] == [
+        {
+            "ownerId": "hana", "runId": "run-h", "threadId": "th-1", "toolCallId": "c1",
+            "toolName": "memory_write", "argumentsSha256": "ab" * 32, "reason": "not_in_profile",
+            "origin": "chat", "executor": "worker", "executionProfileName": "chat_default",
+            "createTime": "2023-11-14T22:13:20Z",
+        }
+    ]

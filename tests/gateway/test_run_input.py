@@ -55,6 +55,13 @@ BAD_BODIES: dict[str, tuple[Any, str]] = {
     "long parentRunId": (run_body(parentRunId="p" * 129), "parentRunId"),
     "tool without name": (run_body(tools=[{"description": "d"}]), "tools[0].name"),
     "context entry without value": (run_body(context=[{"description": "d"}]), "context[0].value"),
+    "agentmesh props not an object": (run_body(forwardedProps={"agentmesh": "x"}), "forwardedProps.agentmesh"),
+    "profile not a string": (
+        run_body(forwardedProps={"agentmesh": {"profile": 3}}), "forwardedProps.agentmesh.profile"
+    ),
+    "profile too long": (
+        run_body(forwardedProps={"agentmesh": {"profile": "p" * 101}}), "forwardedProps.agentmesh.profile"
+    ),
 }
 
 
@@ -189,3 +196,21 @@ async def test_unknown_x_timezone_is_left_to_the_default(
     resp, _ = await post_run(http, run_body(), {**auth, "X-Timezone": "Mars/Olympus"})
     assert resp.status_code == 200
     assert peers.orchestrator.calls[-1].request.time_zone == ""
+
+
+async def test_profile_named_in_forwarded_props_is_sent_as_profile_name(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    body = run_body(forwardedProps={"agentmesh": {"profile": "chat_no_router"}, "other": 1})
+    resp, _ = await post_run(http, body, auth)
+    assert resp.status_code == 200
+    request = peers.orchestrator.calls[-1].request
+    assert request.profile_name == "chat_no_router"
+    assert json_format.MessageToDict(request.forwarded_props)["other"] == 1
+
+
+async def test_no_profile_named_leaves_the_default_to_the_backend(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    await post_run(http, run_body(forwardedProps={"x": True}), auth)
+    assert peers.orchestrator.calls[-1].request.profile_name == ""

@@ -18,6 +18,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.executor.service import build as build_executor
 from services.history.service import build as build_history
+from services.memory.service import build as build_memory
 from services.orchestrator.service import build as build_orchestrator
 from services.router.service import build as build_router
 from shared.messages import msg_to_pb, user
@@ -53,10 +54,19 @@ async def running_suite(
     model: ChatModel | None = None,
     token_latency: float = 0.0,
     profiles: ProfileRegistry | None = None,
+    memory: bool = False,
 ) -> AsyncIterator[Suite]:
-    """Start the services the orchestrator calls (a missing one gets a dead address), then it."""
+    """Start the services the orchestrator calls (a missing one gets a dead address), then it.
+    With `memory`, a memory service for the executor's memory tools and agent."""
     async with AsyncExitStack() as stack:
-        peers = settings.model_copy(update={"scripted_token_latency": token_latency})
+        memory_addr = (
+            await stack.enter_async_context(running_service("memory", build_memory, settings))
+            if memory
+            else dead_address()
+        )
+        peers = settings.model_copy(
+            update={"scripted_token_latency": token_latency, "memory_addr": memory_addr}
+        )
         addresses: dict[str, Any] = {
             "history_addr": await stack.enter_async_context(
                 running_service("history", build_history, peers)

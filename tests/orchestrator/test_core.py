@@ -68,10 +68,10 @@ def test_server_tools_are_declared_and_allowed_by_the_profile() -> None:
         name="p", enable_router=False, executor="memory",  # type: ignore[arg-type]
         tool_policy=ToolPolicy(allowlist=("memory_write", "memory_forget")),
     )
-    assert core.server_tools_for(profile, ["memory_forget", "web_search", "memory_forget"]) == (
+    assert core.server_tools_for(RuntimeMode.AUTOMATION, profile, ["memory_forget", "web_search", "memory_forget"]) == (
         "memory_forget",
     )
-    assert core.server_tools_for(CHAT_DEFAULT, ["memory_write"]) == ()
+    assert core.server_tools_for(RuntimeMode.CHAT, CHAT_DEFAULT, ["memory_write"]) == ("memory_search",)
 
 
 def test_narrow_only_removes() -> None:

@@ -1,9 +1,10 @@
-"""The agents this executor hosts, by executor kind. Adding one (the memory agent) is one
-entry in `build_agents`."""
+"""The agents this executor hosts, by executor kind: the worker (conversation and tool
+orchestration) and the memory agent (extract, write and forget memories)."""
 
 from __future__ import annotations
 
 from services.executor.agents.base import Agent, StepRequest
+from services.executor.agents.memory import MemoryAgent, Watermarks
 from services.executor.agents.worker import WorkerAgent
 from services.executor.config import ExecutorConfig
 from services.executor.tools import ToolRegistry
@@ -14,12 +15,19 @@ __all__ = ["Agent", "StepRequest", "build_agents"]
 
 
 def build_agents(
-    model: ChatModel, tools: ToolRegistry, config: ExecutorConfig
+    model: ChatModel, tools: ToolRegistry, config: ExecutorConfig, watermarks: Watermarks
 ) -> dict[ExecutorKind, Agent]:
     return {
         ExecutorKind.WORKER: WorkerAgent(
             model,
             tools,
+            max_tool_rounds=config.max_tool_rounds,
+            tool_timeout_seconds=config.tool_timeout_seconds,
+        ),
+        ExecutorKind.MEMORY: MemoryAgent(
+            model,
+            tools,
+            watermarks,
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,
         ),

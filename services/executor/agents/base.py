@@ -29,6 +29,13 @@ class StepRequest:
     client_tools: tuple[ToolSpec, ...]
     time_zone: str
     reply_message_id: str
+    # Server-side tools the run declared (shared.tools: declared ∩ allowlist ∩ registered).
+    declared_tools: tuple[str, ...] = ()
+
+    @property
+    def declared(self) -> tuple[str, ...]:
+        """The declaration; an orchestrator that sends none declares its authorised tools."""
+        return self.declared_tools or self.tools
 
 
 class Agent(Protocol):

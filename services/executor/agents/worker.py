@@ -1,10 +1,12 @@
 """The worker agent: general conversation and tool orchestration as a bounded tool loop.
 
-Each model turn streams text and tool calls. Calls to server-side tools the run authorised
-run here and their results feed the next turn; a call to a client-side tool ends the step
-(the run finishes with outcome interrupt); any other call is not executed and the model gets
-an error result. After `max_tool_rounds` rounds of tool results, one last turn is offered
-no tools, so the step always ends.
+Each model turn streams text and tool calls. The model is offered only the run's effective
+server-side tools (shared.tools.effective_tools) and its client-side tools. Calls that
+shared.tools.authorize allows run here and their results feed the next turn; a call to a
+client-side tool ends the step (the run finishes with outcome interrupt); any other call is
+not executed: the model gets an error result and the step reports a ToolDenied for the audit.
+After `max_tool_rounds` rounds of tool results, one last turn is offered no tools, so the
+step always ends.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from services.executor.events import (
     TextEnd,
     TextStart,
     ToolCallArgs,
+    ToolDenied,
     ToolCallEnd,
     ToolCallResult,
     ToolCallStart,
@@ -48,12 +51,13 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ToolSpec
+from shared.tools import DenialReason, arguments_digest, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.worker")
 
 
 @dataclass
-class _Turn:
+class TurnOutput:
     """What one model turn produced."""
 
     text: list[str] = field(default_factory=list)
@@ -87,27 +91,35 @@ class WorkerAgent:
         self.tool_timeout_seconds = tool_timeout_seconds
 
     async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
-        server = core.offered_server_tools(step.tools, self.tools.names())
-        core.check_client_tools([t.name for t in step.client_tools], server)
+        registered = self.tools.names()
+        server = effective_tools(step.declared, step.profile, registered)
+        # A client-side tool may not carry the name of a server-side one (registered at all).
+        core.check_client_tools([t.name for t in step.client_tools], registered)
         client = tuple(t.name for t in step.client_tools)
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
         conversation: list[Msg] = [*step.context, step.input]
         usage = Usage()
 
+        def decide(call: ToolCallBlock, last: bool) -> tuple[ToolRoute, DenialReason | None]:
+            if call.name in client:
+                return (ToolRoute.FORBIDDEN if last else ToolRoute.CLIENT), None
+            reason = authorize(call.name, step.declared, step.profile, registered)
+            if reason is not None:
+                return ToolRoute.FORBIDDEN, reason
+            # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
+            return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
+
         for turn_no in range(self.max_tool_rounds + 1):
             last = turn_no == self.max_tool_rounds
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
-            turn = _Turn()
+            turn = TurnOutput()
             async for event in self._model_turn(conversation, () if last else offered, message_id, turn):
                 yield event
             usage = usage + turn.usage
             calls = turn.calls.blocks()
-            routes = {
-                c.id: ToolRoute.FORBIDDEN if last else core.route_tool_call(c.name, server, client)
-                for c in calls
-            }
-            calls = [replace(c, state=_call_state(routes[c.id])) for c in calls]
+            routes = {c.id: decide(c, last) for c in calls}
+            calls = [replace(c, state=_call_state(routes[c.id][0])) for c in calls]
             message = assistant(
                 turn.content(calls),
                 id=message_id,
@@ -125,11 +137,19 @@ class WorkerAgent:
             results: list[ToolResultBlock] = []
             results_id = new_id()
             for call in calls:
-                route = routes[call.id]
+                route, reason = routes[call.id]
                 if route is ToolRoute.CLIENT:
                     pending.append(call.id)
                     continue
-                result = await self._result_for(call, route, tool_context)
+                if reason is not None:
+                    yield denied(call, reason)
+                    result = denied_result(call, reason)
+                elif route is ToolRoute.SERVER:
+                    result = await run_tool(
+                        self.tools, call, tool_context, self.tool_timeout_seconds
+                    )
+                else:
+                    result = _error(call, "no tool rounds are left in this step; it was not executed")
                 # The id AG-UI gives this result once stored (shared.messages.msg_to_agui).
                 event_id = tool_result_message_id(results_id, len(results))
                 yield ToolCallResult(event_id, call.id, result.text)
@@ -146,7 +166,7 @@ class WorkerAgent:
                 return
 
     async def _model_turn(
-        self, conversation: Sequence[Msg], offered: Sequence[ToolSpec], message_id: str, turn: _Turn
+        self, conversation: Sequence[Msg], offered: Sequence[ToolSpec], message_id: str, turn: TurnOutput
     ) -> AsyncIterator[StepItem]:
         text_open = False
         # aclosing: a cancelled step closes the model's stream at once (the provider's
@@ -180,30 +200,40 @@ class WorkerAgent:
         for call in turn.calls.blocks():
             yield ToolCallEnd(call.id)
 
-    async def _result_for(
-        self, call: ToolCallBlock, route: ToolRoute, context: ToolContext
-    ) -> ToolResultBlock:
-        tool = self.tools.get(call.name) if route is ToolRoute.SERVER else None
-        if tool is None:
-            return ToolResultBlock(
-                call.id, call.name, core.forbidden_tool_message(call.name), ToolResultState.DENIED
-            )
-        try:
-            arguments = json.loads(call.input or "{}")
-            if not isinstance(arguments, dict):
-                raise ToolError("the arguments must be a JSON object")
-            async with asyncio.timeout(self.tool_timeout_seconds):
-                output = await tool.execute(arguments, context)
-        except json.JSONDecodeError:
-            return _error(call, "the arguments are not valid JSON")
-        except (ToolError, DomainError) as exc:
-            return _error(call, str(exc))
-        except TimeoutError:
-            return _error(call, "the tool did not answer in time")
-        except Exception:
-            log.exception("tool failed", extra={"fields": {"tool": call.name}})
-            return _error(call, "the tool failed")
-        return ToolResultBlock(call.id, call.name, output, ToolResultState.SUCCESS)
+def denied(call: ToolCallBlock, reason: DenialReason) -> ToolDenied:
+    """The audit item of a refused call: a digest of its arguments, never the arguments."""
+    return ToolDenied(call.id, call.name, arguments_digest(call.input or ""), reason.value)
+
+
+def denied_result(call: ToolCallBlock, reason: DenialReason) -> ToolResultBlock:
+    return ToolResultBlock(
+        call.id, call.name, core.forbidden_tool_message(call.name, reason), ToolResultState.DENIED
+    )
+
+
+async def run_tool(
+    tools: ToolRegistry, call: ToolCallBlock, context: ToolContext, timeout_seconds: float
+) -> ToolResultBlock:
+    """Run an authorised call; failures become error results the model may read."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return denied_result(call, DenialReason.NOT_REGISTERED)
+    try:
+        arguments = json.loads(call.input or "{}")
+        if not isinstance(arguments, dict):
+            raise ToolError("the arguments must be a JSON object")
+        async with asyncio.timeout(timeout_seconds):
+            output = await tool.execute(arguments, context)
+    except json.JSONDecodeError:
+        return _error(call, "the arguments are not valid JSON")
+    except (ToolError, DomainError) as exc:
+        return _error(call, str(exc))
+    except TimeoutError:
+        return _error(call, "the tool did not answer in time")
+    except Exception:
+        log.exception("tool failed", extra={"fields": {"tool": call.name}})
+        return _error(call, "the tool failed")
+    return ToolResultBlock(call.id, call.name, output, ToolResultState.SUCCESS)
 
 
 def _call_state(route: ToolRoute) -> ToolCallState:

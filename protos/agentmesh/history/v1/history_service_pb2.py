@@ -27,17 +27,19 @@ from agentmesh.type.v1 import message_pb2 as agentmesh_dot_type_dot_v1_dot_messa
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*agentmesh/history/v1/history_service.proto\x12\x14\x61gentmesh.history.v1\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x01\n\x06Thread\x12\n\n\x02id\x18\x01 \x01(\t\x12\x34\n\x0cruntime_mode\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\x05 \x01(\x03\"\xf6\x02\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12-\n\x05state\x18\x03 \x01(\x0e\x32\x1e.agentmesh.history.v1.RunState\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12.\n\x06origin\x18\x05 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x15\n\rerror_message\x18\n \x01(\t\"F\n\x0e\x43ontextOptions\x12\x0e\n\x06window\x18\x01 \x01(\t\x12\x11\n\ttime_zone\x18\x02 \x01(\t\x12\x11\n\tmax_chars\x18\x03 \x01(\x03\"\x8b\x02\n\x0f\x42\x65ginRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x34\n\x0cruntime_mode\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x32\n\x0einput_messages\x18\x05 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x35\n\x07\x63ontext\x18\x06 \x01(\x0b\x32$.agentmesh.history.v1.ContextOptions\"\x9e\x01\n\x10\x42\x65ginRunResponse\x12,\n\x06thread\x18\x01 \x01(\x0b\x32\x1c.agentmesh.history.v1.Thread\x12&\n\x03run\x18\x02 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\x12\x34\n\x10\x63ontext_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"\xb1\x01\n\x10\x46inishRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12-\n\x05state\x18\x02 \x01(\x0e\x32\x1e.agentmesh.history.v1.RunState\x12\x33\n\x0foutput_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\";\n\x11\x46inishRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\"\x8e\x01\n\x15\x41ppendMessagesRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12,\n\x08messages\x18\x02 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x34\n\x0cruntime_mode\x18\x03 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\"F\n\x16\x41ppendMessagesResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"\x82\x01\n\x12ListHistoryRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x32\n\tdirection\x18\x04 \x01(\x0e\x32\x1f.agentmesh.history.v1.Direction\"\\\n\x13ListHistoryResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9d\x01\n\x12LoadContextRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x35\n\x07\x63ontext\x18\x02 \x01(\x0b\x32$.agentmesh.history.v1.ContextOptions\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x16\n\x0e\x61\x63ross_threads\x18\x05 \x01(\x08\"\\\n\x13LoadContextResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\";\n\x12ListThreadsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x13ListThreadsResponse\x12-\n\x07threads\x18\x01 \x03(\x0b\x32\x1c.agentmesh.history.v1.Thread\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x10GetThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"A\n\x11GetThreadResponse\x12,\n\x06thread\x18\x01 \x01(\x0b\x32\x1c.agentmesh.history.v1.Thread\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\"\xfd\x01\n\x0b\x41uditFilter\x12.\n\x06origin\x18\x01 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12-\n\x08\x65xecutor\x18\x02 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x1e\n\x16\x65xecution_profile_name\x18\x03 \x01(\t\x12\x11\n\tthread_id\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x10ListAuditRequest\x12\x10\n\x08owner_id\x18\x01 \x01(\t\x12\x31\n\x06\x66ilter\x18\x02 \x01(\x0b\x32!.agentmesh.history.v1.AuditFilter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"Z\n\x11ListAuditResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xb5\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10RUN_STATE_QUEUED\x10\x01\x12\x15\n\x11RUN_STATE_RUNNING\x10\x02\x12\x17\n\x13RUN_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10RUN_STATE_FAILED\x10\x04\x12\x17\n\x13RUN_STATE_CANCELLED\x10\x05\x12\x19\n\x15RUN_STATE_INTERRUPTED\x10\x06*U\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44IRECTION_FORWARD\x10\x01\x12\x16\n\x12\x44IRECTION_BACKWARD\x10\x02\x32\xf3\x06\n\x0eHistoryService\x12Y\n\x08\x42\x65ginRun\x12%.agentmesh.history.v1.BeginRunRequest\x1a&.agentmesh.history.v1.BeginRunResponse\x12\\\n\tFinishRun\x12&.agentmesh.history.v1.FinishRunRequest\x1a\'.agentmesh.history.v1.FinishRunResponse\x12k\n\x0e\x41ppendMessages\x12+.agentmesh.history.v1.AppendMessagesRequest\x1a,.agentmesh.history.v1.AppendMessagesResponse\x12\x62\n\x0bListHistory\x12(.agentmesh.history.v1.ListHistoryRequest\x1a).agentmesh.history.v1.ListHistoryResponse\x12\x62\n\x0bLoadContext\x12(.agentmesh.history.v1.LoadContextRequest\x1a).agentmesh.history.v1.LoadContextResponse\x12\x62\n\x0bListThreads\x12(.agentmesh.history.v1.ListThreadsRequest\x1a).agentmesh.history.v1.ListThreadsResponse\x12\\\n\tGetThread\x12&.agentmesh.history.v1.GetThreadRequest\x1a\'.agentmesh.history.v1.GetThreadResponse\x12S\n\x06GetRun\x12#.agentmesh.history.v1.GetRunRequest\x1a$.agentmesh.history.v1.GetRunResponse\x12\\\n\tListAudit\x12&.agentmesh.history.v1.ListAuditRequest\x1a\'.agentmesh.history.v1.ListAuditResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*agentmesh/history/v1/history_service.proto\x12\x14\x61gentmesh.history.v1\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x01\n\x06Thread\x12\n\n\x02id\x18\x01 \x01(\t\x12\x34\n\x0cruntime_mode\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_count\x18\x05 \x01(\x03\"\xf6\x02\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12-\n\x05state\x18\x03 \x01(\x0e\x32\x1e.agentmesh.history.v1.RunState\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12.\n\x06origin\x18\x05 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x15\n\rerror_message\x18\n \x01(\t\"F\n\x0e\x43ontextOptions\x12\x0e\n\x06window\x18\x01 \x01(\t\x12\x11\n\ttime_zone\x18\x02 \x01(\t\x12\x11\n\tmax_chars\x18\x03 \x01(\x03\"\x8b\x02\n\x0f\x42\x65ginRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x34\n\x0cruntime_mode\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x32\n\x0einput_messages\x18\x05 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x35\n\x07\x63ontext\x18\x06 \x01(\x0b\x32$.agentmesh.history.v1.ContextOptions\"\x9e\x01\n\x10\x42\x65ginRunResponse\x12,\n\x06thread\x18\x01 \x01(\x0b\x32\x1c.agentmesh.history.v1.Thread\x12&\n\x03run\x18\x02 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\x12\x34\n\x10\x63ontext_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"\xe9\x01\n\x10\x46inishRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12-\n\x05state\x18\x02 \x01(\x0e\x32\x1e.agentmesh.history.v1.RunState\x12\x33\n\x0foutput_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x36\n\x0ctool_denials\x18\x06 \x03(\x0b\x32 .agentmesh.history.v1.ToolDenial\"\xec\x02\n\nToolDenial\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x03 \x01(\t\x12\x36\n\x06reason\x18\x04 \x01(\x0e\x32&.agentmesh.history.v1.ToolDenialReason\x12\x10\n\x08owner_id\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x11\n\tthread_id\x18\x07 \x01(\t\x12.\n\x06origin\x18\x08 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12-\n\x08\x65xecutor\x18\t \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x1e\n\x16\x65xecution_profile_name\x18\n \x01(\t\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x11\x46inishRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\"\x8e\x01\n\x15\x41ppendMessagesRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12,\n\x08messages\x18\x02 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x34\n\x0cruntime_mode\x18\x03 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\"F\n\x16\x41ppendMessagesResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"\x82\x01\n\x12ListHistoryRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x32\n\tdirection\x18\x04 \x01(\x0e\x32\x1f.agentmesh.history.v1.Direction\"\\\n\x13ListHistoryResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9d\x01\n\x12LoadContextRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x35\n\x07\x63ontext\x18\x02 \x01(\x0b\x32$.agentmesh.history.v1.ContextOptions\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x16\n\x0e\x61\x63ross_threads\x18\x05 \x01(\x08\"\\\n\x13LoadContextResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\";\n\x12ListThreadsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x13ListThreadsResponse\x12-\n\x07threads\x18\x01 \x03(\x0b\x32\x1c.agentmesh.history.v1.Thread\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x10GetThreadRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\"A\n\x11GetThreadResponse\x12,\n\x06thread\x18\x01 \x01(\x0b\x32\x1c.agentmesh.history.v1.Thread\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.agentmesh.history.v1.Run\"\xfd\x01\n\x0b\x41uditFilter\x12.\n\x06origin\x18\x01 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12-\n\x08\x65xecutor\x18\x02 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x1e\n\x16\x65xecution_profile_name\x18\x03 \x01(\t\x12\x11\n\tthread_id\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x10ListAuditRequest\x12\x10\n\x08owner_id\x18\x01 \x01(\t\x12\x31\n\x06\x66ilter\x18\x02 \x01(\x0b\x32!.agentmesh.history.v1.AuditFilter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\x92\x01\n\x11ListAuditResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x36\n\x0ctool_denials\x18\x03 \x03(\x0b\x32 .agentmesh.history.v1.ToolDenial*\xb5\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10RUN_STATE_QUEUED\x10\x01\x12\x15\n\x11RUN_STATE_RUNNING\x10\x02\x12\x17\n\x13RUN_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10RUN_STATE_FAILED\x10\x04\x12\x17\n\x13RUN_STATE_CANCELLED\x10\x05\x12\x19\n\x15RUN_STATE_INTERRUPTED\x10\x06*U\n\tDirection\x12\x19\n\x15\x44IRECTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44IRECTION_FORWARD\x10\x01\x12\x16\n\x12\x44IRECTION_BACKWARD\x10\x02*\xa9\x01\n\x10ToolDenialReason\x12\"\n\x1eTOOL_DENIAL_REASON_UNSPECIFIED\x10\x00\x12#\n\x1fTOOL_DENIAL_REASON_NOT_DECLARED\x10\x01\x12%\n!TOOL_DENIAL_REASON_NOT_IN_PROFILE\x10\x02\x12%\n!TOOL_DENIAL_REASON_NOT_REGISTERED\x10\x03\x32\xf3\x06\n\x0eHistoryService\x12Y\n\x08\x42\x65ginRun\x12%.agentmesh.history.v1.BeginRunRequest\x1a&.agentmesh.history.v1.BeginRunResponse\x12\\\n\tFinishRun\x12&.agentmesh.history.v1.FinishRunRequest\x1a\'.agentmesh.history.v1.FinishRunResponse\x12k\n\x0e\x41ppendMessages\x12+.agentmesh.history.v1.AppendMessagesRequest\x1a,.agentmesh.history.v1.AppendMessagesResponse\x12\x62\n\x0bListHistory\x12(.agentmesh.history.v1.ListHistoryRequest\x1a).agentmesh.history.v1.ListHistoryResponse\x12\x62\n\x0bLoadContext\x12(.agentmesh.history.v1.LoadContextRequest\x1a).agentmesh.history.v1.LoadContextResponse\x12\x62\n\x0bListThreads\x12(.agentmesh.history.v1.ListThreadsRequest\x1a).agentmesh.history.v1.ListThreadsResponse\x12\\\n\tGetThread\x12&.agentmesh.history.v1.GetThreadRequest\x1a\'.agentmesh.history.v1.GetThreadResponse\x12S\n\x06GetRun\x12#.agentmesh.history.v1.GetRunRequest\x1a$.agentmesh.history.v1.GetRunResponse\x12\\\n\tListAudit\x12&.agentmesh.history.v1.ListAuditRequest\x1a\'.agentmesh.history.v1.ListAuditResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.history.v1.history_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNSTATE']._serialized_start=3024
-  _globals['_RUNSTATE']._serialized_end=3205
-  _globals['_DIRECTION']._serialized_start=3207
-  _globals['_DIRECTION']._serialized_end=3292
+  _globals['_RUNSTATE']._serialized_start=3504
+  _globals['_RUNSTATE']._serialized_end=3685
+  _globals['_DIRECTION']._serialized_start=3687
+  _globals['_DIRECTION']._serialized_end=3772
+  _globals['_TOOLDENIALREASON']._serialized_start=3775
+  _globals['_TOOLDENIALREASON']._serialized_end=3944
   _globals['_THREAD']._serialized_start=178
   _globals['_THREAD']._serialized_end=373
   _globals['_RUN']._serialized_start=376
@@ -49,39 +51,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BEGINRUNRESPONSE']._serialized_start=1095
   _globals['_BEGINRUNRESPONSE']._serialized_end=1253
   _globals['_FINISHRUNREQUEST']._serialized_start=1256
-  _globals['_FINISHRUNREQUEST']._serialized_end=1433
-  _globals['_FINISHRUNRESPONSE']._serialized_start=1435
-  _globals['_FINISHRUNRESPONSE']._serialized_end=1494
-  _globals['_APPENDMESSAGESREQUEST']._serialized_start=1497
-  _globals['_APPENDMESSAGESREQUEST']._serialized_end=1639
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=1641
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=1711
-  _globals['_LISTHISTORYREQUEST']._serialized_start=1714
-  _globals['_LISTHISTORYREQUEST']._serialized_end=1844
-  _globals['_LISTHISTORYRESPONSE']._serialized_start=1846
-  _globals['_LISTHISTORYRESPONSE']._serialized_end=1938
-  _globals['_LOADCONTEXTREQUEST']._serialized_start=1941
-  _globals['_LOADCONTEXTREQUEST']._serialized_end=2098
-  _globals['_LOADCONTEXTRESPONSE']._serialized_start=2100
-  _globals['_LOADCONTEXTRESPONSE']._serialized_end=2192
-  _globals['_LISTTHREADSREQUEST']._serialized_start=2194
-  _globals['_LISTTHREADSREQUEST']._serialized_end=2253
-  _globals['_LISTTHREADSRESPONSE']._serialized_start=2255
-  _globals['_LISTTHREADSRESPONSE']._serialized_end=2348
-  _globals['_GETTHREADREQUEST']._serialized_start=2350
-  _globals['_GETTHREADREQUEST']._serialized_end=2387
-  _globals['_GETTHREADRESPONSE']._serialized_start=2389
-  _globals['_GETTHREADRESPONSE']._serialized_end=2454
-  _globals['_GETRUNREQUEST']._serialized_start=2456
-  _globals['_GETRUNREQUEST']._serialized_end=2487
-  _globals['_GETRUNRESPONSE']._serialized_start=2489
-  _globals['_GETRUNRESPONSE']._serialized_end=2545
-  _globals['_AUDITFILTER']._serialized_start=2548
-  _globals['_AUDITFILTER']._serialized_end=2801
-  _globals['_LISTAUDITREQUEST']._serialized_start=2803
-  _globals['_LISTAUDITREQUEST']._serialized_end=2929
-  _globals['_LISTAUDITRESPONSE']._serialized_start=2931
-  _globals['_LISTAUDITRESPONSE']._serialized_end=3021
-  _globals['_HISTORYSERVICE']._serialized_start=3295
-  _globals['_HISTORYSERVICE']._serialized_end=4178
+  _globals['_FINISHRUNREQUEST']._serialized_end=1489
+  _globals['_TOOLDENIAL']._serialized_start=1492
+  _globals['_TOOLDENIAL']._serialized_end=1856
+  _globals['_FINISHRUNRESPONSE']._serialized_start=1858
+  _globals['_FINISHRUNRESPONSE']._serialized_end=1917
+  _globals['_APPENDMESSAGESREQUEST']._serialized_start=1920
+  _globals['_APPENDMESSAGESREQUEST']._serialized_end=2062
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=2064
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=2134
+  _globals['_LISTHISTORYREQUEST']._serialized_start=2137
+  _globals['_LISTHISTORYREQUEST']._serialized_end=2267
+  _globals['_LISTHISTORYRESPONSE']._serialized_start=2269
+  _globals['_LISTHISTORYRESPONSE']._serialized_end=2361
+  _globals['_LOADCONTEXTREQUEST']._serialized_start=2364
+  _globals['_LOADCONTEXTREQUEST']._serialized_end=2521
+  _globals['_LOADCONTEXTRESPONSE']._serialized_start=2523
+  _globals['_LOADCONTEXTRESPONSE']._serialized_end=2615
+  _globals['_LISTTHREADSREQUEST']._serialized_start=2617
+  _globals['_LISTTHREADSREQUEST']._serialized_end=2676
+  _globals['_LISTTHREADSRESPONSE']._serialized_start=2678
+  _globals['_LISTTHREADSRESPONSE']._serialized_end=2771
+  _globals['_GETTHREADREQUEST']._serialized_start=2773
+  _globals['_GETTHREADREQUEST']._serialized_end=2810
+  _globals['_GETTHREADRESPONSE']._serialized_start=2812
+  _globals['_GETTHREADRESPONSE']._serialized_end=2877
+  _globals['_GETRUNREQUEST']._serialized_start=2879
+  _globals['_GETRUNREQUEST']._serialized_end=2910
+  _globals['_GETRUNRESPONSE']._serialized_start=2912
+  _globals['_GETRUNRESPONSE']._serialized_end=2968
+  _globals['_AUDITFILTER']._serialized_start=2971
+  _globals['_AUDITFILTER']._serialized_end=3224
+  _globals['_LISTAUDITREQUEST']._serialized_start=3226
+  _globals['_LISTAUDITREQUEST']._serialized_end=3352
+  _globals['_LISTAUDITRESPONSE']._serialized_start=3355
+  _globals['_LISTAUDITRESPONSE']._serialized_end=3501
+  _globals['_HISTORYSERVICE']._serialized_start=3947
+  _globals['_HISTORYSERVICE']._serialized_end=4830
 # @@protoc_insertion_point(module_scope)

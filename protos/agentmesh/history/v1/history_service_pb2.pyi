@@ -27,6 +27,13 @@ class Direction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DIRECTION_UNSPECIFIED: _ClassVar[Direction]
     DIRECTION_FORWARD: _ClassVar[Direction]
     DIRECTION_BACKWARD: _ClassVar[Direction]
+
+class ToolDenialReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_DENIAL_REASON_UNSPECIFIED: _ClassVar[ToolDenialReason]
+    TOOL_DENIAL_REASON_NOT_DECLARED: _ClassVar[ToolDenialReason]
+    TOOL_DENIAL_REASON_NOT_IN_PROFILE: _ClassVar[ToolDenialReason]
+    TOOL_DENIAL_REASON_NOT_REGISTERED: _ClassVar[ToolDenialReason]
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_QUEUED: RunState
 RUN_STATE_RUNNING: RunState
@@ -37,6 +44,10 @@ RUN_STATE_INTERRUPTED: RunState
 DIRECTION_UNSPECIFIED: Direction
 DIRECTION_FORWARD: Direction
 DIRECTION_BACKWARD: Direction
+TOOL_DENIAL_REASON_UNSPECIFIED: ToolDenialReason
+TOOL_DENIAL_REASON_NOT_DECLARED: ToolDenialReason
+TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
+TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
 
 class Thread(_message.Message):
     __slots__ = ("id", "runtime_mode", "create_time", "update_time", "message_count")
@@ -113,18 +124,46 @@ class BeginRunResponse(_message.Message):
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., run: _Optional[_Union[Run, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class FinishRunRequest(_message.Message):
-    __slots__ = ("run_id", "state", "output_messages", "error_code", "error_message")
+    __slots__ = ("run_id", "state", "output_messages", "error_code", "error_message", "tool_denials")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DENIALS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     state: RunState
     output_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     error_code: str
     error_message: str
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., output_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    tool_denials: _containers.RepeatedCompositeFieldContainer[ToolDenial]
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., output_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., tool_denials: _Optional[_Iterable[_Union[ToolDenial, _Mapping]]] = ...) -> None: ...
+
+class ToolDenial(_message.Message):
+    __slots__ = ("tool_call_id", "tool_name", "arguments_sha256", "reason", "owner_id", "run_id", "thread_id", "origin", "executor", "execution_profile_name", "create_time")
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    tool_call_id: str
+    tool_name: str
+    arguments_sha256: str
+    reason: ToolDenialReason
+    owner_id: str
+    run_id: str
+    thread_id: str
+    origin: _message_pb2.RuntimeMode
+    executor: _execution_profile_pb2.Executor
+    execution_profile_name: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, tool_call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., reason: _Optional[_Union[ToolDenialReason, str]] = ..., owner_id: _Optional[str] = ..., run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., execution_profile_name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FinishRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -259,9 +298,11 @@ class ListAuditRequest(_message.Message):
     def __init__(self, owner_id: _Optional[str] = ..., filter: _Optional[_Union[AuditFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListAuditResponse(_message.Message):
-    __slots__ = ("messages", "next_page_token")
+    __slots__ = ("messages", "next_page_token", "tool_denials")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DENIALS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     next_page_token: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    tool_denials: _containers.RepeatedCompositeFieldContainer[ToolDenial]
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., tool_denials: _Optional[_Iterable[_Union[ToolDenial, _Mapping]]] = ...) -> None: ...

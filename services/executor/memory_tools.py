@@ -1,0 +1,192 @@
+"""The memory tools (memory_write, memory_forget, memory_search) and the memory service
+client behind them and the memory agent.
+
+Every call carries the RUN's owner (ToolContext.owner) in its metadata: the memory service
+scopes everything by it, and no tool argument can name another owner (unknown arguments,
+"owner" among them, are refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import grpc
+from agentmesh.memory.v1 import memory_service_pb2 as pb
+from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+
+from services.executor.tools import ToolContext, ToolError
+from shared.clients import open_channel
+from shared.errors import Aborted, from_rpc_error
+from shared.identity import call_metadata
+from shared.logs import request_id_var
+
+MEMORY_KINDS = ("fact", "preference", "dislike", "name", "place")
+WATERMARK = "memory_agent"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    position: str  # "" = never advanced
+
+
+class MemoryClient:
+    """The memory service, called on behalf of one owner per call."""
+
+    def __init__(self, address: str, rpc_timeout_seconds: float) -> None:
+        self._channel = open_channel(address)
+        self._stub = pb_grpc.MemoryServiceStub(self._channel)
+        self._timeout = rpc_timeout_seconds
+
+    async def _call(self, method: Any, request: Any, owner: str) -> Any:
+        try:
+            return await method(
+                request,
+                timeout=self._timeout,
+                metadata=call_metadata(owner, request_id=request_id_var.get() or None),
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+
+    async def write(
+        self, owner: str, content: str, kind: str, run_id: str, message_ids: Sequence[str]
+    ) -> pb.WriteMemoryResponse:
+        request = pb.WriteMemoryRequest(
+            content=content, kind=kind, source_run_id=run_id, source_message_ids=list(message_ids)
+        )
+        return await self._call(self._stub.WriteMemory, request, owner)
+
+    async def forget(self, owner: str, *, memory_id: str = "", content_query: str = "") -> list[str]:
+        request = (
+            pb.ForgetMemoryRequest(id=memory_id)
+            if memory_id
+            else pb.ForgetMemoryRequest(content_query=content_query)
+        )
+        response = await self._call(self._stub.ForgetMemory, request, owner)
+        return list(response.forgotten_ids)
+
+    async def search(self, owner: str, query: str, page_size: int = 10) -> list[pb.Memory]:
+        request = pb.SearchMemoriesRequest(query=query, page_size=page_size)
+        response = await self._call(self._stub.SearchMemories, request, owner)
+        return list(response.memories)
+
+    async def watermark(self, owner: str) -> Watermark:
+        request = pb.GetWatermarkRequest(name=WATERMARK)
+        response = await self._call(self._stub.GetWatermark, request, owner)
+        return Watermark(response.watermark.position)
+
+    async def advance(self, owner: str, expected: str, position: str, time: datetime) -> bool:
+        """Compare-and-set; False when another run moved the watermark first (ABORTED)."""
+        request = pb.AdvanceWatermarkRequest(
+            name=WATERMARK, expected_position=expected, position=position
+        )
+        request.time.FromDatetime(time)
+        try:
+            await self._call(self._stub.AdvanceWatermark, request, owner)
+        except Aborted:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self._channel.close()
+
+
+def _arguments(arguments: Mapping[str, Any], allowed: Sequence[str]) -> dict[str, str]:
+    unknown = sorted(set(arguments) - set(allowed))
+    if unknown:
+        raise ToolError(f"unknown arguments: {', '.join(unknown)} (allowed: {', '.join(allowed)})")
+    out = {}
+    for name, value in arguments.items():
+        if not isinstance(value, str):
+            raise ToolError(f"{name} must be a string")
+        out[name] = value.strip()
+    return out
+
+
+class MemoryWrite:
+    name = "memory_write"
+    description = "Save one durable fact about the user (idempotent: the same fact is one memory)."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "description": "The fact, short, in the user's language"},
+            "kind": {"type": "string", "enum": list(MEMORY_KINDS)},
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, client: MemoryClient) -> None:
+        self.client = client
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        args = _arguments(arguments, ("content", "kind"))
+        if not args.get("content"):
+            raise ToolError("content is required")
+        if args.get("kind", "") not in ("", *MEMORY_KINDS):
+            raise ToolError(f"kind must be one of {', '.join(MEMORY_KINDS)}")
+        response = await self.client.write(
+            context.owner,
+            args["content"],
+            args.get("kind", ""),
+            context.run_id,
+            context.source_message_ids,
+        )
+        verb = "saved" if response.created else "updated"
+        return f"{verb} memory {response.memory.id}: {response.memory.content}"
+
+
+class MemoryForget:
+    name = "memory_forget"
+    description = "Forget the user's memories matching content_query, or the one with id."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {
+            "content_query": {"type": "string", "description": "What the memory says"},
+            "id": {"type": "string", "description": "A memory id"},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(self, client: MemoryClient) -> None:
+        self.client = client
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        args = _arguments(arguments, ("content_query", "id"))
+        query, memory_id = args.get("content_query", ""), args.get("id", "")
+        if bool(query) == bool(memory_id):
+            raise ToolError("give exactly one of content_query or id")
+        forgotten = await self.client.forget(
+            context.owner, memory_id=memory_id, content_query=query
+        )
+        return f"forgot {len(forgotten)} {'memory' if len(forgotten) == 1 else 'memories'}"
+
+
+class MemorySearch:
+    name = "memory_search"
+    description = "Search the user's memories by words."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, client: MemoryClient) -> None:
+        self.client = client
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        args = _arguments(arguments, ("query",))
+        if not args.get("query"):
+            raise ToolError("query is required")
+        found = await self.client.search(context.owner, args["query"])
+        return json.dumps(
+            [{"id": m.id, "content": m.content, "kind": m.kind} for m in found], ensure_ascii=False
+        )
+
+
+def memory_tools(client: MemoryClient) -> tuple[MemoryWrite, MemoryForget, MemorySearch]:
+    return MemoryWrite(client), MemoryForget(client), MemorySearch(client)
