@@ -1,5 +1,7 @@
 """gRPC client channels: round-robin over every address a name resolves to, keepalive,
-retries (via service config) only for idempotent methods, and a deadline on every call."""
+retries (via service config) only for idempotent methods, and a deadline on every call.
+While tracing is on (shared/telemetry.py) a channel also carries the trace context of every
+call; a channel opened while tracing is off carries no interceptor at all."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from shared import telemetry
 from shared.server import MAX_MESSAGE_BYTES
 
 
@@ -38,6 +41,7 @@ def open_channel(address: str, *, idempotent_services: Sequence[str] = ()) -> gr
     target = address if "://" in address or address.startswith("dns:") else f"dns:///{address}"
     return grpc.aio.insecure_channel(
         target,
+        interceptors=telemetry.client_interceptors() if telemetry.enabled() else None,
         options=[
             ("grpc.service_config", _service_config(idempotent_services)),
             ("grpc.enable_retries", 1),

@@ -5,6 +5,11 @@ Shutdown: the health service turns NOT_SERVING (so balancers stop sending), then
 server stops accepting calls and gives in-flight calls and streams `grace_seconds` to
 finish, then the service's own resources close.
 
+Observability: every response carries `x-agentmesh-version` trailing metadata; the start-up
+log line names the version and the gRPC services served; /metrics is served on
+AGENTMESH_METRICS_PORT when set (shared/metrics.py); tracing is on when
+AGENTMESH_OTLP_ENDPOINT is set (shared/telemetry.py).
+
 `python -m services.<name>` serves; `python -m services.<name> migrate` only applies the
 service's migrations (what a Kubernetes migration Job runs).
 """
@@ -23,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shared import logs
+from shared import logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 
@@ -52,13 +57,25 @@ class ServiceParts:
 
 
 class GrpcServer:
-    def __init__(self, name: str, parts: ServiceParts, *, grace_seconds: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        parts: ServiceParts,
+        *,
+        grace_seconds: float,
+        metrics_port: int = 0,
+        metrics_host: str = "127.0.0.1",
+    ) -> None:
         self.name = name
         self.parts = parts
         self.grace_seconds = grace_seconds
+        # 0: no /metrics endpoint (and nothing recorded).
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self._stop_metrics: Callable[[], None] | None = None
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
-            interceptors=[ServerInterceptor()],
+            interceptors=[ServerInterceptor(name, VERSION)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -83,10 +100,24 @@ class GrpcServer:
         if self.port == 0:
             raise RuntimeError(f"{self.name}: cannot listen on {host}:{port}")
         await self.server.start()
+        if self.metrics_port:
+            self._stop_metrics = metrics.serve(self.metrics_port, self.metrics_host)
         for task_factory in self.parts.background:
             self._tasks.append(asyncio.create_task(task_factory()))
         for service_name in [*self.parts.service_names, ""]:
             await self.health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "serving",
+            extra={
+                "fields": {
+                    "service": self.name,
+                    "port": self.port,
+                    "version": VERSION,
+                    "grpc_services": list(self.parts.service_names),
+                    "metrics_port": self.metrics_port or None,
+                }
+            },
+        )
         return self.port
 
     async def stop(self) -> None:
@@ -99,16 +130,25 @@ class GrpcServer:
         await self.server.stop(self.grace_seconds)
         if self.parts.on_stop is not None:
             await self.parts.on_stop()
+        if self._stop_metrics is not None:
+            self._stop_metrics()
+            self._stop_metrics = None
 
 
 Builder = Callable[[Settings], Awaitable[ServiceParts]]
 
 
 async def serve(name: str, build: Builder, settings: Settings) -> None:
+    telemetry.configure(name, settings)
     parts = await build(settings)
-    server = GrpcServer(name, parts, grace_seconds=settings.grace_seconds)
-    port = await server.start(settings.host, settings.listen_port(name))
-    log.info("serving", extra={"fields": {"port": port, "version": VERSION}})
+    server = GrpcServer(
+        name,
+        parts,
+        grace_seconds=settings.grace_seconds,
+        metrics_port=settings.metrics_port,
+        metrics_host=settings.host,
+    )
+    await server.start(settings.host, settings.listen_port(name))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -116,6 +156,7 @@ async def serve(name: str, build: Builder, settings: Settings) -> None:
     await stop.wait()
     log.info("shutting down", extra={"fields": {"grace_seconds": settings.grace_seconds}})
     await server.stop()
+    telemetry.shutdown()
     log.info("stopped")
 
 
@@ -129,7 +170,7 @@ def run_main(
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args else "serve"
     settings = get_settings()
-    logs.configure(name, settings.log_level)
+    logs.configure(name, settings.log_level, contents=settings.log_contents)
     runner: Callable[[Awaitable[None]], None] = asyncio.run  # type: ignore[assignment]
     try:
         import uvloop

@@ -21,9 +21,16 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway import routes_history, routes_memories, routes_runs
+from services.gateway import (
+    routes_automation,
+    routes_history,
+    routes_memories,
+    routes_runs,
+    routes_users,
+)
 from services.gateway.clients import Clients, open_clients
 from services.gateway.errors import ApiError, internal, invalid
+from shared import metrics, telemetry
 from shared.logs import request_id_var
 from shared.server import VERSION
 from shared.settings import Settings
@@ -154,7 +161,16 @@ def _health_routes(app: FastAPI) -> None:
         return JSONResponse({"status": "ready"})
 
 
+async def _metrics() -> Response:
+    body, content_type = metrics.exposition()
+    return Response(body, media_type=content_type)
+
+
 def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
+    # Tracing when AGENTMESH_OTLP_ENDPOINT is set; HTTP and gRPC metrics on GET /metrics.
+    telemetry.configure("gateway", settings)
+    metrics.enable()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if clients is not None:
@@ -166,6 +182,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             yield
         finally:
             await own.close()
+            telemetry.shutdown()
 
     app = FastAPI(
         title="agentmesh gateway",
@@ -185,14 +202,19 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.include_router(routes_runs.router, tags=["runs"])
     app.include_router(routes_history.router, tags=["history"])
     app.include_router(routes_memories.router, tags=["memories"])
+    app.include_router(routes_automation.router, tags=["automation"])
+    app.include_router(routes_users.router, tags=["users"])
     _health_routes(app)
+    app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["X-Request-ID"],
         )
     app.add_middleware(RequestContext)
+    # Outermost: its span is current in RequestContext's log lines and in every gRPC call.
+    app.add_middleware(telemetry.HttpMiddleware)
     return app
