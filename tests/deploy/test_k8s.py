@@ -166,7 +166,18 @@ def test_each_deployment_runs_its_service_on_its_port() -> None:
         env = env_of(container)
         assert env["SERVICE"]["value"] == name
         assert env["AGENTMESH_PORT"]["value"] == str(DEFAULT_PORTS[name])
-        assert [p["containerPort"] for p in container["ports"]] == [DEFAULT_PORTS[name]]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        expected = {"grpc" if name in GRPC_SERVICES else "http": DEFAULT_PORTS[name]}
+        if name in GRPC_SERVICES:
+            expected["metrics"] = 9464  # AGENTMESH_METRICS_PORT in config.env
+        assert ports == expected, name
+
+
+def test_grpc_services_serve_metrics_on_the_configured_port() -> None:
+    config = dict(
+        line.split("=", 1) for line in (BASE / "config.env").read_text().splitlines() if "=" in line
+    )
+    assert config["AGENTMESH_METRICS_PORT"] == "9464"
 
 
 def test_grpc_deployments_probe_standard_grpc_health() -> None:
