@@ -34,6 +34,7 @@ from services.executor.events import (
     ToolCallStart,
 )
 from services.executor.tools import ToolContext, ToolError, ToolRegistry
+from shared import metrics
 from shared.domain import MessageKind
 from shared.errors import DomainError
 from shared.messages import (
@@ -202,6 +203,7 @@ class WorkerAgent:
 
 def denied(call: ToolCallBlock, reason: DenialReason) -> ToolDenied:
     """The audit item of a refused call: a digest of its arguments, never the arguments."""
+    metrics.tool_denied(reason.value)
     return ToolDenied(call.id, call.name, arguments_digest(call.input or ""), reason.value)
 
 
