@@ -4,9 +4,11 @@
         python -m bench.scheduler --jobs 100000 --replicas 2
 
 1. Claim-and-record throughput: N due jobs, R replica processes running the real claim
-   transaction (lock due jobs FOR UPDATE SKIP LOCKED, record job runs, advance the jobs)
-   until nothing is due. Slots/s = recorded slots / wall time; duplicates are counted
-   (job runs minus distinct (job, slot)). Dispatch is left out here: it is measured next.
+   transaction (lock due jobs FOR UPDATE SKIP LOCKED, record job runs, advance the jobs,
+   load what dispatch needs of the leased runs' jobs) until nothing is due. Slots/s =
+   recorded slots / wall time; duplicates are counted (job runs minus distinct (job, slot)).
+   The 1-minute load average before and after is reported: the machine may be shared.
+   Dispatch is left out here: it is measured next.
 2. Dispatch lag: L jobs whose slot is a few seconds ahead, R real scheduler processes
    (`python -m services.scheduler`) dispatching to a fake orchestrator (a real grpc.aio
    OrchestratorService in this process); lag = dispatched_at - slot, p50/p99, once without
@@ -131,6 +133,7 @@ async def claim_throughput(url: str, jobs: int, replicas: int, batch: int) -> di
             await conn.execute(sa.text("ANALYZE automation_jobs"))
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
+        load_before = os.getloadavg()[0]
         start_at = time.time() + 3.0  # every worker imported and connected by then
         procs = [
             ctx.Process(target=_claim_worker, args=(url, prefix, batch, start_at, out)) for _ in range(replicas)
@@ -151,6 +154,7 @@ async def claim_throughput(url: str, jobs: int, replicas: int, batch: int) -> di
             "slots_per_second": round(total / wall, 1),
             "duplicates": total - distinct,
             "per_replica_slots": [r["slots"] for r in results],
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
     finally:
         await engine.dispose()

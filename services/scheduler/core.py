@@ -230,48 +230,100 @@ class ClaimPlan:
     last_slot: datetime | None
 
 
-def plan_claim(
-    job: Job,
+@dataclass(frozen=True)
+class Position:
+    """Everything a claim's plan depends on except the job's identity. Jobs at the same
+    position (every owner's daily 10:00 in one zone, due at the same slot) share one plan,
+    so a claim computes slots once per position, not once per job; only jitter, which is
+    derived from the job id, is computed per job."""
+
+    schedule: Schedule
+    timezone: str
+    catch_up_policy: CatchUpPolicy
+    jitter_seconds: int
+    next_slot: datetime | None
+    last_slot: datetime | None
+
+
+@dataclass(frozen=True)
+class PositionPlan:
+    """The part of a claim's plan shared by every job at one position."""
+
+    # Due slots after the high-water mark, oldest first.
+    slots: tuple[datetime, ...]
+    unrecorded: int
+    last_slot: datetime | None
+    # The next slot (None: the schedule has no more, or the row was inconsistent).
+    next_slot: datetime | None
+    # The slots to run; None when that depends on the job (policy skip with jitter).
+    run: tuple[datetime, ...] | None
+    # The plan of every job at this position when it does not depend on the job (no jitter).
+    common: ClaimPlan | None
+
+
+def plan_position(
+    position: Position,
     now: datetime,
     *,
     catch_up_max: int,
     missed_record_limit: int,
     misfire_grace: timedelta,
-) -> ClaimPlan:
-    """Apply the job's catch-up policy to its due slots and compute its next run.
+) -> PositionPlan:
+    """Apply the catch-up policy to the position's due slots and find the next slot.
 
     latest: the newest due slot runs, the older ones are MISSED. skip: only a slot whose fire
     time is within the misfire grace runs (a normal, on-time tick); the others are MISSED.
     all: the newest `catch_up_max` run, the older ones are MISSED. Slots at or before the
     high-water mark are never recorded again (a clock that moved back, a stale next_run_at).
     """
-    spec = job.spec
-    tz = sched.zone(spec.timezone)
+    tz = sched.zone(position.timezone)
     slots: tuple[datetime, ...] = ()
     unrecorded = 0
-    if job.next_slot is not None:
-        due = sched.due_slots(spec.schedule, tz, job.next_slot, now, limit=missed_record_limit)
-        slots = tuple(s for s in due.slots if job.last_slot is None or s > job.last_slot)
+    if position.next_slot is not None:
+        due = sched.due_slots(position.schedule, tz, position.next_slot, now, limit=missed_record_limit)
+        slots = tuple(s for s in due.slots if position.last_slot is None or s > position.last_slot)
         unrecorded = due.older
-    run: tuple[datetime, ...]
+    candidates = [s for s in (position.last_slot, *slots) if s is not None]
+    last_slot = max(candidates) if candidates else None
+    next_slot: datetime | None = None
+    if last_slot is not None:  # else nothing was ever due: an inconsistent row; stop rather than loop
+        next_slot = sched.next_slot(position.schedule, tz, max(now, last_slot))
+    run: tuple[datetime, ...] | None
     if not slots:
         run = ()
-    elif spec.catch_up_policy is CatchUpPolicy.LATEST:
+    elif position.catch_up_policy is CatchUpPolicy.LATEST:
         run = slots[-1:]
-    elif spec.catch_up_policy is CatchUpPolicy.ALL:
+    elif position.catch_up_policy is CatchUpPolicy.ALL:
         run = slots[-catch_up_max:]
+    elif position.jitter_seconds <= 0:
+        run = (slots[-1],) if now - slots[-1] <= misfire_grace else ()
     else:
-        newest = slots[-1]
-        fires = sched.fire_time(job.id, newest, spec.jitter_seconds, spec.schedule, tz)
-        run = (newest,) if now - fires <= misfire_grace else ()
+        run = None
+    plan = PositionPlan(slots, unrecorded, last_slot, next_slot, run, None)
+    if position.jitter_seconds <= 0:
+        plan = replace(plan, common=plan_job("", position, plan, now, misfire_grace=misfire_grace))
+    return plan
+
+
+def plan_job(
+    job_id: str, position: Position, shared: PositionPlan, now: datetime, *, misfire_grace: timedelta
+) -> ClaimPlan:
+    """The claim's plan of one job at `position` (its jitter decides when a slot fires)."""
+    if shared.common is not None:
+        return shared.common
+    tz = sched.zone(position.timezone)
+    slots = shared.slots
+    run = shared.run
+    if run is None:  # skip: the newest slot runs if its jittered fire time is within the grace
+        fires = sched.fire_time(job_id, slots[-1], position.jitter_seconds, position.schedule, tz)
+        run = (slots[-1],) if now - fires <= misfire_grace else ()
     missed = tuple(s for s in slots if s not in run)
-    candidates = [s for s in (job.last_slot, *slots) if s is not None]
-    last_slot = max(candidates) if candidates else None
-    if last_slot is None:  # nothing was ever due: an inconsistent row; stop rather than loop
+    if shared.next_slot is None:
         nxt = NextRun(None, None, JobStatus.COMPLETED)
     else:
-        nxt = next_run(job.id, spec, now, last_slot)
-    return ClaimPlan(run=run, missed=missed, unrecorded=unrecorded, next=nxt, last_slot=last_slot)
+        fire = sched.fire_time(job_id, shared.next_slot, position.jitter_seconds, position.schedule, tz)
+        nxt = NextRun(shared.next_slot, fire, JobStatus.ACTIVE)
+    return ClaimPlan(run=run, missed=missed, unrecorded=shared.unrecorded, next=nxt, last_slot=shared.last_slot)
 
 
 def retry_delay(attempt: int, initial: float, maximum: float) -> timedelta:

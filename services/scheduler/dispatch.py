@@ -37,7 +37,7 @@ from shared.profiles import profile_to_pb
 from shared.settings import Settings
 
 from services.scheduler import core, store
-from services.scheduler.core import Job, JobRun, RunError, RunState, RunTrigger
+from services.scheduler.core import Job, JobRun, RunError, RunState
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.settings import SchedulerSettings
 
@@ -433,85 +433,37 @@ class ClaimLoop:
 
     async def claim_due(self) -> ClaimResult:
         cfg = self._cfg
-        owner = self._dispatcher.lease_owner
         async with self._engine.begin() as conn:
-            now = await self._now(conn)
-            due = await store.lock_due_jobs(conn, now, cfg.batch_size)
-            if not due:
+            now, due = await store.lock_due(conn, self._clock() if self._clock else None, cfg.batch_size)
+            if not due or now is None:
                 return ClaimResult(0, (), 0)
             grace = timedelta(seconds=cfg.misfire_grace_seconds)
-            lease = store.lease_until(now, cfg.lease_seconds)
-            plans = {
-                job.id: core.plan_claim(
-                    job,
+            writes = store.ClaimWrites()
+            for group in due:
+                shared = core.plan_position(
+                    group.position,
                     now,
                     catch_up_max=cfg.catch_up_max,
                     missed_record_limit=cfg.missed_record_limit,
                     misfire_grace=grace,
                 )
-                for job in due
-            }
-            advances = [
-                store.Advance(
-                    job_id=job.id,
-                    version=job.version,
-                    old_next_run_at=job.next_run_at,
-                    next_slot=plans[job.id].next.slot,
-                    next_run_at=plans[job.id].next.run_at,
-                    last_slot=plans[job.id].last_slot,
-                    status=plans[job.id].next.status,
-                    ran=bool(plans[job.id].run),
-                )
-                for job in due
-            ]
-            advanced = await store.advance_jobs(conn, now, advances)
-            to_run: list[tuple[JobRun, Job]] = []
-            rows: list[JobRun] = []
-            missed = 0
-            for job in due:
-                if job.id not in advanced:
-                    continue  # another replica (or an owner's update) changed it first
-                plan = plans[job.id]
-                for slot in plan.run:
-                    run = JobRun(
-                        id=core.new_id(),
-                        job_id=job.id,
-                        owner_id=job.owner_id,
-                        scheduled_slot=slot,
-                        trigger=RunTrigger.SCHEDULE,
-                        state=RunState.DISPATCHING,
-                        attempt=1,
-                        create_time=now,
-                        lease_owner=owner,
-                        lease_expires_at=lease,
-                    )
-                    rows.append(run)
-                    to_run.append((run, job))
-                for slot in plan.missed:
-                    rows.append(
-                        JobRun(
-                            id=core.new_id(),
-                            job_id=job.id,
-                            owner_id=job.owner_id,
-                            scheduled_slot=slot,
-                            trigger=RunTrigger.SCHEDULE,
-                            state=RunState.MISSED,
-                            attempt=0,
-                            create_time=now,
-                            finish_time=now,
-                        )
-                    )
-                missed += len(plan.missed)
-                if plan.unrecorded:
+                if shared.unrecorded:
                     log.warning(
                         "missed slots older than the record limit",
-                        extra={"fields": {"job_id": job.id, "unrecorded": plan.unrecorded}},
+                        extra={"fields": {"job_ids": list(group.ids), "unrecorded": shared.unrecorded}},
                     )
-            inserted = await store.insert_runs(conn, rows)
+                if shared.common is not None:  # no jitter: one plan for the whole group
+                    writes.add(group, shared.common)
+                    continue
+                for i, job_id in enumerate(group.ids):
+                    writes.add(group, core.plan_job(job_id, group.position, shared, now, misfire_grace=grace), only=i)
+            recorded = await store.record_claim(
+                conn, now, writes, self._dispatcher.lease_owner, store.lease_until(now, cfg.lease_seconds)
+            )
             kill_point(cfg, "before_commit")
         kill_point(cfg, "after_commit")
-        orders = tuple(Order(run, job) for run, job in to_run if run.id in inserted)
-        return ClaimResult(len(advanced), orders, missed)
+        orders = tuple(Order(run, job) for run, job in recorded.to_dispatch)
+        return ClaimResult(recorded.advanced, orders, recorded.missed)
 
     async def take_over(self) -> list[Order]:
         """Lease runs waiting for a retry and runs whose holder's lease expired."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,14 +24,17 @@ from shared.profiles import ExecutionProfile, parse_profile
 
 from services.scheduler.core import (
     CatchUpPolicy,
+    ClaimPlan,
     Job,
     JobConfig,
     JobRun,
     JobSpec,
     JobStatus,
+    Position,
     RunError,
     RunState,
     RunTrigger,
+    new_id,
 )
 from services.scheduler.schedule import Schedule, ScheduleType
 
@@ -283,92 +286,397 @@ async def set_once_job_failed(conn: AsyncConnection, job_id: str) -> None:
 # --- the claim ----------------------------------------------------------------------------
 
 
-async def lock_due_jobs(conn: AsyncConnection, now: datetime, limit: int) -> list[Job]:
-    """Active jobs with next_run_at <= now, oldest first; on PostgreSQL locked for this
-    transaction, skipping rows another replica holds."""
-    query = (
-        sa.select(jobs)
-        .where(sa.text(jobs.c.status.name + " = 'active'"), jobs.c.next_run_at <= now)
-        .order_by(jobs.c.next_run_at)
-        .limit(limit)
-    )
-    if _is_pg(conn):
-        query = query.with_for_update(skip_locked=True)
-    return [job_from_row(r) for r in (await conn.execute(query))]
-
-
 @dataclass(frozen=True)
-class Advance:
-    """A claimed job's new position (compare-and-set on its version and old next_run_at)."""
+class DueJobs:
+    """Due jobs at one claim position, locked for this claim (on PostgreSQL), column by column."""
 
-    job_id: str
-    version: int
-    old_next_run_at: datetime | None
-    next_slot: datetime | None
-    next_run_at: datetime | None
-    last_slot: datetime | None
-    status: JobStatus
-    ran: bool
-
-
-async def advance_jobs(conn: AsyncConnection, now: datetime, advances: Sequence[Advance]) -> set[str]:
-    """Apply the advances; the ids of the jobs whose compare-and-set succeeded."""
-    if not advances:
-        return set()
-    if _is_pg(conn):
-        return await _advance_pg(conn, now, advances)
-    done: set[str] = set()
-    for a in advances:
-        result = await conn.execute(
-            jobs.update()
-            .where(jobs.c.id == a.job_id, jobs.c.version == a.version, jobs.c.next_run_at == a.old_next_run_at)
-            .values(
-                next_slot=a.next_slot,
-                next_run_at=a.next_run_at,
-                last_slot=a.last_slot,
-                status=a.status.value,
-                last_run_at=now if a.ran else jobs.c.last_run_at,
-            )
-        )
-        if result.rowcount == 1:
-            done.add(a.job_id)
-    return done
+    position: Position
+    ids: Sequence[str]
+    versions: Sequence[int]
+    next_run_ats: Sequence[datetime | None]
+    # PostgreSQL: each locked row's ctid, so the claim's update finds it by address (stable
+    # while this transaction holds the row lock). Empty on SQLite.
+    rows: Sequence[str] = ()
 
 
-# One statement for a whole batch (unnest of arrays): a round trip per job would cap the
-# claim rate far below the target.
-_ADVANCE_PG = sa.text(
+# The claim reads only what plans a slot, and PostgreSQL groups the locked rows by position:
+# a batch of every owner's daily 10:00 job comes back as one row of arrays, so nothing per job
+# is converted in Python but its id, version, next_run_at and row address. `now()` comes
+# back too, so the clock costs no round trip of its own (the transaction's start, as before).
+_LOCK_DUE_PG = sa.text(
     """
-    UPDATE automation_jobs AS j
-    SET next_slot = u.next_slot, next_run_at = u.next_run_at, last_slot = u.last_slot,
-        status = u.status, last_run_at = CASE WHEN u.ran THEN :now ELSE j.last_run_at END
-    FROM unnest(CAST(:ids AS text[]), CAST(:versions AS bigint[]), CAST(:olds AS timestamptz[]),
-                CAST(:slots AS timestamptz[]), CAST(:runs AS timestamptz[]),
-                CAST(:lasts AS timestamptz[]), CAST(:statuses AS text[]), CAST(:ran AS boolean[]))
-         AS u(id, version, old_next_run_at, next_slot, next_run_at, last_slot, status, ran)
-    WHERE j.id = u.id AND j.version = u.version
-      AND j.next_run_at IS NOT DISTINCT FROM u.old_next_run_at
-    RETURNING j.id
+    WITH due AS MATERIALIZED (
+        SELECT ctid, id, version, next_run_at, schedule_type, run_at, local_time, weekday, cron,
+               timezone, catch_up_policy, jitter_seconds, next_slot, last_slot
+        FROM automation_jobs
+        WHERE status = 'active' AND next_run_at <= coalesce(CAST(:now AS timestamptz), now())
+        ORDER BY next_run_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT coalesce(CAST(:now AS timestamptz), now()), schedule_type, run_at, local_time,
+           weekday, cron, timezone, catch_up_policy, jitter_seconds, next_slot, last_slot,
+           array_agg(id), array_agg(version), array_agg(next_run_at), array_agg(CAST(ctid AS text))
+    FROM due
+    GROUP BY schedule_type, run_at, local_time, weekday, cron, timezone, catch_up_policy,
+             jitter_seconds, next_slot, last_slot
     """
 ).bindparams(sa.bindparam("now", type_=_TS))
 
 
-async def _advance_pg(conn: AsyncConnection, now: datetime, advances: Sequence[Advance]) -> set[str]:
-    result = await conn.execute(
-        _ADVANCE_PG,
+@functools.lru_cache(maxsize=4096)
+def _position(
+    schedule_type: str,
+    run_at: datetime | None,
+    local_time: str | None,
+    weekday: int | None,
+    cron: str | None,
+    timezone: str,
+    catch_up_policy: str,
+    jitter_seconds: int,
+    next_slot: datetime | None,
+    last_slot: datetime | None,
+) -> Position:
+    schedule = Schedule(
+        ScheduleType(schedule_type), run_at=run_at, local_time=local_time or "", weekday=weekday or 0, cron=cron or ""
+    )
+    return Position(schedule, timezone, CatchUpPolicy(catch_up_policy), jitter_seconds, next_slot, last_slot)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+async def lock_due(
+    conn: AsyncConnection, now: datetime | None, limit: int
+) -> tuple[datetime | None, list[DueJobs]]:
+    """Active jobs with next_run_at <= now (None: the database's now), oldest first, grouped
+    by position; on PostgreSQL locked for this transaction, skipping rows another replica
+    holds. Returns the `now` used with the groups (None when nothing is due)."""
+    if not _is_pg(conn):
+        return await _lock_due_sqlite(conn, now if now is not None else await db_now(conn), limit)
+    rows = (await conn.execute(_LOCK_DUE_PG, {"now": now, "limit": limit})).all()
+    if not rows:
+        return now, []
+    groups = [
+        DueJobs(
+            _position(kind, _utc(run_at), local, weekday, cron, tz, policy, jitter, _utc(nxt), _utc(last)),
+            ids,
+            versions,
+            next_run_ats,
+            ctids,
+        )
+        for _, kind, run_at, local, weekday, cron, tz, policy, jitter, nxt, last, ids, versions, next_run_ats, ctids
+        in rows
+    ]
+    return rows[0][0].astimezone(UTC), groups
+
+
+_POSITION_COLUMNS = (
+    jobs.c.schedule_type,
+    jobs.c.run_at,
+    jobs.c.local_time,
+    jobs.c.weekday,
+    jobs.c.cron,
+    jobs.c.timezone,
+    jobs.c.catch_up_policy,
+    jobs.c.jitter_seconds,
+    jobs.c.next_slot,
+    jobs.c.last_slot,
+)
+
+
+async def _lock_due_sqlite(conn: AsyncConnection, now: datetime, limit: int) -> tuple[datetime, list[DueJobs]]:
+    # No row locks: the write transaction (BEGIN IMMEDIATE) serialises claims, and each job is
+    # still advanced with a compare-and-set.
+    query = (
+        sa.select(jobs.c.id, jobs.c.version, jobs.c.next_run_at, *_POSITION_COLUMNS)
+        .where(sa.text(jobs.c.status.name + " = 'active'"), jobs.c.next_run_at <= now)
+        .order_by(jobs.c.next_run_at)
+        .limit(limit)
+    )
+    grouped: dict[Position, tuple[list[str], list[int], list[datetime | None]]] = {}
+    for job_id, version, next_run_at, *position in await conn.execute(query):
+        ids, versions, olds = grouped.setdefault(_position(*position), ([], [], []))
+        ids.append(job_id)
+        versions.append(version)
+        olds.append(next_run_at)
+    return now, [DueJobs(position, *columns) for position, columns in grouped.items()]
+
+
+@dataclass
+class ClaimWrites:
+    """A claim's writes, column by column: the jobs to advance (compare-and-set on version and
+    old next_run_at), each following one of a few plans (every job at a position without
+    jitter shares one), and the job runs of each plan (leased at attempt 1, or MISSED).
+    What many jobs share is sent once per plan, not once per job."""
+
+    # Per job.
+    rows: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    olds: list[datetime | None] = field(default_factory=list)
+    plan_of: list[int] = field(default_factory=list)  # 1-based index into the plan columns
+    # Per plan; its runs are run_slots[run_from - 1 : run_to] (1-based, inclusive).
+    next_slots: list[datetime | None] = field(default_factory=list)
+    next_run_ats: list[datetime | None] = field(default_factory=list)
+    last_slots: list[datetime | None] = field(default_factory=list)
+    completed: list[bool] = field(default_factory=list)
+    ran: list[bool] = field(default_factory=list)
+    run_from: list[int] = field(default_factory=list)
+    run_to: list[int] = field(default_factory=list)
+    # Per run of a plan: its slot, and whether it is MISSED (else leased to this replica).
+    run_slots: list[datetime] = field(default_factory=list)
+    run_missed: list[bool] = field(default_factory=list)
+
+    def add(self, due: DueJobs, plan: ClaimPlan, only: int | None = None) -> None:
+        """Jobs of `due` that follow `plan`: all of them, or only the one at index `only`."""
+        self.next_slots.append(plan.next.slot)
+        self.next_run_ats.append(plan.next.run_at)
+        self.last_slots.append(plan.last_slot)
+        self.completed.append(plan.next.status is JobStatus.COMPLETED)
+        self.ran.append(bool(plan.run))
+        self.run_from.append(len(self.run_slots) + 1)
+        self.run_slots.extend(plan.run)
+        self.run_missed.extend([False] * len(plan.run))
+        self.run_slots.extend(plan.missed)
+        self.run_missed.extend([True] * len(plan.missed))
+        self.run_to.append(len(self.run_slots))
+        index = len(self.next_slots)
+        jobs_at = slice(None) if only is None else slice(only, only + 1)
+        ids = due.ids[jobs_at]
+        self.ids.extend(ids)
+        self.versions.extend(due.versions[jobs_at])
+        self.olds.extend(due.next_run_ats[jobs_at])
+        self.rows.extend(due.rows[jobs_at])
+        self.plan_of.extend([index] * len(ids))
+
+
+@dataclass(frozen=True)
+class RecordedClaim:
+    advanced: int
+    missed: int
+    # The runs recorded as leased to this replica, with their jobs (for dispatch).
+    to_dispatch: list[tuple[JobRun, Job]]
+
+
+# One statement per batch, with no join whose cost depends on the planner's row estimates:
+# each job is found by its row address (a TID scan; the id, version and old next_run_at are
+# still compared), its plan's values are read by index from the plan arrays, and its runs
+# are generated from its plan's range of the run arrays. Runs are recorded only for the jobs
+# actually advanced; UNIQUE(job_id, scheduled_slot) turns a slot recorded before into
+# nothing. The leased runs come back with what dispatch needs of their jobs, grouped by the
+# job's spec, so config and profile are converted once per distinct spec, not once per run.
+_RECORD_CLAIM_PG = sa.text(
+    """
+    WITH claimed AS (
+        SELECT * FROM unnest(CAST(CAST(:rows AS text[]) AS tid[]), CAST(:ids AS text[]),
+                             CAST(:versions AS bigint[]), CAST(:olds AS timestamptz[]),
+                             CAST(:plan_of AS integer[]))
+            AS c(row_id, id, version, old_next_run_at, n)
+    ), advanced AS (
+        UPDATE automation_jobs AS j
+        SET next_slot = (CAST(:slots AS timestamptz[]))[c.n],
+            next_run_at = (CAST(:runs AS timestamptz[]))[c.n],
+            last_slot = (CAST(:lasts AS timestamptz[]))[c.n],
+            status = CASE WHEN (CAST(:completed AS boolean[]))[c.n] THEN 'completed' ELSE 'active' END,
+            last_run_at = CASE WHEN (CAST(:ran AS boolean[]))[c.n]
+                               THEN CAST(:now AS timestamptz) ELSE j.last_run_at END
+        FROM claimed AS c
+        WHERE j.ctid = c.row_id AND j.id = c.id AND j.version = c.version
+          AND j.next_run_at IS NOT DISTINCT FROM c.old_next_run_at
+        RETURNING j.id, j.owner_id, c.n
+    ), recorded AS (
+        INSERT INTO job_runs (id, job_id, owner_id, scheduled_slot, trigger, state, attempt,
+                              lease_owner, lease_expires_at, finish_time, errors, create_time)
+        SELECT replace(CAST(gen_random_uuid() AS text), '-', ''), a.id, a.owner_id,
+               (CAST(:run_slots AS timestamptz[]))[k], 'schedule',
+               CASE WHEN m THEN 'missed' ELSE 'dispatching' END,
+               CASE WHEN m THEN 0 ELSE 1 END,
+               CASE WHEN NOT m THEN CAST(:lease_owner AS text) END,
+               CASE WHEN NOT m THEN CAST(:lease AS timestamptz) END,
+               CASE WHEN m THEN CAST(:now AS timestamptz) END,
+               CAST('[]' AS jsonb), CAST(:now AS timestamptz)
+        FROM advanced AS a
+        CROSS JOIN LATERAL generate_series((CAST(:run_from AS integer[]))[a.n],
+                                           (CAST(:run_to AS integer[]))[a.n]) AS k
+        CROSS JOIN LATERAL (SELECT (CAST(:run_missed AS boolean[]))[k]) AS r(m)
+        ON CONFLICT (job_id, scheduled_slot) DO NOTHING
+        RETURNING id, job_id, scheduled_slot, state
+    )
+    SELECT c.advanced, c.missed, g.*
+    FROM (SELECT (SELECT count(*) FROM advanced) AS advanced,
+                 (SELECT count(*) FROM recorded WHERE state = 'missed') AS missed) AS c
+    LEFT JOIN LATERAL (
+        SELECT a.title, a.schedule_type, a.run_at, a.local_time, a.weekday, a.cron, a.timezone,
+               CAST(a.config AS text), CAST(a.execution_profile AS text), a.catch_up_policy,
+               a.jitter_seconds,
+               array_agg(r.id), array_agg(r.scheduled_slot), array_agg(a.id), array_agg(a.owner_id),
+               array_agg(a.status), array_agg(a.version), array_agg(a.create_time),
+               array_agg(a.update_time), array_agg(a.next_slot), array_agg(a.next_run_at),
+               array_agg(a.last_run_at), array_agg(a.last_slot), array_agg(a.default_key)
+        FROM recorded AS r JOIN automation_jobs AS a ON a.id = r.job_id
+        WHERE r.state = 'dispatching'
+        GROUP BY a.title, a.schedule_type, a.run_at, a.local_time, a.weekday, a.cron, a.timezone,
+                 a.config, a.execution_profile, a.catch_up_policy, a.jitter_seconds
+    ) AS g ON true
+    """
+)
+
+
+_JOB_STATUS = {s.value: s for s in JobStatus}
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec(
+    title: str,
+    schedule_type: str,
+    run_at: datetime | None,
+    local_time: str | None,
+    weekday: int | None,
+    cron: str | None,
+    timezone: str,
+    config_json: str,
+    profile_json: str,
+    catch_up_policy: str,
+    jitter_seconds: int,
+) -> JobSpec:
+    config = json.loads(config_json)
+    return JobSpec(
+        title=title,
+        schedule=Schedule(
+            ScheduleType(schedule_type),
+            run_at=run_at,
+            local_time=local_time or "",
+            weekday=weekday or 0,
+            cron=cron or "",
+        ),
+        timezone=timezone,
+        config=JobConfig(prompt=config["prompt"], tools=tuple(config.get("tools", ()))),
+        profile=_profile_from_json(profile_json),
+        catch_up_policy=CatchUpPolicy(catch_up_policy),
+        jitter_seconds=jitter_seconds,
+    )
+
+
+async def record_claim(
+    conn: AsyncConnection, now: datetime, writes: ClaimWrites, lease_owner: str, lease_expires_at: datetime
+) -> RecordedClaim:
+    """Advance the claimed jobs and record their runs; only jobs whose compare-and-set
+    succeeded get runs, and a slot already recorded is not recorded again."""
+    if not writes.ids:
+        return RecordedClaim(0, 0, [])
+    if not _is_pg(conn):
+        return await _record_claim_sqlite(conn, now, writes, lease_owner, lease_expires_at)
+    rows = await conn.execute(
+        _RECORD_CLAIM_PG,
         {
             "now": now,
-            "ids": [a.job_id for a in advances],
-            "versions": [a.version for a in advances],
-            "olds": [a.old_next_run_at for a in advances],
-            "slots": [a.next_slot for a in advances],
-            "runs": [a.next_run_at for a in advances],
-            "lasts": [a.last_slot for a in advances],
-            "statuses": [a.status.value for a in advances],
-            "ran": [a.ran for a in advances],
+            "lease": lease_expires_at,
+            "lease_owner": lease_owner,
+            "rows": writes.rows,
+            "ids": writes.ids,
+            "versions": writes.versions,
+            "olds": writes.olds,
+            "plan_of": writes.plan_of,
+            "slots": writes.next_slots,
+            "runs": writes.next_run_ats,
+            "lasts": writes.last_slots,
+            "completed": writes.completed,
+            "ran": writes.ran,
+            "run_from": writes.run_from,
+            "run_to": writes.run_to,
+            "run_slots": writes.run_slots,
+            "run_missed": writes.run_missed,
         },
     )
-    return {row[0] for row in result}
+    advanced = missed = 0
+    to_dispatch: list[tuple[JobRun, Job]] = []
+    schedule_state, dispatching = RunTrigger.SCHEDULE, RunState.DISPATCHING
+    for row in rows:
+        advanced, missed, group = row[0], row[1], row[2:]
+        if group[0] is None:
+            break  # no run to dispatch (only the counts)
+        spec = _spec(group[0], group[1], _utc(group[2]), *group[3:11])
+        for run_id, slot, job_id, owner, status, version, created, updated, nxt, fire, last_run, last, key in zip(
+            *group[11:], strict=True
+        ):
+            job = Job(
+                id=job_id,
+                owner_id=owner,
+                spec=spec,
+                status=_JOB_STATUS[status],
+                version=version,
+                create_time=created,
+                update_time=updated,
+                next_slot=nxt,
+                next_run_at=fire,
+                last_run_at=last_run,
+                last_slot=last,
+                default_key=key,
+            )
+            run = JobRun(
+                id=run_id,
+                job_id=job_id,
+                owner_id=owner,
+                scheduled_slot=slot,
+                trigger=schedule_state,
+                state=dispatching,
+                attempt=1,
+                create_time=now,
+                lease_owner=lease_owner,
+                lease_expires_at=lease_expires_at,
+            )
+            to_dispatch.append((run, job))
+    return RecordedClaim(advanced, missed, to_dispatch)
+
+
+async def _record_claim_sqlite(
+    conn: AsyncConnection, now: datetime, writes: ClaimWrites, lease_owner: str, lease_expires_at: datetime
+) -> RecordedClaim:
+    advanced: dict[str, int] = {}  # job id -> its plan (0-based)
+    for job_id, version, old, n in zip(writes.ids, writes.versions, writes.olds, writes.plan_of, strict=True):
+        plan = n - 1
+        result = await conn.execute(
+            jobs.update()
+            .where(jobs.c.id == job_id, jobs.c.version == version, jobs.c.next_run_at == old)
+            .values(
+                next_slot=writes.next_slots[plan],
+                next_run_at=writes.next_run_ats[plan],
+                last_slot=writes.last_slots[plan],
+                status=(JobStatus.COMPLETED if writes.completed[plan] else JobStatus.ACTIVE).value,
+                last_run_at=now if writes.ran[plan] else jobs.c.last_run_at,
+            )
+        )
+        if result.rowcount == 1:
+            advanced[job_id] = plan
+    owners: dict[str, str] = {}
+    if advanced:
+        query = sa.select(jobs.c.id, jobs.c.owner_id).where(jobs.c.id.in_(advanced))
+        owners = {job_id: owner for job_id, owner in await conn.execute(query)}
+    new_runs = [
+        JobRun(
+            id=new_id(),
+            job_id=job_id,
+            owner_id=owners[job_id],
+            scheduled_slot=writes.run_slots[k],
+            trigger=RunTrigger.SCHEDULE,
+            state=RunState.MISSED if missed else RunState.DISPATCHING,
+            attempt=0 if missed else 1,
+            create_time=now,
+            lease_owner=None if missed else lease_owner,
+            lease_expires_at=None if missed else lease_expires_at,
+            finish_time=now if missed else None,
+        )
+        for job_id, plan in advanced.items()
+        for k in range(writes.run_from[plan] - 1, writes.run_to[plan])
+        for missed in (writes.run_missed[k],)
+    ]
+    inserted = await insert_runs(conn, new_runs)
+    leased = [r for r in new_runs if r.id in inserted and r.state is RunState.DISPATCHING]
+    found = await jobs_by_id(conn, (r.job_id for r in leased))
+    missed = sum(1 for r in new_runs if r.id in inserted and r.state is RunState.MISSED)
+    return RecordedClaim(len(advanced), missed, [(r, found[r.job_id]) for r in leased])
 
 
 def run_from_row(row: Any) -> JobRun:

@@ -4,6 +4,7 @@ retries with backoff, lease fencing, takeover of a dead replica's run."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,12 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 
+from shared.profiles import CHAT_DEFAULT
 from shared.settings import Settings
 
 from services.scheduler import core, store
 from services.scheduler.core import CatchUpPolicy
 from services.scheduler.dispatch import start_request
-from services.scheduler.schedule import zone
+from services.scheduler.schedule import fire_time, zone
+from services.scheduler.schedule import next_slot as sched_next_slot
 from tests.scheduler.helpers import (
     FakeOrchestrator,
     daily_spec,
@@ -268,3 +271,60 @@ async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
     after = await get_job(engine, job.id)
     assert after.next_slot is not None and after.next_slot > now
     assert after.last_slot == job.next_slot
+
+
+async def test_one_batch_of_mixed_jobs_plans_and_dispatches_each_by_its_own_schedule_and_spec(env) -> None:
+    # The claim plans once per position and converts each distinct spec once: jobs that share
+    # a slot but not a prompt, profile, zone, jitter or policy must still get their own.
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    clock_now = now
+    slot = core.next_run("x", daily_spec(), now - timedelta(days=1), None).slot
+    assert slot is not None
+    other_profile = CHAT_DEFAULT.model_copy(update={"name": "custom_chat"})
+    specs = {
+        "plain": daily_spec(prompt="plain prompt"),
+        "same_slot_other_spec": replace(daily_spec(prompt="other prompt", title="other"), profile=other_profile),
+        "jittered": daily_spec(prompt="jittered prompt", jitter_seconds=600),
+        "all_policy": daily_spec(prompt="catch up", catch_up_policy=CatchUpPolicy.ALL),
+        "new_york": daily_spec("08:15", "America/New_York", prompt="new york"),
+    }
+    jobs = {
+        "plain": due_job("alice", specs["plain"], slot, now),
+        "same_slot_other_spec": due_job("bob", specs["same_slot_other_spec"], slot, now),
+        "jittered": due_job("carol", specs["jittered"], slot, now),
+        "all_policy": due_job("dave", specs["all_policy"], slot - timedelta(days=2), now),
+    }
+    ny_slot = core.next_run("x", specs["new_york"], now - timedelta(days=1), None).slot
+    assert ny_slot is not None
+    jobs["new_york"] = due_job("erin", specs["new_york"], ny_slot, now)
+    await insert_jobs(engine, list(jobs.values()))
+
+    loop, dispatcher, channel = local_runtime(
+        engine, address, settings, fast_cfg(catch_up_max=2), clock=lambda: clock_now
+    )
+    claimed = await loop.claim_due()
+    assert claimed.jobs == 5 and claimed.missed == 1
+    assert sorted(o.job.id for o in claimed.orders) == sorted(
+        [*(j.id for j in jobs.values()), jobs["all_policy"].id]
+    )
+    dispatcher.submit(claimed.orders)
+    await dispatcher.idle()
+    await channel.close()
+
+    for name, job in jobs.items():
+        spec = specs[name]
+        tz = zone(spec.timezone)
+        last = slot if name != "new_york" else ny_slot
+        expected_next = sched_next_slot(spec.schedule, tz, max(clock_now, last))
+        after = await get_job(engine, job.id)
+        assert (after.last_slot, after.next_slot) == (last, expected_next), name
+        assert after.next_run_at == fire_time(job.id, expected_next, spec.jitter_seconds, spec.schedule, tz), name
+        assert after.last_run_at == clock_now, name
+        requests = [r for r in fake.requests.values() if r.thread_id == core.thread_id(job.id)]
+        assert {r.messages[0].content[0].text.text for r in requests} == {spec.config.prompt}, name
+        assert {(r.profile.name, r.time_zone) for r in requests} == {(spec.profile.name, spec.timezone)}, name
+        assert len(requests) == (2 if name == "all_policy" else 1), name
+    states = by_state(await run_rows(engine))
+    assert states["missed"] == [slot - timedelta(days=2)]
+    assert len(states["succeeded"]) == 6
