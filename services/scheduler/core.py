@@ -9,14 +9,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shared.errors import InvalidArgument
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
-
 from services.scheduler import schedule as sched
 from services.scheduler.schedule import Schedule, ScheduleError, ScheduleType
+from shared.errors import InvalidArgument
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
+from shared.tools import REGISTERED_TOOLS
 
 # The tools a job may declare in config.tools; the executor registers the same names.
-REGISTERED_TOOLS: tuple[str, ...] = ("memory_write", "memory_forget", "memory_search")
 
 MAX_PROMPT_CHARS = 2000
 MAX_TITLE_CHARS = 200

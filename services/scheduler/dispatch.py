@@ -32,14 +32,14 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import content_pb2, message_pb2, run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from shared.identity import call_metadata
-from shared.profiles import profile_to_pb
-from shared.settings import Settings
-
 from services.scheduler import core, store
 from services.scheduler.core import Job, JobRun, RunError, RunState
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.settings import SchedulerSettings
+from shared import metrics
+from shared.identity import call_metadata
+from shared.profiles import profile_to_pb
+from shared.settings import Settings
 
 log = logging.getLogger("agentmesh.scheduler")
 
@@ -236,6 +236,7 @@ class Dispatcher:
             return False
         run_id = core.orchestrator_run_id(run.id, run.attempt)
         started = datetime.now(UTC)
+        metrics.observe_dispatch_lag((started - run.scheduled_slot).total_seconds())
         error: AttemptFailed | None = None
         done_as = run_id
         try:
@@ -426,6 +427,7 @@ class ClaimLoop:
         claimed = await self.claim_due()
         recovered = await self.take_over()
         self._dispatcher.submit([*claimed.orders, *recovered], granted_at=granted)
+        metrics.set_due_backlog(self._dispatcher.backlog)
         return claimed.jobs >= self._cfg.batch_size or len(recovered) >= self._cfg.batch_size
 
     async def _now(self, conn: AsyncConnection) -> datetime:
