@@ -16,16 +16,27 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Entry = tuple[int, bytes]
 
 
+class LogLost(Exception):
+    """The run's log is gone (retention ended, or its store restarted and lost it) while
+    its run still writes: appending would start a log with a gap, so nothing is written."""
+
+
 class EventLog(Protocol):
     async def append(self, key: str, events: Sequence[Entry]) -> None:
-        """Store events of a run; their sequence numbers must follow the stored ones."""
+        """Store events of a run; their sequence numbers must follow the stored ones.
+        LogLost when they do not start at 1 and the log does not exist."""
 
     async def close(self, key: str) -> None:
-        """Mark the run's log complete; it is kept for the retention period."""
+        """Mark the run's log complete; it is kept for the retention period. Closing a log
+        that does not exist does nothing."""
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         """Stored events after `after`, and whether the log is closed. KeyError if unknown."""
@@ -63,6 +74,8 @@ class InMemoryEventLog:
     async def append(self, key: str, events: Sequence[Entry]) -> None:
         log = self._runs.get(key)
         if log is None:
+            if events and events[0][0] != 1:
+                raise LogLost(key)
             self._evict()
             log = self._runs[key] = _RunLog()
         last = log.entries[-1][0] if log.entries else 0
@@ -75,7 +88,9 @@ class InMemoryEventLog:
         log.changed = asyncio.Event()
 
     async def close(self, key: str) -> None:
-        log = self._runs.setdefault(key, _RunLog())
+        log = self._runs.get(key)
+        if log is None:
+            return
         log.closed = True
         log.closed_at = time.monotonic()
         log.changed.set()
@@ -112,7 +127,13 @@ class RedisEventLog:
     """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1."""
 
     def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
-        self.redis = aioredis.Redis.from_url(url)
+        # A pooled connection that Redis closed (a restart, a failover) is dropped and the
+        # command retried on a new one, instead of failing the first caller after it.
+        self.redis = aioredis.Redis.from_url(
+            url,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        )
         self.retention_seconds = retention_seconds
         self.prefix = prefix
 
@@ -120,18 +141,25 @@ class RedisEventLog:
         return self.prefix + key
 
     async def append(self, key: str, events: Sequence[Entry]) -> None:
+        if not events:
+            return
         k = self._key(key)
         async with self.redis.pipeline(transaction=True) as pipe:
             for seq, data in events:
-                pipe.xadd(k, {b"e": data}, id=f"{seq}-0")
+                # Only the first event creates the stream: a later one finding no stream
+                # means the log was lost (a Redis restart), and a log with a gap would give
+                # a resuming reader a wrong stream.
+                pipe.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=seq != 1)
             # Live runs keep their log at least a day even if the orchestrator dies.
             pipe.expire(k, max(self.retention_seconds, 86_400))
-            await pipe.execute()
+            results = await pipe.execute()
+        if any(r is None for r in results[:-1]):
+            raise LogLost(key)
 
     async def close(self, key: str) -> None:
         k = self._key(key)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(k, {_END: b"1"}, id="*")
+            pipe.xadd(k, {_END: b"1"}, id="*", nomkstream=True)
             pipe.expire(k, self.retention_seconds)
             await pipe.execute()
 

@@ -63,8 +63,11 @@ class ApiError(Exception):
         *,
         violations: Sequence[tuple[str, str]] = (),
         headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
+        # More members of the error object (e.g. activeRunId of a busy thread).
+        self.extra = dict(extra or {})
         self.status = status
         self.code = code
         self.message = message
@@ -78,6 +81,7 @@ class ApiError(Exception):
             error["requestId"] = rid
         if self.violations:
             error["details"] = [{"field": f, "description": d} for f, d in self.violations]
+        error.update(self.extra)
         return {"error": error}
 
     def response(self) -> JSONResponse:

@@ -1,30 +1,39 @@
-"""POST /api/v1/agent/runs: a RunAgentInput in, the run's AG-UI events out as SSE."""
+"""Runs over HTTP: POST /api/v1/agent/runs (a RunAgentInput in, the run's AG-UI events out
+as SSE, each frame with `id: <sequence>`), GET /api/v1/agent/runs/{run_id}/events (resume
+after Last-Event-ID, from any gateway replica), POST /api/v1/agent/runs/{run_id}:cancel."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Annotated, Any
 
 import grpc
+from agentmesh.history.v1 import history_service_pb2
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2
 from agentmesh.type.v1 import run_event_pb2
-from fastapi import APIRouter, Depends, Request
-from starlette.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response, StreamingResponse
 
 from services.gateway import sse
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
-from services.gateway.errors import ApiError, from_rpc, internal
+from services.gateway.errors import ApiError, from_rpc, internal, invalid
+from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
+    STRATEGY_FIELD,
     RunAgentInputIn,
+    cancel_on_disconnect,
     check_body_size,
     parse_body,
     start_run_request,
     time_zone,
     too_large,
 )
+from shared.errors import from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
 from shared.settings import Settings
@@ -34,6 +43,10 @@ log = logging.getLogger("agentmesh.gateway")
 router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+RunPath = Annotated[str, Path(min_length=1, max_length=128)]
+
+# Cancels sent for clients that went away (cancelOnDisconnect); kept until they finish.
+_background: set[asyncio.Task[None]] = set()
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -57,37 +70,77 @@ def _with_ids(ev: run_event_pb2.RunEvent, thread_id: str, run_id: str) -> run_ev
     return ev
 
 
+Call = grpc.aio.UnaryStreamCall  # type: ignore[type-arg]
+
+
 async def _events(
-    call: grpc.aio.UnaryStreamCall,  # type: ignore[type-arg]
-    first: orchestrator_service_pb2.StartRunResponse,
+    call: Call,
+    first: Any,
     thread_id: str,
     run_id: str,
+    *,
+    prefix: list[sse.Event] | None = None,
+    on_abandon: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
-    """The SSE body: every mapped event; after RUN_FINISHED or RUN_ERROR, nothing."""
+    """The SSE body: `prefix` (frames without id), then every mapped event of the run with
+    its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
+    is the first response already read, a read still pending (a Future), or None.
+    `on_abandon` runs (in the background) when the client goes away before the end."""
+    ended = False
     try:
+        for event in prefix or ():
+            yield sse.frame(event)
         response = first
         while True:
-            event = sse.to_agui(_with_ids(response.event, thread_id, run_id))
-            if event is not None:
-                yield sse.frame(event)
-                if event["type"] in sse.TERMINAL_TYPES:
-                    return
-            nxt = await call.read()
-            if nxt is grpc.aio.EOF:
+            if isinstance(response, asyncio.Future):
+                response = await response
+            if response is grpc.aio.EOF:
+                ended = True
                 log.error("run stream ended without RUN_FINISHED or RUN_ERROR")
                 yield sse.frame(sse.run_error("the run ended without a result", "INTERNAL"))
                 return
-            response = nxt
+            if response is not None:
+                pbev = _with_ids(response.event, thread_id, run_id)
+                event = sse.to_agui(pbev)
+                if event is not None:
+                    terminal = event["type"] in sse.TERMINAL_TYPES
+                    ended = ended or terminal
+                    yield sse.frame(event, pbev.sequence or None)
+                    if terminal:
+                        return
+            response = await call.read()
     except grpc.RpcError as err:
+        ended = True
         api = from_rpc(err, "orchestrator")
         yield sse.frame(sse.run_error(api.message, api.code))
     except Exception:
+        ended = True
         # Headers are sent: the stream itself must say the run failed.
         log.exception("run stream failed")
         api = internal()
         yield sse.frame(sse.run_error(api.message, api.code))
     finally:
         call.cancel()
+        if not ended and on_abandon is not None:
+            task = asyncio.create_task(on_abandon())
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+
+async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: str, run_id: str) -> None:
+    try:
+        await clients.orchestrator.CancelRun(
+            orchestrator_service_pb2.CancelRunRequest(run_id=run_id),
+            metadata=call_metadata(owner),
+            timeout=_cancel_timeout(settings),
+        )
+    except grpc.RpcError as err:
+        log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})  # type: ignore[attr-defined]
+
+
+def _cancel_timeout(settings: Settings) -> float:
+    # The orchestrator waits (bounded) for a run held by another replica to stop.
+    return settings.rpc_timeout_seconds + 10.0
 
 
 @router.post(
@@ -129,13 +182,166 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
             504, "DEADLINE_EXCEEDED", "the orchestrator service did not answer in time; retry later"
         ) from None
     except grpc.RpcError as err:
-        raise from_rpc(
-            err, "orchestrator", camel_fields=True, renames={"profile_name": PROFILE_FIELD}
-        ) from None
+        api = from_rpc(
+            err,
+            "orchestrator",
+            camel_fields=True,
+            renames={"profile_name": PROFILE_FIELD, "multitask_strategy": STRATEGY_FIELD},
+        )
+        domain = from_rpc_error(err)
+        if domain.reason == "THREAD_BUSY":
+            api.extra = {
+                "reason": "THREAD_BUSY",
+                "activeRunId": domain.metadata.get("active_run_id", ""),
+                "activeRunState": domain.metadata.get("active_run_state", ""),
+            }
+        raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
+    on_abandon = (
+        partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
+        if cancel_on_disconnect(parsed.forwarded_props)
+        else None
+    )
     return StreamingResponse(
-        _events(call, first, req.thread_id, req.run_id),
+        _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
+
+
+def _resume_position(header: str | None, after: int | None) -> int:
+    """Last-Event-ID (what an EventSource sends when it reconnects) wins over ?after=."""
+    if header is not None and header.strip():
+        value = header.strip()
+        if not value.isdigit() or len(value) > 18:
+            raise invalid("Last-Event-ID", "must be a sequence number (a non-negative integer)")
+        return int(value)
+    return after or 0
+
+
+async def _gone_or_missing(clients: Clients, settings: Settings, owner: str, run_id: str) -> ApiError:
+    """The run's events are gone: 410 with where its result is, if history knows the run
+    (for this owner); otherwise 404."""
+    try:
+        reply = await clients.history.GetRun(
+            history_service_pb2.GetRunRequest(run_id=run_id),
+            metadata=call_metadata(owner, request_id=request_id_var.get()),
+            timeout=settings.rpc_timeout_seconds,
+        )
+    except grpc.RpcError as err:
+        return from_rpc(err, "history")
+    run = reply.run
+    history = f"/api/v1/agent/threads/{run.thread_id}/history"
+    state = history_service_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_").lower()
+    return ApiError(
+        410,
+        "EVENTS_EXPIRED",
+        "the run's events are no longer kept (its retention ended, or the event log was "
+        f"lost); the run is {state}: read what it stored with GET {history} "
+        f"and its record with GET /api/v1/agent/runs/{run_id}",
+        extra={"runId": run_id, "threadId": run.thread_id, "state": state, "history": history},
+    )
+
+
+@router.get(
+    "/api/v1/agent/runs/{run_id}/events",
+    summary="Resume a run's AG-UI events after Last-Event-ID (or ?after=); SSE",
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
+        204: {"description": "the client already has the run's last event"},
+        410: {"description": "the run's events are no longer kept; read its history"},
+    },
+    response_class=StreamingResponse,
+)
+async def resume_run(
+    request: Request,
+    run_id: RunPath,
+    after: Annotated[int | None, Query(ge=0, description="resume after this sequence number")] = None,
+    who: Caller = Depends(caller),
+) -> Response:
+    settings: Settings = request.app.state.settings
+    clients: Clients = request.app.state.clients
+    position = _resume_position(request.headers.get("last-event-id"), after)
+    call = clients.orchestrator.StreamRun(
+        orchestrator_service_pb2.StreamRunRequest(run_id=run_id, after_sequence=0),
+        metadata=call_metadata(who.owner, request_id=request_id_var.get()),
+        timeout=settings.run_timeout_seconds,
+    )
+    # Read the stored events up to `position` (at least one, which proves the run is the
+    # caller's and its log exists), noting what is open there.
+    replay = Replay()
+    seen = 0
+    thread_id = ""
+    pending: Any = None
+    eof = False
+    while seen < max(position, 1):
+        pending = asyncio.ensure_future(call.read())
+        done, _ = await asyncio.wait({pending}, timeout=settings.rpc_timeout_seconds)
+        if not done:
+            if seen == 0:
+                pending.cancel()
+                call.cancel()
+                raise ApiError(
+                    504, "DEADLINE_EXCEEDED",
+                    "the orchestrator service did not answer in time; retry later",
+                )
+            break  # a position past what is stored: follow the live run from here
+        try:
+            response = pending.result()
+        except grpc.RpcError as err:
+            call.cancel()
+            if err.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                raise await _gone_or_missing(clients, settings, who.owner, run_id) from None
+            raise from_rpc(err, "orchestrator") from None
+        if response is grpc.aio.EOF:
+            pending, eof = None, True
+            break
+        event = response.event
+        thread_id = thread_id or event.thread_id
+        if event.sequence > position:
+            break
+        pending = None
+        seen = event.sequence
+        mapped = sse.to_agui(_with_ids(event, event.thread_id, run_id))
+        if mapped is not None:
+            replay.observe(mapped)
+    if replay.terminal is not None or eof:
+        # The client has the run's end already: nothing to send (and 204 tells an
+        # EventSource to stop reconnecting).
+        call.cancel()
+        return Response(status_code=204, headers={"Cache-Control": "no-cache"})
+    prefix = replay.prefix(thread_id, run_id) if position > 0 else []
+    return StreamingResponse(
+        _events(call, pending, thread_id, run_id, prefix=prefix),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )
+
+
+@router.post(
+    "/api/v1/agent/runs/{run_id}:cancel",
+    summary="Cancel a run (from any replica); harmless when repeated",
+    responses={409: {"description": "the run already finished otherwise"}},
+)
+async def cancel_run(request: Request, run_id: RunPath, who: Caller = Depends(caller)) -> dict[str, Any]:
+    settings: Settings = request.app.state.settings
+    clients: Clients = request.app.state.clients
+    try:
+        reply = await clients.orchestrator.CancelRun(
+            orchestrator_service_pb2.CancelRunRequest(run_id=run_id),
+            metadata=call_metadata(who.owner, request_id=request_id_var.get()),
+            timeout=_cancel_timeout(settings),
+        )
+    except grpc.RpcError as err:
+        api = from_rpc(err, "orchestrator", camel_fields=True)
+        state = from_rpc_error(err).metadata.get("state")
+        if state:
+            api.extra = {"state": state}
+        raise api from None
+    return {
+        "runId": run_id,
+        "threadId": reply.thread_id,
+        "state": reply.state,
+        "cancelled": reply.cancelled,
+    }

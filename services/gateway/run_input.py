@@ -240,6 +240,43 @@ def requested_profile(forwarded_props: Any) -> str:
     return name
 
 
+STRATEGY_FIELD = "forwardedProps.agentmesh.multitaskStrategy"
+CANCEL_ON_DISCONNECT_FIELD = "forwardedProps.agentmesh.cancelOnDisconnect"
+STRATEGIES = {
+    "reject": orchestrator_service_pb2.MULTITASK_STRATEGY_REJECT,
+    "enqueue": orchestrator_service_pb2.MULTITASK_STRATEGY_ENQUEUE,
+    "interrupt": orchestrator_service_pb2.MULTITASK_STRATEGY_INTERRUPT,
+    "rollback": orchestrator_service_pb2.MULTITASK_STRATEGY_ROLLBACK,
+}
+
+
+def _ours(forwarded_props: Any) -> dict[str, Any]:
+    if not isinstance(forwarded_props, dict) or "agentmesh" not in forwarded_props:
+        return {}
+    ours = forwarded_props["agentmesh"]
+    if not isinstance(ours, dict):
+        raise invalid("forwardedProps.agentmesh", "must be an object")
+    return ours
+
+
+def multitask_strategy(forwarded_props: Any) -> int:
+    """forwardedProps.agentmesh.multitaskStrategy: what a run does on a thread that has an
+    active run (reject | enqueue | interrupt | rollback; default enqueue)."""
+    value = _ours(forwarded_props).get("multitaskStrategy", "enqueue")
+    if value not in STRATEGIES:
+        raise invalid(STRATEGY_FIELD, "must be reject, enqueue, interrupt or rollback")
+    return STRATEGIES[value]
+
+
+def cancel_on_disconnect(forwarded_props: Any) -> bool:
+    """forwardedProps.agentmesh.cancelOnDisconnect: cancel the run when this request's
+    client goes away before the run ends (default false: the run goes on and is stored)."""
+    value = _ours(forwarded_props).get("cancelOnDisconnect", False)
+    if not isinstance(value, bool):
+        raise invalid(CANCEL_ON_DISCONNECT_FIELD, "must be true or false")
+    return value
+
+
 def start_run_request(
     parsed: RunAgentInputIn, *, max_chars: int, tz: str
 ) -> orchestrator_service_pb2.StartRunRequest:
@@ -263,6 +300,7 @@ def start_run_request(
         time_zone=tz,
         parent_run_id=parsed.parent_run_id or "",
         profile_name=requested_profile(parsed.forwarded_props),
+        multitask_strategy=multitask_strategy(parsed.forwarded_props),
     )
     if parsed.state is not None:
         req.state.CopyFrom(_json_value("state", parsed.state))

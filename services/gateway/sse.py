@@ -26,11 +26,14 @@ _TEXT_ROLES = {
 }
 
 
-def frame(event: Event) -> bytes:
-    """One SSE frame: `data: <json>` and a blank line, LF only."""
+def frame(event: Event, sequence: int | None = None) -> bytes:
+    """One SSE frame: `id: <sequence>` (for an event of the run's log), `data: <json>` and a
+    blank line, LF only. Frames the gateway makes up (a resume's re-opened STARTs, an error
+    of its own) carry no id, so a client's Last-Event-ID stays the last real event's."""
     # json.dumps escapes CR and LF inside strings, so the payload is always one line.
     payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-    return b"data: " + payload.encode() + b"\n\n"
+    head = b"id: %d\n" % sequence if sequence is not None else b""
+    return head + b"data: " + payload.encode() + b"\n\n"
 
 
 def _run_finished(ev: run_event_pb2.RunEvent) -> Event:

@@ -14,7 +14,15 @@ from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
 from services.history import core
-from services.history.core import Message, NewMessage, Run, RunState, Thread, ToolDenial
+from services.history.core import (
+    Message,
+    MultitaskStrategy,
+    NewMessage,
+    Run,
+    RunState,
+    Thread,
+    ToolDenial,
+)
 from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
@@ -224,7 +232,27 @@ def run_to_pb(r: Run) -> pb.Run:
         out.start_time.CopyFrom(_ts(r.start_time))
     if r.finish_time is not None:
         out.finish_time.CopyFrom(_ts(r.finish_time))
+    out.cancel_requested = r.cancel_requested
+    out.rolled_back = r.rolled_back
+    if r.lease_expire_time is not None and r.active:
+        out.lease_expire_time.CopyFrom(_ts(r.lease_expire_time))
     return out
+
+
+STRATEGY_FROM_PB = {
+    pb.MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy.ENQUEUE,
+    pb.MULTITASK_STRATEGY_REJECT: MultitaskStrategy.REJECT,
+    pb.MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy.ENQUEUE,
+    pb.MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy.INTERRUPT,
+    pb.MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy.ROLLBACK,
+}
+
+
+def multitask_strategy(value: int, field: str = "multitask_strategy") -> MultitaskStrategy:
+    try:
+        return STRATEGY_FROM_PB[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(field, "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK") from None
 
 
 DENIAL_REASON_FROM_PB = {

@@ -36,6 +36,27 @@ class RunState(StrEnum):
 TERMINAL_STATES = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
 )
+ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING})
+
+
+class MultitaskStrategy(StrEnum):
+    """What a new run does when its thread has an active run (double-texting)."""
+
+    REJECT = "reject"
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"
+
+
+LEASE_EXPIRED = "LEASE_EXPIRED"
+LEASE_EXPIRED_MESSAGE = (
+    "the orchestrator running this run stopped renewing its lease (it crashed or lost contact)"
+)
+# A lease asked for outside these bounds is clamped (a zero lease would expire at once).
+MIN_LEASE_SECONDS = 1.0
+MAX_LEASE_SECONDS = 3600.0
+# A caller that names no lease (not an orchestrator) gets this one.
+DEFAULT_LEASE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +82,64 @@ class Run:
     finish_time: datetime | None
     error_code: str = ""
     error_message: str = ""
+    # Order among the thread's runs (queued runs start in this order).
+    thread_seq: int = 0
+    cancel_requested: bool = False
+    rolled_back: bool = False
+    lease_holder: str = ""
+    lease_expire_time: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def started(self) -> bool:
+        """It ran (or runs): its input messages are stored. A run cancelled while queued
+        never started and stored nothing."""
+        return self.start_time is not None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What BeginRun does with a new run, given the thread's active runs."""
+
+    state: RunState
+    # Active runs to mark cancel_requested (interrupt, rollback).
+    cancel: tuple[str, ...] = ()
+    rollback: bool = False
+
+
+def admit(active: Sequence[Run], strategy: MultitaskStrategy) -> Admission:
+    """One active run per thread: a new run runs at once on an idle thread; otherwise the
+    strategy decides (reject, or queue behind the active runs, cancelling them first for
+    interrupt and rollback)."""
+    if not active:
+        return Admission(RunState.RUNNING)
+    if strategy is MultitaskStrategy.REJECT:
+        busy = next((r for r in active if r.state is RunState.RUNNING), active[0])
+        raise FailedPrecondition(
+            f"the thread already has an active run ({busy.id}); wait for it, cancel it, or "
+            "send the run with another multitask strategy (enqueue, interrupt, rollback)",
+            reason="THREAD_BUSY",
+            metadata={"active_run_id": busy.id, "active_run_state": busy.state.value},
+        )
+    if strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
+        return Admission(
+            RunState.QUEUED,
+            cancel=tuple(r.id for r in active),
+            rollback=strategy is MultitaskStrategy.ROLLBACK,
+        )
+    return Admission(RunState.QUEUED)
+
+
+def runs_ahead(run: Run, active: Sequence[Run]) -> list[Run]:
+    """The thread's active runs that go before `run` (in thread order)."""
+    return [r for r in active if r.id != run.id and r.thread_seq < run.thread_seq]
+
+
+def lease_seconds(requested: float) -> float:
+    return min(max(requested or DEFAULT_LEASE_SECONDS, MIN_LEASE_SECONDS), MAX_LEASE_SECONDS)
 
 
 @dataclass(frozen=True)

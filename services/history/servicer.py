@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -140,6 +140,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def BeginRun(
         self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.BeginRunResponse:
+        """Create the run (or, called again, start it when it was queued): one active run
+        per thread, decided here under the thread's row lock, so every orchestrator replica
+        sees the same order."""
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         run_id = convert.identifier(request.run_id, "run_id")
@@ -149,40 +152,73 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         window, zone, max_chars = convert.context_options(
             request.context, profile.history_policy.window
         )
+        strategy = convert.multitask_strategy(request.multitask_strategy)
+        if len(request.lease_holder) > 200:
+            raise InvalidArgument("lease_holder", "must be at most 200 characters")
+        lease = timedelta(seconds=core.lease_seconds(request.lease_seconds))
         now = self._clock()
+        ahead: list[Run] = []
+        ctx: list[Message] = []
         async with self._write() as conn:
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
             run = await store.get_run(conn, owner, run_id)
+            active = await store.active_runs(conn, owner, thread_id)
             if run is not None:
                 core.check_run_retry(run, thread_id)
+                if run.state is RunState.QUEUED and not run.cancel_requested:
+                    ahead = core.runs_ahead(run, active)
+                    if not ahead:
+                        run = await store.update_run(
+                            conn, owner, run_id, state=RunState.RUNNING.value, start_time=now
+                        )
+                if run.active:
+                    run = await store.update_run(
+                        conn, owner, run_id,
+                        lease_holder=request.lease_holder or run.lease_holder,
+                        lease_expire_time=now + lease,
+                    )
             else:
+                admission = core.admit(active, strategy)
+                await store.request_cancel(conn, owner, admission.cancel, rollback=admission.rollback)
+                if admission.rollback:
+                    await store.hide_run_messages(conn, owner, admission.cancel)
                 run = Run(
                     owner_id=owner,
                     id=run_id,
                     thread_id=thread_id,
-                    state=RunState.RUNNING,
+                    state=admission.state,
                     origin=mode,
                     profile=profile,
                     create_time=now,
-                    start_time=now,
+                    start_time=now if admission.state is RunState.RUNNING else None,
                     finish_time=None,
+                    thread_seq=await store.next_thread_seq(conn, owner, thread_id),
+                    lease_holder=request.lease_holder,
+                    lease_expire_time=now + lease,
                 )
                 await store.insert_run(conn, run)
-            thread, _ = await self._append(
-                conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages", now
-            )
-            found = await store.context_messages(
-                conn,
-                owner,
-                thread_id,
-                upto=thread.message_count,
-                since=core.window_since(window, now, zone),
-                last_n=core.window_limit(window),
-            )
-            ctx = core.assemble_context(found, window, now, zone, max_chars)
+                ahead = [r for r in active if r.id != run_id]
+            # A queued run stores its input when it starts: the reply of the run before it
+            # comes first in the thread, as the conversation happened.
+            if run.started:
+                thread, _ = await self._append(
+                    conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
+                    now,
+                )
+                found = await store.context_messages(
+                    conn,
+                    owner,
+                    thread_id,
+                    upto=thread.message_count,
+                    since=core.window_since(window, now, zone),
+                    last_n=core.window_limit(window),
+                )
+                ctx = core.assemble_context(found, window, now, zone, max_chars)
+        run_pb = convert.run_to_pb(run)
+        run_pb.ahead_run_ids.extend(r.id for r in ahead)
         return pb.BeginRunResponse(
             thread=convert.thread_to_pb(thread),
-            run=convert.run_to_pb(run),
+            run=run_pb,
             context_messages=[convert.message_to_pb(m) for m in ctx],
         )
 
@@ -210,6 +246,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     "output_messages", now,
                 )
                 await store.insert_denials(conn, core.denials_for_run(denials, run, now))
+                if run.rolled_back:
+                    await store.hide_run_messages(conn, owner, [run.id])
                 run = await store.finish_run(
                     conn,
                     owner,
@@ -414,6 +452,55 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if run is None:
             raise NotFound(f"run {run_id} not found")
         return pb.GetRunResponse(run=convert.run_to_pb(run))
+
+    async def RenewRunLease(
+        self, request: pb.RenewRunLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RenewRunLeaseResponse:
+        owner = owner_id(context)
+        run_id = convert.identifier(request.run_id, "run_id")
+        if not request.lease_holder:
+            raise InvalidArgument("lease_holder", "must not be empty")
+        now = self._clock()
+        async with self._write() as conn:
+            run = await store.lock_run(conn, owner, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            held = run.active and run.lease_holder == request.lease_holder
+            if held:
+                expires = now + timedelta(seconds=core.lease_seconds(request.lease_seconds))
+                run = await store.update_run(conn, owner, run_id, lease_expire_time=expires)
+        return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=held)
+
+    async def RequestRunCancellation(
+        self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RequestRunCancellationResponse:
+        owner = owner_id(context)
+        run_id = convert.identifier(request.run_id, "run_id")
+        async with self._write() as conn:
+            run = await store.lock_run(conn, owner, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            if run.active and not run.cancel_requested:
+                run = await store.update_run(conn, owner, run_id, cancel_requested=True)
+        return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
+
+    async def ExpireRunLeases(
+        self, request: pb.ExpireRunLeasesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExpireRunLeasesResponse:
+        owner_id(context)
+        require_admin(context)
+        limit = page_size(request.page_size, default=100)
+        now = self._clock()
+        async with self._write() as conn:
+            expired = await store.expire_leases(
+                conn, now, limit=limit, code=core.LEASE_EXPIRED, message=core.LEASE_EXPIRED_MESSAGE
+            )
+        response = pb.ExpireRunLeasesResponse()
+        for run in expired:
+            item = response.runs.add()
+            item.CopyFrom(convert.run_to_pb(run))
+            item.owner_id = run.owner_id
+        return response
 
     async def ListAudit(
         self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext

@@ -101,6 +101,11 @@ runs = sa.Table(
     sa.Column("finish_time", UtcDateTime),
     sa.Column("error_code", sa.String),
     sa.Column("error_message", sa.String),
+    sa.Column("thread_seq", sa.BigInteger),
+    sa.Column("cancel_requested", sa.Boolean),
+    sa.Column("rolled_back", sa.Boolean),
+    sa.Column("lease_holder", sa.String),
+    sa.Column("lease_expire_time", UtcDateTime),
 )
 
 tool_denials = sa.Table(
@@ -222,6 +227,11 @@ def _run(row: Row[Any]) -> Run:
         finish_time=row.finish_time,
         error_code=row.error_code,
         error_message=row.error_message,
+        thread_seq=row.thread_seq,
+        cancel_requested=bool(row.cancel_requested),
+        rolled_back=bool(row.rolled_back),
+        lease_holder=row.lease_holder,
+        lease_expire_time=row.lease_expire_time,
     )
 
 
@@ -536,8 +546,117 @@ async def insert_run(conn: AsyncConnection, run: Run) -> None:
             finish_time=run.finish_time,
             error_code=run.error_code,
             error_message=run.error_message,
+            thread_seq=run.thread_seq,
+            cancel_requested=run.cancel_requested,
+            rolled_back=run.rolled_back,
+            lease_holder=run.lease_holder,
+            lease_expire_time=run.lease_expire_time,
         )
     )
+
+
+_ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+
+
+async def active_runs(conn: AsyncConnection, owner_id: str, thread_id: str) -> list[Run]:
+    """The thread's queued and running runs, in thread order."""
+    rows = (
+        await conn.execute(
+            sa.select(runs)
+            .where(
+                runs.c.owner_id == owner_id,
+                runs.c.thread_id == thread_id,
+                runs.c.state.in_(_ACTIVE),
+            )
+            .order_by(runs.c.thread_seq)
+        )
+    ).all()
+    return [_run(r) for r in rows]
+
+
+async def next_thread_seq(conn: AsyncConnection, owner_id: str, thread_id: str) -> int:
+    """The next run's place in the thread (the thread row is locked by the caller)."""
+    last = (
+        await conn.execute(
+            sa.select(sa.func.max(runs.c.thread_seq)).where(
+                runs.c.owner_id == owner_id, runs.c.thread_id == thread_id
+            )
+        )
+    ).scalar()
+    return int(last or 0) + 1
+
+
+async def update_run(conn: AsyncConnection, owner_id: str, run_id: str, **values: Any) -> Run:
+    row = (
+        await conn.execute(
+            sa.update(runs)
+            .where(runs.c.owner_id == owner_id, runs.c.id == run_id)
+            .values(**values)
+            .returning(*runs.c)
+        )
+    ).one()
+    return _run(row)
+
+
+async def request_cancel(
+    conn: AsyncConnection, owner_id: str, run_ids: Sequence[str], *, rollback: bool = False
+) -> None:
+    """Mark active runs cancel_requested (and rolled_back): their holders stop them."""
+    if not run_ids:
+        return
+    values: dict[str, Any] = {"cancel_requested": True}
+    if rollback:
+        values["rolled_back"] = True
+    await conn.execute(
+        sa.update(runs)
+        .where(runs.c.owner_id == owner_id, runs.c.id.in_(run_ids), runs.c.state.in_(_ACTIVE))
+        .values(**values)
+    )
+
+
+async def hide_run_messages(conn: AsyncConnection, owner_id: str, run_ids: Sequence[str]) -> None:
+    """Rollback: the runs' messages leave history and context (mask 0); they are never
+    deleted, so audit keeps them. (The serving copy keeps its old mask field, but every
+    history and context read filters on the column first.)"""
+    if run_ids:
+        await conn.execute(
+            sa.update(messages)
+            .where(messages.c.owner_id == owner_id, messages.c.run_id.in_(run_ids))
+            .values(visibility_mask=0)
+        )
+
+
+async def expire_leases(
+    conn: AsyncConnection, now: datetime, *, limit: int, message: str, code: str
+) -> list[Run]:
+    """Mark active runs whose lease ended before `now` FAILED; each is returned to one
+    caller only (PostgreSQL: SKIP LOCKED; SQLite has one writer)."""
+    pick = (
+        sa.select(runs.c.owner_id, runs.c.id)
+        .where(runs.c.state.in_(_ACTIVE), runs.c.lease_expire_time < now)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    picked = (await conn.execute(pick)).all()
+    out = []
+    for owner_id, run_id in picked:
+        row = (
+            await conn.execute(
+                sa.update(runs)
+                .where(runs.c.owner_id == owner_id, runs.c.id == run_id, runs.c.state.in_(_ACTIVE))
+                .values(
+                    state=RunState.FAILED.value,
+                    finish_time=now,
+                    error_code=code,
+                    error_message=message,
+                )
+                .returning(*runs.c)
+            )
+        ).first()
+        if row is not None:
+            out.append(_run(row))
+    return out
 
 
 async def finish_run(

@@ -4,6 +4,7 @@ every call, the run's owner in the metadata, peer errors turned back into Domain
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grpc
@@ -20,8 +21,12 @@ HISTORY_SERVICE = history_service_pb2.DESCRIPTOR.services_by_name["HistoryServic
 ROUTER_SERVICE = router_service_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name
 
 
-def _metadata(owner: str) -> tuple[tuple[str, str], ...]:
-    return call_metadata(owner, request_id=request_id_var.get() or None)
+# The caller of the cross-owner lease sweep (history requires the admin scope for it).
+SWEEPER = "system.orchestrator"
+
+
+def _metadata(owner: str, *, admin: bool = False) -> tuple[tuple[str, str], ...]:
+    return call_metadata(owner, request_id=request_id_var.get() or None, admin=admin)
 
 
 class Peers:
@@ -71,6 +76,43 @@ class Peers:
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from None
         return response
+
+    async def _history_call(self, rpc: Any, request: Any, owner: str, admin: bool = False) -> Any:
+        try:
+            return await rpc(request, timeout=self.rpc_timeout, metadata=_metadata(owner, admin=admin))
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+
+    async def renew_lease(
+        self, owner: str, request: history_service_pb2.RenewRunLeaseRequest
+    ) -> history_service_pb2.RenewRunLeaseResponse:
+        response: history_service_pb2.RenewRunLeaseResponse = await self._history_call(
+            self.history.RenewRunLease, request, owner
+        )
+        return response
+
+    async def request_cancellation(self, owner: str, run_id: str) -> history_service_pb2.Run:
+        response: history_service_pb2.RequestRunCancellationResponse = await self._history_call(
+            self.history.RequestRunCancellation,
+            history_service_pb2.RequestRunCancellationRequest(run_id=run_id),
+            owner,
+        )
+        return response.run
+
+    async def get_run(self, owner: str, run_id: str) -> history_service_pb2.Run:
+        response: history_service_pb2.GetRunResponse = await self._history_call(
+            self.history.GetRun, history_service_pb2.GetRunRequest(run_id=run_id), owner
+        )
+        return response.run
+
+    async def expire_leases(self) -> list[history_service_pb2.Run]:
+        response: history_service_pb2.ExpireRunLeasesResponse = await self._history_call(
+            self.history.ExpireRunLeases,
+            history_service_pb2.ExpireRunLeasesRequest(page_size=100),
+            SWEEPER,
+            admin=True,
+        )
+        return list(response.runs)
 
     async def route(
         self, owner: str, request: router_service_pb2.RouteRequest

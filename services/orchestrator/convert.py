@@ -95,14 +95,44 @@ def plan_from_pb(
         time_zone=_time_zone(request.time_zone, default_time_zone),
         server_tools=core.server_tools_for(origin, profile, request.declared_tools),
         client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
+        multitask_strategy=_strategy(request.multitask_strategy),
     )
+
+
+_STRATEGIES = {
+    pb.MULTITASK_STRATEGY_UNSPECIFIED: core.MultitaskStrategy.ENQUEUE,
+    pb.MULTITASK_STRATEGY_REJECT: core.MultitaskStrategy.REJECT,
+    pb.MULTITASK_STRATEGY_ENQUEUE: core.MultitaskStrategy.ENQUEUE,
+    pb.MULTITASK_STRATEGY_INTERRUPT: core.MultitaskStrategy.INTERRUPT,
+    pb.MULTITASK_STRATEGY_ROLLBACK: core.MultitaskStrategy.ROLLBACK,
+}
+_STRATEGY_TO_HISTORY = {
+    core.MultitaskStrategy.REJECT: history_service_pb2.MULTITASK_STRATEGY_REJECT,
+    core.MultitaskStrategy.ENQUEUE: history_service_pb2.MULTITASK_STRATEGY_ENQUEUE,
+    core.MultitaskStrategy.INTERRUPT: history_service_pb2.MULTITASK_STRATEGY_INTERRUPT,
+    core.MultitaskStrategy.ROLLBACK: history_service_pb2.MULTITASK_STRATEGY_ROLLBACK,
+}
+
+
+def _strategy(value: int) -> core.MultitaskStrategy:
+    try:
+        return _STRATEGIES[value]  # type: ignore[index]
+    except KeyError:
+        raise InvalidArgument(
+            "multitask_strategy", "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK"
+        ) from None
 
 
 # ---- requests to the peers ----------------------------------------------------------
 
 
-def begin_run_request(plan: RunPlan) -> history_service_pb2.BeginRunRequest:
+def begin_run_request(
+    plan: RunPlan, lease_holder: str = "", lease_seconds: float = 0.0
+) -> history_service_pb2.BeginRunRequest:
     return history_service_pb2.BeginRunRequest(
+        multitask_strategy=_STRATEGY_TO_HISTORY[plan.multitask_strategy],
+        lease_holder=lease_holder,
+        lease_seconds=lease_seconds,
         thread_id=plan.thread_id,
         runtime_mode=RUNTIME_MODE_TO_PB[plan.origin],
         run_id=plan.run_id,
@@ -235,6 +265,45 @@ def run_finished(
     if usage is not None:
         finished.usage.CopyFrom(usage)
     return run_event_pb2.RunEvent(run_finished=finished)
+
+
+def custom(name: str, value: dict[str, object]) -> run_event_pb2.RunEvent:
+    event = run_event_pb2.RunEvent(custom=run_event_pb2.Custom(name=name))
+    event.custom.value.struct_value.update(value)
+    return event
+
+
+_STATE_NAMES = {
+    history_service_pb2.RUN_STATE_QUEUED: "queued",
+    history_service_pb2.RUN_STATE_RUNNING: "running",
+    history_service_pb2.RUN_STATE_SUCCEEDED: "succeeded",
+    history_service_pb2.RUN_STATE_FAILED: "failed",
+    history_service_pb2.RUN_STATE_CANCELLED: "cancelled",
+    history_service_pb2.RUN_STATE_INTERRUPTED: "interrupted",
+}
+TERMINAL_STATES = frozenset(
+    {
+        history_service_pb2.RUN_STATE_SUCCEEDED,
+        history_service_pb2.RUN_STATE_FAILED,
+        history_service_pb2.RUN_STATE_CANCELLED,
+        history_service_pb2.RUN_STATE_INTERRUPTED,
+    }
+)
+
+
+def state_name(state: int) -> str:
+    return _STATE_NAMES.get(state, "unspecified")  # type: ignore[call-overload]
+
+
+def end_of(record: history_service_pb2.Run) -> run_event_pb2.RunEvent:
+    """The terminal event of a run that already ended (a StartRun retry of a finished run)."""
+    if record.state == history_service_pb2.RUN_STATE_FAILED:
+        return run_error(record.error_code or "INTERNAL", record.error_message or "the run failed")
+    outcome = {
+        history_service_pb2.RUN_STATE_CANCELLED: run_event_pb2.RUN_OUTCOME_CANCELLED,
+        history_service_pb2.RUN_STATE_INTERRUPTED: run_event_pb2.RUN_OUTCOME_INTERRUPT,
+    }.get(record.state, run_event_pb2.RUN_OUTCOME_SUCCESS)
+    return run_finished(outcome)
 
 
 def run_error(code: str, message: str) -> run_event_pb2.RunEvent:

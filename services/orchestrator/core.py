@@ -7,8 +7,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from shared.domain import MessageKind, RuntimeMode
+from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.errors import (
     Aborted,
     AlreadyExists,
@@ -25,12 +26,51 @@ from shared.errors import (
 )
 from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
-from shared.domain import ExecutorKind
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.tools import REGISTERED_TOOLS, effective_tools
 
 MAX_ID_CHARS = 128
 ROUTER_STEP = "router"
+
+
+class MultitaskStrategy(StrEnum):
+    """A new run on a thread with an active run (history decides; see its proto)."""
+
+    REJECT = "reject"
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """Timing of runs: the lease on the history record, how often it is renewed (which also
+    bounds how long a cancel recorded by another replica takes to stop the run), how often a
+    queued run asks for its turn, and how often expired leases are swept."""
+
+    lease_seconds: float = 15.0
+    queue_poll_seconds: float = 0.25
+
+    @property
+    def renew_seconds(self) -> float:
+        return min(1.0, self.lease_seconds / 3)
+
+    @property
+    def sweep_seconds(self) -> float:
+        return max(0.5, min(self.lease_seconds / 3, 5.0))
+
+    @property
+    def cancel_wait_seconds(self) -> float:
+        """How long CancelRun waits for a run held by another replica to end."""
+        return 2 * self.renew_seconds + 2.0
+
+
+LEASE_EXPIRED = "LEASE_EXPIRED"
+LEASE_EXPIRED_MESSAGE = (
+    "the orchestrator running this run stopped (crashed or lost contact); the run failed. "
+    "What it stored is in the thread's history"
+)
+QUEUED_EVENT = "agentmesh.run_queued"
 
 
 @dataclass(frozen=True)
@@ -49,6 +89,7 @@ class RunPlan:
     server_tools: tuple[str, ...] = ()
     # Client-side tools the caller declared (AG-UI tools).
     client_tools: tuple[ToolSpec, ...] = ()
+    multitask_strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
 
     @property
     def input(self) -> Msg:

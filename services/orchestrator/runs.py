@@ -7,6 +7,13 @@ executor step -> history FinishRun -> RUN_FINISHED; on failure FinishRun FAILED 
 RUN_ERROR, and nothing after it. A cancel stops the steps (the executor call, and with it
 the model stream), closes what the stream had open, stores what was produced as
 interrupted, finishes the record CANCELLED and ends with RUN_FINISHED outcome cancelled.
+
+History is the authority shared by every replica: BeginRun admits the run (one active run
+per thread; a busy thread queues it, rejects it, or cancels what is active, by the run's
+multitask strategy). While a run is active this replica renews its lease on the record;
+the renewal also brings back a cancel recorded by another replica. A sweep on every replica
+marks runs whose lease expired failed and ends their event logs with RUN_ERROR, so nothing
+stays running forever when a replica dies.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import time
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,10 +33,10 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
-from services.orchestrator.core import OpenSpans, RunPlan
+from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
 from shared.domain import ExecutorKind
-from shared.errors import AlreadyExists, Internal, NotFound
+from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal
 from shared.eventlog import EventLog
 from shared.logs import run_id_var, thread_id_var
 
@@ -61,15 +70,34 @@ class ActiveRun:
     outputs: list[message_pb2.Message] = field(default_factory=list)
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
+    # BeginRun's answer, or why it failed (the run then ends with RUN_ERROR).
+    begin: history_service_pb2.BeginRunResponse | None = None
+    begin_error: BaseException | None = None
+    # The record is being finished: a renewal that is not held any more is expected.
+    finishing: bool = False
+    # History no longer counts this replica as the run's holder (its lease expired).
+    lease_lost: bool = False
+    heartbeat: asyncio.Task[None] | None = None
 
 
 class RunManager:
-    def __init__(self, peers: Peers, event_log: EventLog, *, rpc_timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        peers: Peers,
+        event_log: EventLog,
+        *,
+        rpc_timeout_seconds: float,
+        policy: RunPolicy | None = None,
+    ) -> None:
         self.peers = peers
         self.event_log = event_log
         self.rpc_timeout_seconds = rpc_timeout_seconds
+        self.policy = policy or RunPolicy()
+        # This replica, as the holder of the leases of the runs it runs.
+        self.holder = f"orchestrator-{uuid.uuid4().hex[:12]}"
         self._active: dict[str, ActiveRun] = {}
         self._reserved: set[str] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     def active(self, owner: str, run_id: str) -> ActiveRun | None:
         return self._active.get(core.event_log_key(owner, run_id))
@@ -81,52 +109,140 @@ class RunManager:
             return False
         return True
 
+    def _begin_request(self, plan: RunPlan) -> history_service_pb2.BeginRunRequest:
+        return convert.begin_run_request(plan, self.holder, self.policy.lease_seconds)
+
     async def start(self, plan: RunPlan) -> ActiveRun:
+        """Admit the run in history and start it in a task of its own. A thread busy with
+        another run under strategy reject fails here (the caller gets the error, no stream);
+        any other BeginRun failure ends the run's stream with RUN_ERROR."""
         key = core.event_log_key(plan.owner, plan.run_id)
         if key in self._active or key in self._reserved:
             raise _run_exists()
         self._reserved.add(key)
+        begin: history_service_pb2.BeginRunResponse | None = None
+        begin_error: BaseException | None = None
         try:
             if await self._log_exists(key):
                 raise _run_exists()
+            try:
+                begin = await self.peers.begin_run(plan.owner, self._begin_request(plan))
+            except FailedPrecondition as exc:
+                if exc.reason == "THREAD_BUSY":
+                    raise
+                begin_error = exc
+            except Exception as exc:
+                begin_error = exc
         finally:
             self._reserved.discard(key)
         run = ActiveRun(
-            plan, key, RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id)
+            plan,
+            key,
+            RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id),
+            begin=begin,
+            begin_error=begin_error,
         )
         self._active[key] = run
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         return run
 
-    async def cancel(self, owner: str, run_id: str) -> bool:
-        """Cancel a run; whether it ended (or is ending) cancelled. Harmless when repeated."""
-        run = self.active(owner, run_id)
-        if run is None:
-            return await self._ended_cancelled(core.event_log_key(owner, run_id))
+    @staticmethod
+    def _cancel_local(run: ActiveRun) -> None:
         if not run.cancel_requested:
             run.cancel_requested = True
             if run.steps is not None:
                 run.steps.cancel()
-        # Wait (bounded) for the run to store what it produced and end its stream.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(run.done.wait()), self.rpc_timeout_seconds * 0.8)
-        return run.outcome in (Outcome.CANCELLED, Outcome.RUNNING)
 
-    async def _ended_cancelled(self, key: str) -> bool:
-        try:
-            entries, _closed = await self.event_log.read(key, 0)
-        except KeyError:
-            raise NotFound("run not found") from None
-        if not entries:
-            return False
-        last = run_event_pb2.RunEvent.FromString(entries[-1][1])
-        return (
-            last.WhichOneof("payload") == "run_finished"
-            and last.run_finished.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED
+    async def cancel(self, owner: str, run_id: str) -> tuple[bool, str, str]:
+        """Cancel a run held by any replica: (ended or ending cancelled, state, thread id).
+        Harmless when repeated; FAILED_PRECONDITION when the run already ended otherwise."""
+        run = self.active(owner, run_id)
+        if run is not None:
+            self._cancel_local(run)
+            # Wait (bounded) for the run to store what it produced and end its stream.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(run.done.wait()), self.rpc_timeout_seconds * 0.8
+                )
+            if run.outcome in (Outcome.CANCELLED, Outcome.RUNNING):
+                return True, run.outcome.value, run.plan.thread_id
+            raise _already_finished(run.outcome.value)
+        # Held by another replica (or finished): record the request where every replica
+        # looks; the holder stops the run at its next lease renewal.
+        record = await self.peers.request_cancellation(owner, run_id)
+        deadline = time.monotonic() + self.policy.cancel_wait_seconds
+        while record.state not in convert.TERMINAL_STATES and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            record = await self.peers.get_run(owner, run_id)
+        state = convert.state_name(record.state)
+        if record.state in convert.TERMINAL_STATES and (
+            record.state != history_service_pb2.RUN_STATE_CANCELLED
+        ):
+            raise _already_finished(state)
+        return True, state, record.thread_id
+
+    def start_sweeper(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="lease sweep")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            # Jitter: replicas started together do not sweep in lockstep.
+            await asyncio.sleep(self.policy.sweep_seconds * random.uniform(0.8, 1.2))
+            try:
+                await self.sweep()
+            except Exception as exc:
+                log.warning("lease sweep failed: %s", core.as_domain_error(exc).message)
+
+    async def sweep(self) -> int:
+        """Mark runs whose holder stopped renewing their lease failed (history hands each to
+        one sweeper) and end their event logs with RUN_ERROR, so followers stop."""
+        expired = await self.peers.expire_leases()
+        for record in expired:
+            await self._end_expired(record)
+        return len(expired)
+
+    async def _end_expired(self, record: history_service_pb2.Run) -> None:
+        key = core.event_log_key(record.owner_id, record.id)
+        local = self._active.get(key)
+        if local is not None:
+            # Ours, but history gave up on us (a long pause): stop it, write nothing more
+            # to history; it ends its own stream.
+            local.lease_lost = True
+            if local.steps is not None:
+                local.steps.cancel()
+            return
+        log.warning(
+            "run lease expired; the run is marked failed",
+            extra={"fields": {"run_id": record.id, "thread_id": record.thread_id}},
         )
+        try:
+            entries, closed = await self.event_log.read(key, 0)
+        except KeyError:
+            return  # no log (it died before its first event, or the log was lost)
+        if closed:
+            return
+        last = entries[-1][0] if entries else 0
+        ended = entries and run_event_pb2.RunEvent.FromString(entries[-1][1]).WhichOneof(
+            "payload"
+        ) in ("run_finished", "run_error")
+        try:
+            if not ended:
+                event = convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE)
+                event.run_id, event.thread_id, event.sequence = record.id, record.thread_id, last + 1
+                event.timestamp_ms = time.time_ns() // 1_000_000
+                await self.event_log.append(key, [(last + 1, event.SerializeToString())])
+            await self.event_log.close(key)
+        except Exception:
+            # The holder came back and wrote first, or the log is unavailable: it is ended
+            # by whoever wrote, or readers get UNAVAILABLE and history has the record.
+            log.warning("cannot end the expired run's event log", extra={"fields": {"key": key}})
 
     async def aclose(self, grace_seconds: float) -> None:
         """Let running runs finish within the grace period, cancel the rest."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         runs = list(self._active.values())
         if runs:
             waiters = [asyncio.ensure_future(r.done.wait()) for r in runs]
@@ -134,7 +250,13 @@ class RunManager:
             for waiter in waiters:
                 waiter.cancel()
         for run in list(self._active.values()):
-            await self.cancel(run.plan.owner, run.plan.run_id)
+            self._cancel_local(run)
+        runs = list(self._active.values())
+        if runs:
+            waiters = [asyncio.ensure_future(r.done.wait()) for r in runs]
+            await asyncio.wait(waiters, timeout=self.rpc_timeout_seconds)
+            for waiter in waiters:
+                waiter.cancel()
         for run in list(self._active.values()):
             if run.task is not None:
                 run.task.cancel()
@@ -165,6 +287,8 @@ class RunManager:
                 run.writer.emit(convert.run_error(*core.user_error(Internal("internal error"))))
                 run.outcome = Outcome.FAILED
         finally:
+            if run.heartbeat is not None:
+                run.heartbeat.cancel()
             try:
                 await run.writer.close()
             finally:
@@ -175,13 +299,34 @@ class RunManager:
 
     async def _pipeline(self, run: ActiveRun) -> None:
         plan = run.plan
-        try:
-            begin = await self.peers.begin_run(plan.owner, convert.begin_run_request(plan))
-        except Exception as exc:
-            await self._emit(run, convert.run_started())
-            await self._fail(run, exc)
-            return
         await self._emit(run, convert.run_started())
+        if run.begin_error is not None or run.begin is None:
+            await self._fail(run, run.begin_error or Internal("the run was not admitted"))
+            return
+        begin = run.begin
+        if begin.run.state in convert.TERMINAL_STATES:
+            # A retried StartRun of a run that already ended: its end, nothing re-run.
+            await self._emit(run, convert.end_of(begin.run))
+            run.outcome = Outcome.FAILED
+            return
+        run.heartbeat = asyncio.create_task(self._keep_lease(run), name=f"lease {plan.run_id}")
+        if begin.run.state == history_service_pb2.RUN_STATE_QUEUED:
+            await self._emit(
+                run, convert.custom(core.QUEUED_EVENT, {"aheadRunIds": list(begin.run.ahead_run_ids)})
+            )
+            try:
+                turn = await self._wait_turn(run)
+            except Exception as exc:
+                await self._fail(run, exc)
+                return
+            if turn is None:
+                await self._cancelled(run)
+                return
+            if turn.run.state in convert.TERMINAL_STATES:
+                await self._emit(run, convert.end_of(turn.run))
+                run.outcome = Outcome.FAILED
+                return
+            begin = turn
         context = convert.context_without_inputs(begin.context_messages, plan)
         if plan.profile.executor is ExecutorKind.MEMORY:
             try:
@@ -192,13 +337,18 @@ class RunManager:
 
         steps = asyncio.create_task(self._steps(run, context), name=f"steps {plan.run_id}")
         run.steps = steps
-        if run.cancel_requested:
+        if run.cancel_requested or run.lease_lost:
             steps.cancel()
         try:
             result = await steps
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if not run.cancel_requested or (current is not None and current.cancelling()):
+            if current is not None and current.cancelling():
+                raise
+            if run.lease_lost:
+                await self._lost(run)
+                return
+            if not run.cancel_requested:
                 raise
             await self._cancelled(run)
             return
@@ -206,6 +356,51 @@ class RunManager:
             await self._fail(run, exc)
             return
         await self._succeeded(run, result)
+
+    async def _wait_turn(self, run: ActiveRun) -> history_service_pb2.BeginRunResponse | None:
+        """Ask history, every poll interval, whether the queued run may start (the same
+        BeginRun again). None when it was cancelled while it waited."""
+        request = self._begin_request(run.plan)
+        while True:
+            if run.cancel_requested:
+                return None
+            await asyncio.sleep(self.policy.queue_poll_seconds)
+            if run.cancel_requested:
+                return None
+            turn = await self.peers.begin_run(run.plan.owner, request)
+            if turn.run.cancel_requested and turn.run.state not in convert.TERMINAL_STATES:
+                return None
+            if turn.run.state != history_service_pb2.RUN_STATE_QUEUED:
+                return turn
+
+    async def _keep_lease(self, run: ActiveRun) -> None:
+        """Renew the run's lease; bring back a cancel recorded by any replica; stop the run
+        if history gave it up (its lease expired while this replica could not renew)."""
+        request = history_service_pb2.RenewRunLeaseRequest(
+            run_id=run.plan.run_id, lease_holder=self.holder, lease_seconds=self.policy.lease_seconds
+        )
+        while True:
+            await asyncio.sleep(self.policy.renew_seconds)
+            try:
+                renewed = await self.peers.renew_lease(run.plan.owner, request)
+            except Exception as exc:
+                log.warning("cannot renew the run's lease: %s", core.as_domain_error(exc).message)
+                continue
+            if not renewed.held:
+                if not run.finishing:
+                    run.lease_lost = True
+                    if run.steps is not None:
+                        run.steps.cancel()
+                return
+            if renewed.run.cancel_requested:
+                self._cancel_local(run)
+
+    async def _lost(self, run: ActiveRun) -> None:
+        """History marked the run failed (lease expired): end the stream, record nothing."""
+        for payload, ident in run.spans.closing():
+            await self._emit(run, convert.closing_event(payload, ident))
+        run.outcome = Outcome.FAILED
+        await self._emit(run, convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE))
 
     async def _owner_window(self, plan: RunPlan) -> list[message_pb2.Message]:
         """The memory agent's context: the owner's chat messages (every thread) in the
@@ -265,6 +460,7 @@ class RunManager:
         code: str = "",
         message: str = "",
     ) -> None:
+        run.finishing = True
         await self.peers.finish_run(
             run.plan.owner,
             history_service_pb2.FinishRunRequest(
@@ -323,6 +519,17 @@ class RunManager:
             return
         run.outcome = Outcome.CANCELLED
         await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
+
+
+LEASE_EXPIRED = core.LEASE_EXPIRED
+
+
+def _already_finished(state: str) -> DomainError:
+    return FailedPrecondition(
+        f"the run already finished ({state}); there is nothing to cancel",
+        reason="RUN_ALREADY_FINISHED",
+        metadata={"state": state},
+    )
 
 
 def _run_exists() -> AlreadyExists:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.orchestrator.clients import Peers
+from services.orchestrator.core import RunPolicy
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.eventlog import open_event_log
@@ -22,6 +24,26 @@ SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["Orchestrato
 migrate = None
 
 
+class RunSettings(BaseSettings):
+    """The orchestrator's run timing (AGENTMESH_RUN_LEASE_SECONDS,
+    AGENTMESH_RUN_QUEUE_POLL_SECONDS). Read here rather than in shared/settings.py, which
+    this change may not touch."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTMESH_", extra="ignore")
+
+    # How long a run's record stays held without a renewal; a run whose orchestrator died
+    # is marked failed within about this long (plus one sweep interval).
+    run_lease_seconds: float = 15.0
+    # How often a queued run asks whether it may start.
+    run_queue_poll_seconds: float = 0.25
+
+    def policy(self) -> RunPolicy:
+        return RunPolicy(
+            lease_seconds=max(self.run_lease_seconds, 1.0),
+            queue_poll_seconds=max(self.run_queue_poll_seconds, 0.01),
+        )
+
+
 def load_profiles(settings: Settings) -> ProfileRegistry:
     """The built-ins plus AGENTMESH_PROFILES_FILE, all validated; a bad file stops the
     service with a message naming the file, the entry and the field (nothing half-loaded)."""
@@ -31,13 +53,24 @@ def load_profiles(settings: Settings) -> ProfileRegistry:
         raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
 
 
-async def build(settings: Settings, *, profiles: ProfileRegistry | None = None) -> ServiceParts:
+async def build(
+    settings: Settings,
+    *,
+    profiles: ProfileRegistry | None = None,
+    policy: RunPolicy | None = None,
+) -> ServiceParts:
     registry = profiles or load_profiles(settings)
     event_log = open_event_log(
         settings.event_log_url, settings.event_log_retention_seconds, settings.event_log_prefix
     )
     peers = Peers(settings)
-    runs = RunManager(peers, event_log, rpc_timeout_seconds=settings.rpc_timeout_seconds)
+    runs = RunManager(
+        peers,
+        event_log,
+        rpc_timeout_seconds=settings.rpc_timeout_seconds,
+        policy=policy or RunSettings().policy(),
+    )
+    runs.start_sweeper()
     servicer = OrchestratorServicer(runs, event_log, registry, settings)
 
     def register(server: grpc.aio.Server) -> None:

@@ -76,4 +76,5 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
     ) -> pb.CancelRunResponse:
         owner = owner_id(context)
         run_id = core.check_identifier(request.run_id, "run_id")
-        return pb.CancelRunResponse(cancelled=await self.runs.cancel(owner, run_id))
+        cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
+        return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)

@@ -18,7 +18,7 @@ from functools import partial
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator.core import Sequencer
-from shared.eventlog import Entry, EventLog
+from shared.eventlog import Entry, EventLog, LogLost
 
 log = logging.getLogger("agentmesh.orchestrator.events")
 
@@ -116,6 +116,8 @@ class RunEventWriter:
             try:
                 await write()
                 return
+            except LogLost:
+                raise
             except Exception:
                 if time.monotonic() + delay > deadline:
                     raise

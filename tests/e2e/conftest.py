@@ -72,6 +72,12 @@ def parse_sse(raw: bytes) -> list[dict[str, object]]:
         lines = frame.split(b"\n")
         data = [line[len(b"data: ") :] for line in lines if line.startswith(b"data: ")]
         assert len(data) == 1, f"one data line per frame: {frame!r}"
+        others = [line for line in lines if not line.startswith(b"data: ")]
+        # Besides its data line a frame may have one `id: <sequence>` line (before it).
+        assert len(others) <= 1 and all(
+            line.startswith(b"id: ") and line[4:].isdigit() for line in others
+        ), f"only an id line besides data: {frame!r}"
+        assert not others or lines[0] == others[0], f"the id line comes first: {frame!r}"
         events.append(json.loads(data[0]))
     return events
 

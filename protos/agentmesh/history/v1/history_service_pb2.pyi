@@ -12,6 +12,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MultitaskStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MULTITASK_STRATEGY_UNSPECIFIED: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_REJECT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ENQUEUE: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_INTERRUPT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ROLLBACK: _ClassVar[MultitaskStrategy]
+
 class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
@@ -34,6 +42,11 @@ class ToolDenialReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_DENIAL_REASON_NOT_DECLARED: _ClassVar[ToolDenialReason]
     TOOL_DENIAL_REASON_NOT_IN_PROFILE: _ClassVar[ToolDenialReason]
     TOOL_DENIAL_REASON_NOT_REGISTERED: _ClassVar[ToolDenialReason]
+MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
+MULTITASK_STRATEGY_REJECT: MultitaskStrategy
+MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
+MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
+MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_QUEUED: RunState
 RUN_STATE_RUNNING: RunState
@@ -64,7 +77,7 @@ class Thread(_message.Message):
     def __init__(self, id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message")
+    __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message", "cancel_requested", "rolled_back", "lease_expire_time", "ahead_run_ids", "owner_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +88,11 @@ class Run(_message.Message):
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     thread_id: str
     state: RunState
@@ -85,7 +103,12 @@ class Run(_message.Message):
     finish_time: _timestamp_pb2.Timestamp
     error_code: str
     error_message: str
-    def __init__(self, id: _Optional[str] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    cancel_requested: bool
+    rolled_back: bool
+    lease_expire_time: _timestamp_pb2.Timestamp
+    ahead_run_ids: _containers.RepeatedScalarFieldContainer[str]
+    owner_id: str
+    def __init__(self, id: _Optional[str] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., rolled_back: _Optional[bool] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ahead_run_ids: _Optional[_Iterable[str]] = ..., owner_id: _Optional[str] = ...) -> None: ...
 
 class ContextOptions(_message.Message):
     __slots__ = ("window", "time_zone", "max_chars")
@@ -98,20 +121,26 @@ class ContextOptions(_message.Message):
     def __init__(self, window: _Optional[str] = ..., time_zone: _Optional[str] = ..., max_chars: _Optional[int] = ...) -> None: ...
 
 class BeginRunRequest(_message.Message):
-    __slots__ = ("thread_id", "runtime_mode", "run_id", "profile", "input_messages", "context")
+    __slots__ = ("thread_id", "runtime_mode", "run_id", "profile", "input_messages", "context", "multitask_strategy", "lease_holder", "lease_seconds")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_MODE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     INPUT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    MULTITASK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     runtime_mode: _message_pb2.RuntimeMode
     run_id: str
     profile: _execution_profile_pb2.ExecutionProfile
     input_messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     context: ContextOptions
-    def __init__(self, thread_id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., run_id: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., input_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ...) -> None: ...
+    multitask_strategy: MultitaskStrategy
+    lease_holder: str
+    lease_seconds: float
+    def __init__(self, thread_id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., run_id: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., input_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., lease_holder: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class BeginRunResponse(_message.Message):
     __slots__ = ("thread", "run", "context_messages")
@@ -256,6 +285,48 @@ class GetThreadResponse(_message.Message):
     THREAD_FIELD_NUMBER: _ClassVar[int]
     thread: Thread
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ...) -> None: ...
+
+class RenewRunLeaseRequest(_message.Message):
+    __slots__ = ("run_id", "lease_holder", "lease_seconds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    lease_holder: str
+    lease_seconds: float
+    def __init__(self, run_id: _Optional[str] = ..., lease_holder: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class RenewRunLeaseResponse(_message.Message):
+    __slots__ = ("run", "held")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    held: bool
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ..., held: _Optional[bool] = ...) -> None: ...
+
+class RequestRunCancellationRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RequestRunCancellationResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class ExpireRunLeasesRequest(_message.Message):
+    __slots__ = ("page_size",)
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    def __init__(self, page_size: _Optional[int] = ...) -> None: ...
+
+class ExpireRunLeasesResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)

@@ -82,6 +82,21 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditResponse.FromString,
                 _registered_method=True)
+        self.RenewRunLease = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/RenewRunLease',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseResponse.FromString,
+                _registered_method=True)
+        self.RequestRunCancellation = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/RequestRunCancellation',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationResponse.FromString,
+                _registered_method=True)
+        self.ExpireRunLeases = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ExpireRunLeases',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -147,6 +162,30 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewRunLease(self, request, context):
+        """The orchestrator running a run renews its lease; the answer says whether the run is
+        still its own and whether a cancel was requested (from any replica).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequestRunCancellation(self, request, context):
+        """Record a cancel request on an active run (the replica running it stops it at its next
+        lease renewal); a finished run is returned as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExpireRunLeases(self, request, context):
+        """Admin only: mark runs whose lease expired FAILED (LEASE_EXPIRED) and return them, each
+        to exactly one caller, so it can end the run's event stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +233,21 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.ListAudit,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditResponse.SerializeToString,
+            ),
+            'RenewRunLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewRunLease,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseResponse.SerializeToString,
+            ),
+            'RequestRunCancellation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestRunCancellation,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationResponse.SerializeToString,
+            ),
+            'ExpireRunLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExpireRunLeases,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -442,6 +496,87 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/ListAudit',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewRunLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/RenewRunLease',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RenewRunLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestRunCancellation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/RequestRunCancellation',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RequestRunCancellationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExpireRunLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ExpireRunLeases',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

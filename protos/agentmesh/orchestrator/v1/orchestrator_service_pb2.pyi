@@ -3,6 +3,7 @@ from agentmesh.type.v1 import message_pb2 as _message_pb2
 from agentmesh.type.v1 import run_event_pb2 as _run_event_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -10,8 +11,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MultitaskStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MULTITASK_STRATEGY_UNSPECIFIED: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_REJECT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ENQUEUE: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_INTERRUPT: _ClassVar[MultitaskStrategy]
+    MULTITASK_STRATEGY_ROLLBACK: _ClassVar[MultitaskStrategy]
+MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
+MULTITASK_STRATEGY_REJECT: MultitaskStrategy
+MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
+MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
+MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
+
 class StartRunRequest(_message.Message):
-    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools")
+    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +39,7 @@ class StartRunRequest(_message.Message):
     TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    MULTITASK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     run_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -38,7 +53,8 @@ class StartRunRequest(_message.Message):
     time_zone: str
     parent_run_id: str
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ...) -> None: ...
+    multitask_strategy: MultitaskStrategy
+    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("event",)
@@ -67,7 +83,11 @@ class CancelRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class CancelRunResponse(_message.Message):
-    __slots__ = ("cancelled",)
+    __slots__ = ("cancelled", "state", "thread_id")
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     cancelled: bool
-    def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
+    state: str
+    thread_id: str
+    def __init__(self, cancelled: _Optional[bool] = ..., state: _Optional[str] = ..., thread_id: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,140 @@
+"""One active run per thread (double-texting strategies), leases and cancel requests."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from agentmesh.history.v1 import history_service_pb2 as pb
+
+from tests.history.conftest import REPLY, History, chat_profile, finish, text_msg
+from tests.history.test_service import history_of, rpc_error
+
+
+async def begin(
+    h: History,
+    thread_id: str,
+    run_id: str,
+    mid: str,
+    strategy: int = 0,
+    *,
+    lease: float = 10.0,
+    owner: str = "alice",
+) -> pb.BeginRunResponse:
+    return await h.stub.BeginRun(  # type: ignore[no-any-return]
+        pb.BeginRunRequest(
+            thread_id=thread_id,
+            runtime_mode=1,
+            run_id=run_id,
+            profile=chat_profile(),  # type: ignore[arg-type]
+            input_messages=[text_msg(mid)],
+            multitask_strategy=strategy,  # type: ignore[arg-type]
+            lease_holder="orch-1",
+            lease_seconds=lease,
+        ),
+        metadata=h.md(owner),
+    )
+
+
+async def test_a_run_on_a_busy_thread_is_queued_and_starts_when_the_first_ends(
+    history: History,
+) -> None:
+    first = await begin(history, "t1", "r1", "u1")
+    second = await begin(history, "t1", "r2", "u2")
+    assert first.run.state == pb.RUN_STATE_RUNNING
+    assert second.run.state == pb.RUN_STATE_QUEUED and list(second.run.ahead_run_ids) == ["r1"]
+    assert await history_of(history, "t1") == ["u1"]  # a queued run's input waits
+    again = await begin(history, "t1", "r2", "u2")
+    assert again.run.state == pb.RUN_STATE_QUEUED
+    await finish(history, "r1", [text_msg("a1", REPLY)])
+    started = await begin(history, "t1", "r2", "u2")
+    assert started.run.state == pb.RUN_STATE_RUNNING
+    assert [m.id for m in started.context_messages] == ["u1", "a1", "u2"]
+    assert await history_of(history, "t1") == ["u1", "a1", "u2"]
+
+
+async def test_queued_runs_start_in_their_order(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    await begin(history, "t1", "r2", "u2")
+    await begin(history, "t1", "r3", "u3")
+    await finish(history, "r1", [])
+    assert (await begin(history, "t1", "r3", "u3")).run.state == pb.RUN_STATE_QUEUED
+    assert (await begin(history, "t1", "r2", "u2")).run.state == pb.RUN_STATE_RUNNING
+
+
+async def test_reject_names_the_active_run_and_stores_nothing(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    err = await rpc_error(begin(history, "t1", "r2", "u2", pb.MULTITASK_STRATEGY_REJECT))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "r1" in (err.details() or "")
+    missing = await rpc_error(
+        history.stub.GetRun(pb.GetRunRequest(run_id="r2"), metadata=history.md())
+    )
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "strategy", [pb.MULTITASK_STRATEGY_INTERRUPT, pb.MULTITASK_STRATEGY_ROLLBACK]
+)
+async def test_interrupt_and_rollback_request_the_active_runs_cancel(
+    history: History, strategy: int
+) -> None:
+    await begin(history, "t1", "r1", "u1")
+    second = await begin(history, "t1", "r2", "u2", strategy)
+    assert second.run.state == pb.RUN_STATE_QUEUED
+    record = (await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())).run
+    assert record.cancel_requested
+    assert record.rolled_back == (strategy == pb.MULTITASK_STRATEGY_ROLLBACK)
+
+
+async def test_rollback_hides_the_runs_messages_from_history_and_context_but_not_audit(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", "u1")
+    await begin(history, "t1", "r2", "u2", pb.MULTITASK_STRATEGY_ROLLBACK)
+    await finish(history, "r1", [text_msg("a1", REPLY)], state=pb.RUN_STATE_CANCELLED)
+    started = await begin(history, "t1", "r2", "u2")
+    assert [m.id for m in started.context_messages] == ["u2"]
+    assert await history_of(history, "t1") == ["u2"]
+    audit = await history.stub.ListAudit(
+        pb.ListAuditRequest(owner_id="alice"), metadata=history.md(admin=True)
+    )
+    masks = {m.id: m.visibility_mask for m in audit.messages}
+    assert masks["u1"] == 0 and masks["a1"] == 0 and masks["u2"] == 3
+
+
+async def test_lease_renewal_returns_cancel_requests_and_an_expired_lease_fails_the_run(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", "u1", lease=5)
+    await history.stub.RequestRunCancellation(
+        pb.RequestRunCancellationRequest(run_id="r1"), metadata=history.md()
+    )
+    renewed = await history.stub.RenewRunLease(
+        pb.RenewRunLeaseRequest(run_id="r1", lease_holder="orch-1", lease_seconds=5),
+        metadata=history.md(),
+    )
+    assert renewed.held and renewed.run.cancel_requested
+    none = await history.stub.ExpireRunLeases(
+        pb.ExpireRunLeasesRequest(), metadata=history.md("sweeper", admin=True)
+    )
+    assert list(none.runs) == []
+    history.clock.advance(seconds=6)
+    expired = await history.stub.ExpireRunLeases(
+        pb.ExpireRunLeasesRequest(), metadata=history.md("sweeper", admin=True)
+    )
+    assert [(r.id, r.owner_id, r.error_code) for r in expired.runs] == [
+        ("r1", "alice", "LEASE_EXPIRED")
+    ]
+    lost = await history.stub.RenewRunLease(
+        pb.RenewRunLeaseRequest(run_id="r1", lease_holder="orch-1", lease_seconds=5),
+        metadata=history.md(),
+    )
+    assert not lost.held and lost.run.state == pb.RUN_STATE_FAILED
+    assert await history_of(history, "t1") == ["u1"]  # the user message stays
+
+
+async def test_expire_run_leases_needs_the_admin_scope(history: History) -> None:
+    err = await rpc_error(
+        history.stub.ExpireRunLeases(pb.ExpireRunLeasesRequest(), metadata=history.md())
+    )
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
