@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import Any
 
 import grpc
@@ -100,10 +100,19 @@ class _Call:
         if self.active is not None:
             telemetry.finish(self.active, self.code)
         if self.thread_token is not None:
-            thread_id_var.reset(self.thread_token)
+            _reset(thread_id_var, self.thread_token)
         if self.run_token is not None:
-            run_id_var.reset(self.run_token)
-        request_id_var.reset(self.rid_token)
+            _reset(run_id_var, self.run_token)
+        _reset(request_id_var, self.rid_token)
+
+
+def _reset(var: ContextVar[str], token: Token[str]) -> None:
+    # A stream whose client went away is finalised in another context, where the token
+    # cannot be used; that context's value is then simply cleared.
+    try:
+        var.reset(token)
+    except ValueError:
+        var.set("")
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):

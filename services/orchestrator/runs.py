@@ -35,6 +35,7 @@ from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
+from shared import metrics
 from shared.domain import ExecutorKind
 from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal
 from shared.eventlog import EventLog
@@ -144,6 +145,7 @@ class RunManager:
         )
         self._active[key] = run
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
+        metrics.run_started(plan.profile.name)
         return run
 
     @staticmethod
@@ -293,6 +295,7 @@ class RunManager:
                 await run.writer.close()
             finally:
                 self._active.pop(run.key, None)
+                metrics.run_ended(run.plan.profile.name, run.outcome.value.upper())
                 run.done.set()
                 run_id_var.reset(run_token)
                 thread_id_var.reset(thread_token)

@@ -25,9 +25,8 @@ migrate = None
 
 
 class RunSettings(BaseSettings):
-    """The orchestrator's run timing (AGENTMESH_RUN_LEASE_SECONDS,
-    AGENTMESH_RUN_QUEUE_POLL_SECONDS). Read here rather than in shared/settings.py, which
-    this change may not touch."""
+    """The orchestrator's own run timing (AGENTMESH_RUN_LEASE_SECONDS,
+    AGENTMESH_RUN_QUEUE_POLL_SECONDS); no other service reads them."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTMESH_", extra="ignore")
 

@@ -12,6 +12,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.runs import RunManager
+from shared import telemetry
 from shared.errors import DomainError, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
@@ -58,6 +59,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             max_message_chars=self.settings.max_message_chars,
             default_time_zone=self.settings.default_timezone,
         )
+        telemetry.annotate(profile=plan.profile.name)
         await self.runs.start(plan)
         # The run goes on in its own task: if this caller goes away, only the following stops.
         async for event in self._follow(owner, plan.run_id, 0):

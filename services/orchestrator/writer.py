@@ -18,6 +18,7 @@ from functools import partial
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator.core import Sequencer
+from shared import metrics
 from shared.eventlog import Entry, EventLog, LogLost
 
 log = logging.getLogger("agentmesh.orchestrator.events")
@@ -61,6 +62,7 @@ class RunEventWriter:
         event.thread_id = self.thread_id
         event.sequence = self._sequence.next()
         event.timestamp_ms = time.time_ns() // 1_000_000
+        metrics.event_emitted(event)
         self._queued.append((event.sequence, event.SerializeToString()))
         self._drained.clear()
         self._wake.set()
