@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from shared import identity, logs, metrics, telemetry
+from shared import compat, identity, logs, metrics, telemetry
 from shared.errors import DomainError, Internal
 from shared.logs import request_id_var, run_id_var, thread_id_var
 
@@ -115,6 +115,17 @@ def _reset(var: ContextVar[str], token: Token[str]) -> None:
         var.set("")
 
 
+def _tolerate_newer_peer(request: Any, method: str) -> None:
+    if request is None or not hasattr(request, "DESCRIPTOR"):
+        return
+    reset = compat.unknown_enums_to_unspecified(request)
+    if reset:
+        log.warning(
+            "unknown enum values read as UNSPECIFIED",
+            extra={"fields": {"method": method, "enum_fields": reset}},
+        )
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, service: str = "", version: str = "") -> None:
         # `service` names the instrumentation scope of the server spans (the process's
@@ -151,6 +162,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 call = _Call(self, method, request, context)
                 try:
                     self._mark_version(context)
+                    _tolerate_newer_peer(request, method)
                     return await inner_uu(request, context)
                 except (asyncio.CancelledError, grpc.aio.AbortError) as exc:
                     call.failed(exc, context)
@@ -176,6 +188,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 call = _Call(self, method, request, context)
                 try:
                     self._mark_version(context)
+                    _tolerate_newer_peer(request, method)
                     async for item in inner_us(request, context):
                         yield item
                 except (asyncio.CancelledError, grpc.aio.AbortError) as exc:
