@@ -12,51 +12,54 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+_ENUM = FieldDescriptor.TYPE_ENUM
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+_HAS_ENUMS: dict[str, bool] = {}
 
-_PLANS: dict[str, tuple[tuple[FieldDescriptor, bool], ...]] = {}
 
-
-def _plan(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -> tuple[tuple[FieldDescriptor, bool], ...]:
-    """The fields worth visiting: enums, and messages that contain enums somewhere.
-
-    Message types can be recursive (a tool result holds content blocks): a type already
-    being planned is visited, since it may hold enums."""
+def _has_enums(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -> bool:
+    """Whether a message type holds an enum field anywhere below it (recursive types allowed)."""
     name = descriptor.full_name
-    if name in _PLANS:
-        return _PLANS[name]
-    out: list[tuple[FieldDescriptor, bool]] = []
-    for fd in descriptor.fields:
-        if fd.type == FieldDescriptor.TYPE_ENUM:
-            out.append((fd, True))
-        elif fd.type == FieldDescriptor.TYPE_MESSAGE and not fd.message_type.GetOptions().map_entry:
-            sub = fd.message_type
-            if sub.full_name in visiting or sub.full_name == name or _plan(sub, visiting | {name}):
-                out.append((fd, False))
-    plan = tuple(out)
-    if not visiting:
-        _PLANS[name] = plan
-    return plan
+    known = _HAS_ENUMS.get(name)
+    if known is not None:
+        return known
+    if name in visiting:
+        return False  # the cycle adds nothing the other paths do not find
+    inner = visiting | {name}
+    found = any(
+        fd.type == _ENUM
+        or (fd.type == _MESSAGE and _has_enums(fd.message_type, inner))
+        for fd in descriptor.fields
+    )
+    if found or not visiting:
+        _HAS_ENUMS[name] = found
+    return found
 
 
 def unknown_enums_to_unspecified(message: Any, prefix: str = "") -> list[str]:
-    """Reset every enum value `message` does not know to 0; returns the fields reset."""
+    """Reset every enum value `message` does not know to 0; returns the fields reset.
+
+    Walks only the fields that are set (ListFields, in C) and only into message types that
+    can hold an enum, so a request without enums below costs next to nothing."""
     reset: list[str] = []
-    for fd, is_enum in _plan(message.DESCRIPTOR):
-        name = f"{prefix}{fd.name}"
-        if is_enum:
+    for fd, value in message.ListFields():
+        kind = fd.type
+        if kind == _ENUM:
             known = fd.enum_type.values_by_number
             if fd.is_repeated:
-                values = getattr(message, fd.name)
-                for i, value in enumerate(values):
-                    if value not in known:
-                        values[i] = 0
-                        reset.append(f"{name}[{i}]")
-            elif getattr(message, fd.name) not in known:
+                for i, item in enumerate(value):
+                    if item not in known:
+                        value[i] = 0
+                        reset.append(f"{prefix}{fd.name}[{i}]")
+            elif value not in known:
                 setattr(message, fd.name, 0)
-                reset.append(name)
-        elif fd.is_repeated:
-            for i, item in enumerate(getattr(message, fd.name)):
-                reset.extend(unknown_enums_to_unspecified(item, f"{name}[{i}]."))
-        elif message.HasField(fd.name):
-            reset.extend(unknown_enums_to_unspecified(getattr(message, fd.name), f"{name}."))
+                reset.append(f"{prefix}{fd.name}")
+        elif kind == _MESSAGE and _has_enums(fd.message_type):
+            if fd.is_repeated:
+                if fd.message_type.GetOptions().map_entry:
+                    continue
+                for i, item in enumerate(value):
+                    reset.extend(unknown_enums_to_unspecified(item, f"{prefix}{fd.name}[{i}]."))
+            else:
+                reset.extend(unknown_enums_to_unspecified(value, f"{prefix}{fd.name}."))
     return reset
