@@ -37,6 +37,8 @@ def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] 
         "AGENTMESH_LOG_LEVEL": "WARNING",
         "AGENTMESH_RUN_TIMEOUT_SECONDS": "120",
         "AGENTMESH_RPC_TIMEOUT_SECONDS": "30",
+        # The long-stream run sends ~10,000 words and gets them streamed back.
+        "AGENTMESH_MAX_MESSAGE_CHARS": "200000",
     }
     env.update(extra_env or {})
     suite = Suite(ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs")
