@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 
 from bench.stats import summary_ms
+from services.gateway.auth import issue_token
 from services.launcher import ALL_SERVICES, Suite, free_port
+from shared.settings import Settings
 
 SECRET = "bench-secret-of-at-least-thirty-two-bytes!"
 PG_URL = os.environ.get("AGENTMESH_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -47,8 +48,7 @@ def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] 
 
 
 def token(owner: str) -> str:
-    now = int(time.time())
-    return jwt.encode({"sub": owner, "iat": now, "exp": now + 86_400}, SECRET, algorithm="HS256")
+    return issue_token(Settings(jwt_secret=SECRET), owner, ttl_seconds=86_400)
 
 
 async def one_run(client: httpx.AsyncClient, url: str, auth: str, text: str) -> tuple[float, float, int]:

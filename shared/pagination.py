@@ -15,9 +15,7 @@ MAX_PAGE_SIZE = 1000
 
 
 def page_size(value: int, *, default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -> int:
-    if value < 0:
-        raise InvalidArgument("page_size", f"must be between 0 and {maximum}")
-    if value > maximum:
+    if not 0 <= value <= maximum:
         raise InvalidArgument("page_size", f"must be between 0 and {maximum}")
     return value or default
 

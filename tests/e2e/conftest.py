@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import jwt
 import pytest
 
+from services.gateway.auth import issue_token
 from services.launcher import ALL_SERVICES, Suite, free_port
+from shared.settings import Settings
 from tests.conftest import PG_URL, REDIS_URL, USES_POSTGRES, drop_schemas
 
 SECRET = "e2e-secret-of-at-least-thirty-two-bytes"
 
 
-def token(sub: str, *, admin: bool = False, secret: str = SECRET) -> str:
-    claims: dict[str, object] = {"sub": sub, "iat": int(time.time()), "exp": int(time.time()) + 3600}
-    if admin:
-        claims["scope"] = "admin"
-    return jwt.encode(claims, secret, algorithm="HS256")
+def token(sub: str, *, admin: bool = False) -> str:
+    return issue_token(Settings(jwt_secret=SECRET), sub, admin=admin, ttl_seconds=3600)
 
 
 def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
