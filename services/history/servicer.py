@@ -23,6 +23,7 @@ from shared.errors import Aborted, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin, valid_owner_id
 from shared.pagination import decode_token, encode_token, page_size
 from shared.profiles import profile_from_pb
+from shared.visibility import CONTEXT_ASSEMBLY
 
 Clock = Callable[[], datetime]
 
@@ -94,9 +95,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if thread is None:
             if mode is None:
                 raise InvalidArgument("runtime_mode", "is required to create a new thread")
-            await store.create_thread(conn, owner, thread_id, mode, now)
-            thread = await store.lock_thread(conn, owner, thread_id)
-            assert thread is not None
+            thread = await store.create_thread(conn, owner, thread_id, mode, now)
+            if thread is None:  # created concurrently: wait for it like any writer
+                thread = await store.lock_thread(conn, owner, thread_id)
+                assert thread is not None
         if mode is not None:
             core.require_mode(thread, mode)
         return thread
@@ -161,8 +163,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         ctx: list[Message] = []
         async with self._write() as conn:
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
-            run = await store.get_run(conn, owner, run_id)
-            active = await store.active_runs(conn, owner, thread_id)
+            run, active = await store.begin_lookup(conn, owner, thread_id, run_id)
             if run is not None:
                 core.check_run_retry(run, thread_id)
                 if run.state is RunState.QUEUED and not run.cancel_requested:
@@ -192,27 +193,31 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     create_time=now,
                     start_time=now if admission.state is RunState.RUNNING else None,
                     finish_time=None,
-                    thread_seq=await store.next_thread_seq(conn, owner, thread_id),
                     lease_holder=request.lease_holder,
                     lease_expire_time=now + lease,
                 )
-                await store.insert_run(conn, run)
+                run = await store.insert_run(conn, run)
                 ahead = [r for r in active if r.id != run_id]
             # A queued run stores its input when it starts: the reply of the run before it
             # comes first in the thread, as the conversation happened.
             if run.started:
-                thread, _ = await self._append(
+                was_empty = thread.message_count == 0
+                thread, stored = await self._append(
                     conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
                     now,
                 )
-                found = await store.context_messages(
-                    conn,
-                    owner,
-                    thread_id,
-                    upto=thread.message_count,
-                    since=core.window_since(window, now, zone),
-                    last_n=core.window_limit(window),
-                )
+                if was_empty:
+                    # A new thread holds only what was just stored: no need to read it back.
+                    found = [m for m in stored if m.visibility_mask & CONTEXT_ASSEMBLY]
+                else:
+                    found = await store.context_messages(
+                        conn,
+                        owner,
+                        thread_id,
+                        upto=thread.message_count,
+                        since=core.window_since(window, now, zone),
+                        last_n=core.window_limit(window),
+                    )
                 ctx = core.assemble_context(found, window, now, zone, max_chars)
         run_pb = convert.run_to_pb(run)
         run_pb.ahead_run_ids.extend(r.id for r in ahead)
@@ -236,27 +241,35 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         now = self._clock()
         async with self._write() as conn:
-            run = await store.lock_run(conn, owner, run_id)
+            run = await store.get_run(conn, owner, run_id)
             if run is None:
                 raise NotFound(f"run {run_id} not found")
-            if not core.finish_is_noop(run.state, state):
-                thread = await self._open_thread(conn, owner, run.thread_id, None, now)
-                await self._append(
-                    conn, thread, core.for_run(outputs, run, "output_messages"),
-                    "output_messages", now,
-                )
-                await store.insert_denials(conn, core.denials_for_run(denials, run, now))
-                if run.rolled_back:
-                    await store.hide_run_messages(conn, owner, [run.id])
-                run = await store.finish_run(
-                    conn,
-                    owner,
-                    run_id,
-                    state=state,
-                    now=now,
-                    error_code=request.error_code,
-                    error_message=request.error_message[:10_000],
-                )
+            # Locks in the order BeginRun takes them (thread, then run), so the two never
+            # deadlock; the run's state is then changed only if it is still active.
+            thread = await self._open_thread(conn, owner, run.thread_id, None, now)
+            finished = await store.finish_active_run(
+                conn,
+                owner,
+                run_id,
+                state=state,
+                now=now,
+                error_code=request.error_code,
+                error_message=request.error_message[:10_000],
+            )
+            if finished is None:
+                # It ended meanwhile (or before): a retry of the same end, or a conflict.
+                current = await store.get_run(conn, owner, run_id)
+                assert current is not None  # runs are never deleted
+                core.finish_is_noop(current.state, state)
+                return pb.FinishRunResponse(run=convert.run_to_pb(current))
+            run = finished
+            await self._append(
+                conn, thread, core.for_run(outputs, run, "output_messages"),
+                "output_messages", now,
+            )
+            await store.insert_denials(conn, core.denials_for_run(denials, run, now))
+            if run.rolled_back:
+                await store.hide_run_messages(conn, owner, [run.id])
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(
@@ -461,15 +474,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if not request.lease_holder:
             raise InvalidArgument("lease_holder", "must not be empty")
         now = self._clock()
+        expires = now + timedelta(seconds=core.lease_seconds(request.lease_seconds))
         async with self._write() as conn:
-            run = await store.lock_run(conn, owner, run_id)
+            renewed = await store.renew_lease(conn, owner, run_id, request.lease_holder, expires)
+            run = renewed or await store.get_run(conn, owner, run_id)
             if run is None:
                 raise NotFound(f"run {run_id} not found")
-            held = run.active and run.lease_holder == request.lease_holder
-            if held:
-                expires = now + timedelta(seconds=core.lease_seconds(request.lease_seconds))
-                run = await store.update_run(conn, owner, run_id, lease_expire_time=expires)
-        return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=held)
+        return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=renewed is not None)
 
     async def RequestRunCancellation(
         self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext

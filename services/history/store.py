@@ -10,7 +10,7 @@ therefore commit in position order, and keyset paging by position sees each mess
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -244,40 +244,67 @@ def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
 
 
 async def get_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
-    row = (
-        await conn.execute(
-            sa.select(threads).where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
-        )
-    ).first()
+    row = (await conn.execute(_GET_THREAD, {"o": owner_id, "t": thread_id})).first()
     return _thread(row) if row else None
+
+
+# The statements of the run hot path (BeginRun, FinishRun, lease renewal) are built once,
+# with bound parameters: no statement construction or cache-key computation per call.
+_T = threads.c
+_GET_THREAD = sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+# A no-op UPDATE takes the row lock on PostgreSQL and SQLite alike (SQLite: BEGIN IMMEDIATE).
+_LOCK_THREAD = (
+    sa.update(threads)
+    .where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+    .values(message_count=_T.message_count)
+    .returning(*_T)
+)
+_RESERVE_POSITIONS = (
+    sa.update(threads)
+    .where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+    .values(message_count=_T.message_count + sa.bindparam("n"), update_time=sa.bindparam("now", type_=UtcDateTime))
+    .returning(_T.message_count)
+)
+
+
+def _create_thread_stmt(dialect: str) -> Any:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(threads)
+        .values(
+            owner_id=sa.bindparam("o"),
+            id=sa.bindparam("t"),
+            runtime_mode=sa.bindparam("mode"),
+            create_time=sa.bindparam("now", type_=UtcDateTime),
+            update_time=sa.bindparam("now", type_=UtcDateTime),
+            message_count=0,
+        )
+        .on_conflict_do_nothing(index_elements=["owner_id", "id"])
+        .returning(*_T)
+    )
+
+
+_CREATE_THREAD = {d: _create_thread_stmt(d) for d in ("postgresql", "sqlite")}
 
 
 async def lock_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
     """The thread, row-locked until the transaction ends (None if it does not exist)."""
-    row = (
-        await conn.execute(
-            sa.update(threads)
-            .where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
-            .values(message_count=threads.c.message_count)
-            .returning(*threads.c)
-        )
-    ).first()
+    row = (await conn.execute(_LOCK_THREAD, {"o": owner_id, "t": thread_id})).first()
     return _thread(row) if row else None
 
 
 async def create_thread(
     conn: AsyncConnection, owner_id: str, thread_id: str, mode: RuntimeMode, now: datetime
-) -> None:
-    """Create the thread unless it exists (a concurrent creator wins quietly)."""
-    stmt = _insert(conn, threads).values(
-        owner_id=owner_id,
-        id=thread_id,
-        runtime_mode=mode.value,
-        create_time=now,
-        update_time=now,
-        message_count=0,
-    )
-    await conn.execute(stmt.on_conflict_do_nothing(index_elements=["owner_id", "id"]))
+) -> Thread | None:
+    """Create the thread, which this transaction then holds; None when it exists already
+    (a concurrent creator won: lock it with lock_thread)."""
+    row = (
+        await conn.execute(
+            _CREATE_THREAD[conn.dialect.name],
+            {"o": owner_id, "t": thread_id, "mode": mode.value, "now": now},
+        )
+    ).first()
+    return _thread(row) if row else None
 
 
 async def reserve_positions(
@@ -285,12 +312,7 @@ async def reserve_positions(
 ) -> int:
     """Reserve `count` positions; returns the last one (the first is last - count + 1)."""
     last: int = (
-        await conn.execute(
-            sa.update(threads)
-            .where(threads.c.owner_id == owner_id, threads.c.id == thread_id)
-            .values(message_count=threads.c.message_count + count, update_time=now)
-            .returning(threads.c.message_count)
-        )
+        await conn.execute(_RESERVE_POSITIONS, {"o": owner_id, "t": thread_id, "n": count, "now": now})
     ).scalar_one()
     return last
 
@@ -320,18 +342,18 @@ async def list_threads(
 # --- messages ---------------------------------------------------------------------------
 
 
+_MESSAGES_BY_ID = sa.select(*MESSAGE_FIELDS).where(
+    messages.c.owner_id == sa.bindparam("o"), messages.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+_INSERT_MESSAGES = sa.insert(messages)
+
+
 async def messages_by_id(
     conn: AsyncConnection, owner_id: str, ids: Sequence[str]
 ) -> dict[str, Message]:
     if not ids:
         return {}
-    rows = (
-        await conn.execute(
-            sa.select(*MESSAGE_FIELDS).where(
-                messages.c.owner_id == owner_id, messages.c.id.in_(ids)
-            )
-        )
-    ).all()
+    rows = (await conn.execute(_MESSAGES_BY_ID, {"o": owner_id, "ids": list(ids)})).all()
     return {r.id: _message(r) for r in rows}
 
 
@@ -340,7 +362,7 @@ async def insert_messages(
 ) -> None:
     """Insert messages with their serving copies (see the migration)."""
     if stamped:
-        await conn.execute(sa.insert(messages), [message_row(m, w) for m, w in stamped])
+        await conn.execute(_INSERT_MESSAGES, [message_row(m, w) for m, w in stamped])
 
 
 async def history_page(
@@ -512,78 +534,139 @@ async def audit_page(
 # --- runs -------------------------------------------------------------------------------
 
 
+_R = runs.c
+_ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+_GET_RUN = sa.select(runs).where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
+_LOCK_RUN = (
+    sa.update(runs)
+    .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
+    .values(state=_R.state)
+    .returning(*_R)
+)
+# The run, if it exists, and the thread's queued and running runs, in one read.
+_BEGIN_LOOKUP = (
+    sa.select(runs)
+    .where(
+        _R.owner_id == sa.bindparam("o"),
+        sa.or_(
+            _R.id == sa.bindparam("r"),
+            sa.and_(_R.thread_id == sa.bindparam("t"), _R.state.in_(_ACTIVE)),
+        ),
+    )
+    .order_by(_R.thread_seq)
+)
+# thread_seq: the run's place in its thread, computed by the INSERT itself (the caller holds
+# the thread row lock, so no other run of the thread is inserted meanwhile).
+_INSERT_RUN = sa.insert(runs).values(
+    thread_seq=sa.select(sa.func.coalesce(sa.func.max(_R.thread_seq), 0) + 1)
+    .where(_R.owner_id == sa.bindparam("seq_o"), _R.thread_id == sa.bindparam("seq_t"))
+    .scalar_subquery()
+).returning(_R.thread_seq)
+_FINISH_ACTIVE_RUN = (
+    sa.update(runs)
+    .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"), _R.state.in_(_ACTIVE))
+    .values(
+        state=sa.bindparam("state"),
+        finish_time=sa.bindparam("now", type_=UtcDateTime),
+        error_code=sa.bindparam("code"),
+        error_message=sa.bindparam("message"),
+    )
+    .returning(*_R)
+)
+_RENEW_LEASE = (
+    sa.update(runs)
+    .where(
+        _R.owner_id == sa.bindparam("o"),
+        _R.id == sa.bindparam("r"),
+        _R.state.in_(_ACTIVE),
+        _R.lease_holder == sa.bindparam("holder"),
+    )
+    .values(lease_expire_time=sa.bindparam("expires", type_=UtcDateTime))
+    .returning(*_R)
+)
+
+
 async def get_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
-    row = (
-        await conn.execute(sa.select(runs).where(runs.c.owner_id == owner_id, runs.c.id == run_id))
-    ).first()
+    row = (await conn.execute(_GET_RUN, {"o": owner_id, "r": run_id})).first()
     return _run(row) if row else None
 
 
 async def lock_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
+    row = (await conn.execute(_LOCK_RUN, {"o": owner_id, "r": run_id})).first()
+    return _run(row) if row else None
+
+
+async def begin_lookup(
+    conn: AsyncConnection, owner_id: str, thread_id: str, run_id: str
+) -> tuple[Run | None, list[Run]]:
+    """(the run `run_id` if it exists, the thread's queued and running runs in thread order)."""
+    found = [
+        _run(r)
+        for r in (await conn.execute(_BEGIN_LOOKUP, {"o": owner_id, "r": run_id, "t": thread_id})).all()
+    ]
+    run = next((r for r in found if r.id == run_id), None)
+    return run, [r for r in found if r.active and r.thread_id == thread_id]
+
+
+async def insert_run(conn: AsyncConnection, run: Run) -> Run:
+    """Store a new run (its thread row locked by the caller); returns it with its thread_seq."""
+    seq = (
+        await conn.execute(
+            _INSERT_RUN,
+            {
+                "owner_id": run.owner_id,
+                "id": run.id,
+                "thread_id": run.thread_id,
+                "seq_o": run.owner_id,
+                "seq_t": run.thread_id,
+                "state": run.state.value,
+                "origin": run.origin.value,
+                "profile": run.profile.model_dump(mode="json"),
+                "profile_name": run.profile.name,
+                "create_time": run.create_time,
+                "start_time": run.start_time,
+                "finish_time": run.finish_time,
+                "error_code": run.error_code,
+                "error_message": run.error_message,
+                "cancel_requested": run.cancel_requested,
+                "rolled_back": run.rolled_back,
+                "lease_holder": run.lease_holder,
+                "lease_expire_time": run.lease_expire_time,
+            },
+        )
+    ).scalar_one()
+    return replace(run, thread_seq=seq)
+
+
+async def finish_active_run(
+    conn: AsyncConnection,
+    owner_id: str,
+    run_id: str,
+    *,
+    state: RunState,
+    now: datetime,
+    error_code: str,
+    error_message: str,
+) -> Run | None:
+    """Finish the run if it is queued or running; None if it is not (or does not exist)."""
     row = (
         await conn.execute(
-            sa.update(runs)
-            .where(runs.c.owner_id == owner_id, runs.c.id == run_id)
-            .values(state=runs.c.state)
-            .returning(*runs.c)
+            _FINISH_ACTIVE_RUN,
+            {"o": owner_id, "r": run_id, "state": state.value, "now": now,
+             "code": error_code, "message": error_message},
         )
     ).first()
     return _run(row) if row else None
 
 
-async def insert_run(conn: AsyncConnection, run: Run) -> None:
-    await conn.execute(
-        sa.insert(runs).values(
-            owner_id=run.owner_id,
-            id=run.id,
-            thread_id=run.thread_id,
-            state=run.state.value,
-            origin=run.origin.value,
-            profile=run.profile.model_dump(mode="json"),
-            profile_name=run.profile.name,
-            create_time=run.create_time,
-            start_time=run.start_time,
-            finish_time=run.finish_time,
-            error_code=run.error_code,
-            error_message=run.error_message,
-            thread_seq=run.thread_seq,
-            cancel_requested=run.cancel_requested,
-            rolled_back=run.rolled_back,
-            lease_holder=run.lease_holder,
-            lease_expire_time=run.lease_expire_time,
-        )
-    )
-
-
-_ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
-
-
-async def active_runs(conn: AsyncConnection, owner_id: str, thread_id: str) -> list[Run]:
-    """The thread's queued and running runs, in thread order."""
-    rows = (
-        await conn.execute(
-            sa.select(runs)
-            .where(
-                runs.c.owner_id == owner_id,
-                runs.c.thread_id == thread_id,
-                runs.c.state.in_(_ACTIVE),
-            )
-            .order_by(runs.c.thread_seq)
-        )
-    ).all()
-    return [_run(r) for r in rows]
-
-
-async def next_thread_seq(conn: AsyncConnection, owner_id: str, thread_id: str) -> int:
-    """The next run's place in the thread (the thread row is locked by the caller)."""
-    last = (
-        await conn.execute(
-            sa.select(sa.func.max(runs.c.thread_seq)).where(
-                runs.c.owner_id == owner_id, runs.c.thread_id == thread_id
-            )
-        )
-    ).scalar()
-    return int(last or 0) + 1
+async def renew_lease(
+    conn: AsyncConnection, owner_id: str, run_id: str, holder: str, expires: datetime
+) -> Run | None:
+    """Extend the lease of an active run held by `holder`; None if it is not held by it."""
+    row = (
+        await conn.execute(_RENEW_LEASE, {"o": owner_id, "r": run_id, "holder": holder, "expires": expires})
+    ).first()
+    return _run(row) if row else None
 
 
 async def update_run(conn: AsyncConnection, owner_id: str, run_id: str, **values: Any) -> Run:
@@ -657,32 +740,6 @@ async def expire_leases(
         if row is not None:
             out.append(_run(row))
     return out
-
-
-async def finish_run(
-    conn: AsyncConnection,
-    owner_id: str,
-    run_id: str,
-    *,
-    state: RunState,
-    now: datetime,
-    error_code: str,
-    error_message: str,
-) -> Run:
-    row = (
-        await conn.execute(
-            sa.update(runs)
-            .where(runs.c.owner_id == owner_id, runs.c.id == run_id)
-            .values(
-                state=state.value,
-                finish_time=now,
-                error_code=error_code,
-                error_message=error_message,
-            )
-            .returning(*runs.c)
-        )
-    ).one()
-    return _run(row)
 
 
 # --- tool denials -----------------------------------------------------------------------
