@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,6 +45,10 @@ class EventLog(Protocol):
     def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
         """Stored events after `after`, then live ones, until the log is closed."""
 
+    def follow_batches(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        """What `follow` yields, grouped: each batch is everything stored and not yet
+        yielded when the reader asked (never empty)."""
+
     async def aclose(self) -> None:
         """Release connections."""
 
@@ -62,14 +67,16 @@ class InMemoryEventLog:
     def __init__(self, retention_seconds: float = 3600.0) -> None:
         self.retention_seconds = retention_seconds
         self._runs: dict[str, _RunLog] = {}
+        # Closed logs in the order they closed: eviction looks only at the expired front.
+        self._closed: deque[tuple[float, str]] = deque()
 
     def _evict(self) -> None:
-        now = time.monotonic()
-        expired = [
-            k for k, r in self._runs.items() if r.closed and now - r.closed_at > self.retention_seconds
-        ]
-        for k in expired:
-            del self._runs[k]
+        cutoff = time.monotonic() - self.retention_seconds
+        while self._closed and self._closed[0][0] < cutoff:
+            closed_at, key = self._closed.popleft()
+            log = self._runs.get(key)
+            if log is not None and log.closed_at == closed_at:
+                del self._runs[key]
 
     async def append(self, key: str, events: Sequence[Entry]) -> None:
         log = self._runs.get(key)
@@ -91,8 +98,10 @@ class InMemoryEventLog:
         log = self._runs.get(key)
         if log is None:
             return
-        log.closed = True
-        log.closed_at = time.monotonic()
+        if not log.closed:
+            log.closed = True
+            log.closed_at = time.monotonic()
+            self._closed.append((log.closed_at, key))
         log.changed.set()
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
@@ -103,15 +112,22 @@ class InMemoryEventLog:
         return log.entries[max(after, 0) :], log.closed
 
     async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
+        async for batch in self.follow_batches(key, after):
+            for entry in batch:
+                yield entry
+
+    async def follow_batches(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         log = self._runs.get(key)
         if log is None:
             raise KeyError(key)
         position = max(after, 0)
         while True:
             waiter = log.changed
-            while position < len(log.entries):
-                yield log.entries[position]
-                position += 1
+            if position < len(log.entries):
+                batch = log.entries[position:]
+                position += len(batch)
+                yield batch
+                continue  # more may have come while the batch was consumed
             if log.closed:
                 return
             await waiter.wait()
@@ -182,9 +198,14 @@ class RedisEventLog:
         return self._decode(raw)
 
     async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
+        async for batch in self.follow_batches(key, after):
+            for entry in batch:
+                yield entry
+
+    async def follow_batches(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         entries, closed = await self.read(key, after)
-        for entry in entries:
-            yield entry
+        if entries:
+            yield entries
         if closed:
             return
         last_id = f"{entries[-1][0]}-0" if entries else f"{max(after, 0)}-0"
@@ -199,8 +220,8 @@ class RedisEventLog:
                 if raw:
                     last_id = raw[-1][0].decode()
                 batch, closed = self._decode(raw)
-                for entry in batch:
-                    yield entry
+                if batch:
+                    yield batch
                 if closed:
                     return
 

@@ -134,6 +134,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self.version_metadata: tuple[tuple[str, str], ...] = (
             ((VERSION_KEY, version),) if version else ()
         )
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     @staticmethod
     def quiet(method: str) -> bool:
@@ -148,10 +149,17 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         method: str = handler_call_details.method  # type: ignore[attr-defined]
+        # Handlers are fixed per method: wrap each once, not on every call.
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return handler
+            wrapped = self._wrapped[method] = self._wrap(method, handler)
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         quiet = self.quiet(method)
         rpc_service, rpc_method = metrics.split_method(method)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Annotated, Any
 
@@ -73,6 +73,13 @@ def _with_ids(ev: run_event_pb2.RunEvent, thread_id: str, run_id: str) -> run_ev
 Call = grpc.aio.UnaryStreamCall  # type: ignore[type-arg]
 
 
+def _events_of(response: Any) -> Sequence[run_event_pb2.RunEvent]:
+    """The events of a StartRun response (a batch in `events`, or one in `event`) or of a
+    StreamRun response."""
+    batch = getattr(response, "events", None)
+    return batch if batch else (response.event,)
+
+
 async def _events(
     call: Call,
     first: Any,
@@ -100,14 +107,20 @@ async def _events(
                 yield sse.frame(sse.run_error("the run ended without a result", "INTERNAL"))
                 return
             if response is not None:
-                pbev = _with_ids(response.event, thread_id, run_id)
-                event = sse.to_agui(pbev)
-                if event is not None:
-                    terminal = event["type"] in sse.TERMINAL_TYPES
-                    ended = ended or terminal
-                    yield sse.frame(event, pbev.sequence or None)
-                    if terminal:
-                        return
+                # A batch of events goes out as one write.
+                frames = []
+                for pbev in _events_of(response):
+                    event = sse.to_agui(_with_ids(pbev, thread_id, run_id))
+                    if event is None:
+                        continue
+                    frames.append(sse.frame(event, pbev.sequence or None))
+                    if event["type"] in sse.TERMINAL_TYPES:
+                        ended = True
+                        break
+                if frames:
+                    yield b"".join(frames)
+                if ended:
+                    return
             response = await call.read()
     except grpc.RpcError as err:
         ended = True

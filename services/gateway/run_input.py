@@ -298,6 +298,7 @@ def start_run_request(
         ],
         origin=message_pb2.RUNTIME_MODE_CHAT,
         time_zone=tz,
+        batch_events=True,
         parent_run_id=parsed.parent_run_id or "",
         profile_name=requested_profile(parsed.forwarded_props),
         multitask_strategy=multitask_strategy(parsed.forwarded_props),

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 import grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
-from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.runs import RunManager
@@ -29,16 +28,16 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         self.profiles = profiles
         self.settings = settings
 
-    async def _follow(
-        self, owner: str, run_id: str, after: int
-    ) -> AsyncIterator[run_event_pb2.RunEvent]:
-        """The run's stored events after `after`, then live ones until the run ends."""
+    async def _follow(self, owner: str, run_id: str, after: int) -> AsyncIterator[list[bytes]]:
+        """The run's stored events after `after`, then live ones until the run ends, as
+        batches of serialized RunEvents (what was stored when the reader asked)."""
         active = self.runs.active(owner, run_id)
         if active is not None:
             await active.writer.ready.wait()
         try:
-            async for _seq, data in self.event_log.follow(core.event_log_key(owner, run_id), after):
-                yield run_event_pb2.RunEvent.FromString(data)
+            key = core.event_log_key(owner, run_id)
+            async for batch in self.event_log.follow_batches(key, after):
+                yield [data for _seq, data in batch]
         except KeyError:
             raise NotFound("run not found") from None
         except DomainError:
@@ -62,16 +61,24 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         telemetry.annotate(profile=plan.profile.name)
         await self.runs.start(plan)
         # The run goes on in its own task: if this caller goes away, only the following stops.
-        async for event in self._follow(owner, plan.run_id, 0):
-            yield pb.StartRunResponse(event=event)
+        # Responses are assembled from the stored bytes (field 1 `event` or field 2 `events`
+        # of StartRunResponse), so an event is never decoded and re-encoded on its way.
+        tag = _EVENTS_TAG if request.batch_events else _EVENT_TAG
+        async for batch in self._follow(owner, plan.run_id, 0):
+            if request.batch_events:
+                yield pb.StartRunResponse.FromString(_wire(tag, batch))
+            else:
+                for data in batch:
+                    yield pb.StartRunResponse.FromString(_wire(tag, [data]))
 
     async def StreamRun(  # type: ignore[override]
         self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.StreamRunResponse]:
         owner = owner_id(context)
         run_id = core.check_identifier(request.run_id, "run_id")
-        async for event in self._follow(owner, run_id, request.after_sequence):
-            yield pb.StreamRunResponse(event=event)
+        async for batch in self._follow(owner, run_id, request.after_sequence):
+            for data in batch:
+                yield pb.StreamRunResponse.FromString(_wire(_EVENT_TAG, [data]))
 
     async def CancelRun(  # type: ignore[override]
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
@@ -80,3 +87,23 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         run_id = core.check_identifier(request.run_id, "run_id")
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
+
+
+# Wire tags (field number << 3 | length-delimited) of StartRunResponse.event / .events and
+# StreamRunResponse.event.
+_EVENT_TAG = b"\x0a"
+_EVENTS_TAG = b"\x12"
+
+
+def _wire(tag: bytes, events: list[bytes]) -> bytes:
+    """The encoding of a message whose field `tag` holds each of `events` (serialized)."""
+    return b"".join(tag + _varint(len(data)) + data for data in events)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

@@ -89,7 +89,9 @@ def tools_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
 
 class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer):
     """Scripts by thread id prefix: "tools-", "reject-", "conflict-", "silent-", "eof-",
-    "fail-mid-", "error-", "after-end-", "no-end-", "slow-"; anything else is a chat run."""
+    "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "batch-" (three events per
+    response when the caller asks for batches, and "batch-after-end-"); anything else is a
+    chat run."""
 
     def __init__(self) -> None:
         self.calls: list[Recorded] = []
@@ -123,8 +125,13 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
             return
         if tid.startswith("no-end-"):
             events = events[:-1]
-        if tid.startswith("after-end-"):
+        if tid.startswith(("after-end-", "batch-after-end-")):
             events = [*events, events[1]]
+        if tid.startswith("batch-") and request.batch_events:
+            # What a batching orchestrator sends: several events per response.
+            for i in range(0, len(events), 3):
+                yield orchestrator_service_pb2.StartRunResponse(events=events[i : i + 3])
+            return
         for ev in events:
             if tid.startswith("slow-"):
                 await asyncio.sleep(0.2)

@@ -11,7 +11,7 @@ from services.gateway.app import create_app
 from services.gateway.clients import open_clients
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, free_port, gateway_settings, run_body, serve_app
-from tests.gateway.sse_client import parse_frames, post_run
+from tests.gateway.sse_client import parse_frames, parse_sequenced, post_run
 
 CHAT_ORDER = [
     "RUN_STARTED",
@@ -153,6 +153,19 @@ async def test_nothing_is_sent_after_run_finished(
     http: httpx.AsyncClient, auth: dict[str, str],
 ) -> None:
     _, raw = await post_run(http, run_body(thread_id="after-end-1"), auth)
+    assert [e["type"] for e in parse_frames(raw)] == CHAT_ORDER
+
+
+async def test_batched_events_stream_as_frames_in_order_and_stop_at_the_end(
+    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+) -> None:
+    single = parse_sequenced((await post_run(http, run_body(thread_id="t-1"), auth))[1])
+    batched = parse_sequenced((await post_run(http, run_body(thread_id="batch-1"), auth))[1])
+    assert peers.orchestrator.calls[-1].request.batch_events  # the gateway asks for batches
+    assert [(seq, e["type"]) for seq, e in batched] == [(seq, e["type"]) for seq, e in single]
+    assert len(batched) == len(CHAT_ORDER)
+    # RUN_FINISHED followed by another event in the same batch: nothing after the end.
+    _, raw = await post_run(http, run_body(thread_id="batch-after-end-1"), auth)
     assert [e["type"] for e in parse_frames(raw)] == CHAT_ORDER
 
 

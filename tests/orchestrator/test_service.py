@@ -79,6 +79,25 @@ async def test_events_carry_dense_sequence_numbers_and_the_runs_ids(settings: Se
     assert stamps == sorted(stamps) and stamps[0] > 0
 
 
+async def test_a_caller_asking_for_batches_gets_every_event_once_in_order(settings: Settings) -> None:
+    thread_id, run_id = ids()
+    request = start_request(thread_id, run_id, text=LONG_TEXT, batch_events=True)
+    async with running_suite(settings) as suite:
+        call = suite.orchestrator.StartRun(request, metadata=ALICE)
+        responses = []
+        while (response := await call.read()) is not grpc.aio.EOF:
+            responses.append(response)
+        stored = await collect(
+            suite.orchestrator.StreamRun(pb.StreamRunRequest(run_id=run_id), metadata=ALICE)
+        )
+    assert all(r.events and not r.HasField("event") for r in responses)
+    events = [e for r in responses for e in r.events]
+    # The batches concatenate to the run's log exactly: no gap, no duplicate, in order.
+    assert [e.SerializeToString() for e in events] == [e.SerializeToString() for e in stored]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert squeeze(shape(events)) == CHAT_RUN and LONG_TEXT in deltas(events)
+
+
 async def test_input_and_reply_are_stored_with_their_metadata(settings: Settings) -> None:
     thread_id, run_id = ids()
     async with running_suite(settings) as suite:

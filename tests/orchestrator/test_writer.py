@@ -34,6 +34,9 @@ class CountingLog:
     def follow(self, key: str, after: int):  # type: ignore[no-untyped-def]
         return self.inner.follow(key, after)
 
+    def follow_batches(self, key: str, after: int):  # type: ignore[no-untyped-def]
+        return self.inner.follow_batches(key, after)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -97,3 +100,23 @@ async def test_a_follower_sees_every_event_once_and_stops_at_close(settings: Set
     finally:
         await log.aclose()
     assert seen == list(range(1, 52))
+
+
+async def test_a_batch_follower_gets_what_is_stored_at_once_then_each_new_append(
+    settings: Settings,
+) -> None:
+    log = open_event_log(settings.event_log_url, 60)
+    key = f"alice/{uuid.uuid4().hex}"
+    entries = [(i, delta(i).SerializeToString()) for i in range(1, 7)]
+    try:
+        await log.append(key, entries[:3])
+        batches = log.follow_batches(key, 1)
+        assert await anext(batches) == entries[1:3]  # everything stored after 1, together
+        await log.append(key, entries[3:5])
+        assert await anext(batches) == entries[3:5]
+        await log.append(key, entries[5:])
+        await log.close(key)
+        assert [b async for b in batches] == [entries[5:]]  # then the end of the log
+        assert [e async for e in log.follow(key, 0)] == entries
+    finally:
+        await log.aclose()

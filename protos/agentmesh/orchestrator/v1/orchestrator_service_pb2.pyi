@@ -25,7 +25,7 @@ MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
 MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy")
+    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy", "batch_events")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class StartRunRequest(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     MULTITASK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    BATCH_EVENTS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     run_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -54,13 +55,16 @@ class StartRunRequest(_message.Message):
     parent_run_id: str
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
     multitask_strategy: MultitaskStrategy
-    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ...) -> None: ...
+    batch_events: bool
+    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., batch_events: _Optional[bool] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: _run_event_pb2.RunEvent
-    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_run_event_pb2.RunEvent]
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_run_event_pb2.RunEvent, _Mapping]]] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
     __slots__ = ("run_id", "after_sequence")
