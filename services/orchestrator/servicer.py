@@ -32,11 +32,13 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         """The run's stored events after `after`, then live ones until the run ends, as
         batches of serialized RunEvents (what was stored when the reader asked)."""
         active = self.runs.active(owner, run_id)
-        if active is not None:
-            await active.writer.ready.wait()
         try:
-            key = core.event_log_key(owner, run_id)
-            async for batch in self.event_log.follow_batches(key, after):
+            if active is not None:
+                # Run here: follow its writer, which hands out what the log stored.
+                batches = active.writer.follow_batches(after)
+            else:
+                batches = self.event_log.follow_batches(core.event_log_key(owner, run_id), after)
+            async for batch in batches:
                 yield [data for _seq, data in batch]
         except KeyError:
             raise NotFound("run not found") from None

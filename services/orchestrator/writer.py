@@ -4,6 +4,10 @@ anyone can receive it (every reader, including StartRun's own caller, reads the 
 The event-log write is on the hot path (one per streamed token), so it is a group commit:
 `emit` only numbers and queues; one flusher task appends everything queued since its last
 append in a single call. At rest that is one event per append; under load, many.
+
+Readers on this replica (the run's own StartRun caller, above all) follow the writer itself
+(`follow_batches`): it hands out exactly what the log has stored, in the same batches, with
+no round trip to the log. Readers elsewhere follow the log.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 
 from agentmesh.type.v1 import run_event_pb2
@@ -25,6 +29,10 @@ log = logging.getLogger("agentmesh.orchestrator.events")
 
 # Queued events above which the producer waits for the log (backpressure).
 MAX_QUEUED = 1000
+
+
+class LogUnavailable(Exception):
+    """The run's event log failed: its stream cannot go on (the run's result is in history)."""
 
 
 class RunEventWriter:
@@ -47,9 +55,11 @@ class RunEventWriter:
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
-        # Set once the log exists (first append done, or given up): followers may read it.
-        self.ready = asyncio.Event()
         self.broken = False
+        # What the log has stored so far, and a signal replaced at each change (local readers).
+        self._stored: list[Entry] = []
+        self._stored_changed = asyncio.Event()
+        self.closed = False
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"events {key}")
 
     @property
@@ -88,7 +98,29 @@ class RunEventWriter:
                 await self._with_retry(partial(self.event_log.close, self.key))
             except Exception:
                 log.exception("cannot close the run's event log", extra={"fields": {"key": self.key}})
-        self.ready.set()
+        self.closed = True
+        self._signal()
+
+    def _signal(self) -> None:
+        self._stored_changed.set()
+        self._stored_changed = asyncio.Event()
+
+    async def follow_batches(self, after: int) -> AsyncIterator[list[Entry]]:
+        """What the log stores after `after`, in the batches it was stored in, until the
+        writer closes; LogUnavailable when the log failed (nothing after is stored)."""
+        position = max(after, 0)
+        while True:
+            changed = self._stored_changed
+            if position < len(self._stored):
+                batch = self._stored[position:]
+                position += len(batch)
+                yield batch
+                continue
+            if self.broken:
+                raise LogUnavailable(self.key)
+            if self.closed:
+                return
+            await changed.wait()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -99,6 +131,7 @@ class RunEventWriter:
                 if not self.broken:
                     try:
                         await self._with_retry(partial(self.event_log.append, self.key, batch))
+                        self._stored.extend(batch)
                     except Exception:
                         # The run goes on and its result is stored in history; only its
                         # stream is lost. Later batches are dropped: a gap would be worse.
@@ -107,7 +140,7 @@ class RunEventWriter:
                             "run event log unavailable; the run's stream is lost",
                             extra={"fields": {"key": self.key}},
                         )
-                self.ready.set()
+                    self._signal()
             self._drained.set()
 
     async def _with_retry(self, write: Callable[[], Awaitable[None]]) -> None:

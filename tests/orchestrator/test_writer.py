@@ -6,10 +6,11 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
+import pytest
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert
-from services.orchestrator.writer import RunEventWriter
+from services.orchestrator.writer import LogUnavailable, RunEventWriter
 from shared.eventlog import Entry, EventLog, open_event_log
 from shared.settings import Settings
 
@@ -85,7 +86,7 @@ async def test_a_follower_sees_every_event_once_and_stops_at_close(settings: Set
     writer = RunEventWriter(log, key, "run-1", "thread-1")
     try:
         writer.emit(convert.run_started())
-        await writer.ready.wait()
+        await writer.flush()
 
         async def follow() -> list[int]:
             return [seq async for seq, _ in log.follow(key, 0)]
@@ -120,3 +121,59 @@ async def test_a_batch_follower_gets_what_is_stored_at_once_then_each_new_append
         assert [e async for e in log.follow(key, 0)] == entries
     finally:
         await log.aclose()
+
+
+async def test_a_local_follower_gets_exactly_what_the_log_stored(settings: Settings) -> None:
+    log = open_event_log(settings.event_log_url, 60)
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(convert.run_started())
+
+        async def follow(after: int) -> list[Entry]:
+            return [entry async for batch in writer.follow_batches(after) for entry in batch]
+
+        from_start = asyncio.create_task(follow(0))
+        for i in range(50):
+            writer.emit(delta(i))
+            if i % 10 == 0:
+                await asyncio.sleep(0.001)
+        resumed = asyncio.create_task(follow(20))
+        await writer.close()
+        local = await asyncio.wait_for(from_start, 5)
+        local_resumed = await asyncio.wait_for(resumed, 5)
+        stored, closed = await log.read(key, 0)
+    finally:
+        await log.aclose()
+    assert closed and local == stored and local_resumed == stored[20:]
+    assert [seq for seq, _ in local] == list(range(1, 52))
+
+
+class FailingLog(CountingLog):
+    """Stores the first append, then fails every write."""
+
+    async def append(self, key: str, events: Sequence[Entry]) -> None:
+        self.appends += 1
+        if self.appends > 1:
+            raise ConnectionError("event log down")
+        await self.inner.append(key, events)
+
+
+async def test_a_local_follower_of_a_broken_log_gets_what_was_stored_then_an_error(
+    settings: Settings,
+) -> None:
+    log = FailingLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1", retry_seconds=0.1)
+    got: list[int] = []
+    try:
+        writer.emit(convert.run_started())
+        await writer.flush()
+        writer.emit(delta(1))
+        await writer.close()
+        with pytest.raises(LogUnavailable):
+            async for batch in writer.follow_batches(0):
+                got.extend(seq for seq, _ in batch)
+    finally:
+        await log.aclose()
+    assert got == [1]  # never an event the log does not hold
