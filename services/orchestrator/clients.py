@@ -34,7 +34,8 @@ class Peers:
         self.rpc_timeout = settings.rpc_timeout_seconds
         self.run_timeout = settings.run_timeout_seconds
         # History writes carry client-chosen ids (run id, message ids) and the router only
-        # decides: both may be retried. An executor step may not (it runs tools).
+        # decides: both may be retried. An executor step may not (it runs tools): the run
+        # tries it again itself, only while it has produced nothing (RunManager._executor_step).
         self._channels = [
             open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE]),
             open_channel(settings.addr("router"), idempotent_services=[ROUTER_SERVICE]),

@@ -333,3 +333,27 @@ def user_error(err: DomainError) -> tuple[str, str]:
     if isinstance(err, DeadlineExceeded):
         return err.reason, "the run did not finish in time"
     return "INTERNAL", "the run failed because of an internal error"
+
+
+# ---- retrying an executor step ------------------------------------------------------
+
+# Attempts of one executor step whose replica was unavailable before the step produced
+# anything, and the pause before the second attempt (doubled before each later one).
+EXECUTOR_STEP_ATTEMPTS = 3
+EXECUTOR_RETRY_BACKOFF_SECONDS = 0.2
+
+
+def retries_executor_step(
+    error: DomainError, produced: bool, attempt: int, attempts: int = EXECUTOR_STEP_ATTEMPTS
+) -> bool:
+    """Whether a failed executor step is tried again (the channel's round robin sends the
+    new attempt to a replica that is up). Only when its replica was unavailable (died, shut
+    down, or could not be reached) and nothing of the step reached the run yet: a step that
+    relayed an event or delivered a message may have run tools and has shown its output,
+    so running it again could repeat both. And only `attempts` times in all."""
+    return isinstance(error, Unavailable) and not produced and attempt < attempts
+
+
+def executor_retry_delay(attempt: int) -> float:
+    """The pause after failed attempt number `attempt` (1, 2, ...)."""
+    return EXECUTOR_RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1)

@@ -37,7 +37,7 @@ from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
 from shared import metrics
 from shared.domain import ExecutorKind
-from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal
+from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal, Unavailable
 from shared.eventlog import EventLog
 from shared.logs import run_id_var, thread_id_var
 
@@ -438,21 +438,56 @@ class RunManager:
                 request = convert.execute_request(
                     plan, context, server_tools, client_tools, reply_message_id=uuid.uuid4().hex
                 )
-                async for item in self.peers.execute(plan.owner, request):
-                    which = item.WhichOneof("item")
-                    if which == "event":
-                        if item.event.WhichOneof("payload") in core.RELAYED_PAYLOADS:
-                            await self._emit(run, item.event)
-                    elif which == "message":
-                        run.outputs.append(convert.stamp_output(item.message, plan))
-                    elif which == "tool_denial":
-                        run.denials.append(convert.tool_denial(item.tool_denial))
-                    elif which == "result":
-                        result = item.result
-                if result is None:
-                    raise Internal("the executor ended its step without a result")
+                result = await self._executor_step(run, request)
             await self._emit(run, convert.step_finished(step))
         assert result is not None  # every plan ends with an executor step
+        return result
+
+    async def _executor_step(
+        self, run: ActiveRun, request: executor_service_pb2.ExecuteRequest
+    ) -> executor_service_pb2.StepResult:
+        """The executor step; tried again, a bounded number of times, when its replica was
+        unavailable before the step produced anything (core.retries_executor_step)."""
+        attempt = 1
+        while True:
+            progress = _StepProgress()
+            try:
+                return await self._execute_once(run, request, progress)
+            except Unavailable as exc:
+                if not core.retries_executor_step(exc, progress.produced, attempt):
+                    raise
+                log.warning(
+                    "the executor was unavailable before the step produced anything; trying again",
+                    extra={"fields": {"attempt": attempt, "error": exc.message}},
+                )
+                await asyncio.sleep(core.executor_retry_delay(attempt))
+                attempt += 1
+
+    async def _execute_once(
+        self,
+        run: ActiveRun,
+        request: executor_service_pb2.ExecuteRequest,
+        progress: _StepProgress,
+    ) -> executor_service_pb2.StepResult:
+        """One executor call: relay its events, collect its messages and denials."""
+        result: executor_service_pb2.StepResult | None = None
+        async for item in self.peers.execute(run.plan.owner, request):
+            which = item.WhichOneof("item")
+            if which == "event":
+                if item.event.WhichOneof("payload") in core.RELAYED_PAYLOADS:
+                    progress.produced = True
+                    await self._emit(run, item.event)
+            elif which == "message":
+                progress.produced = True
+                run.outputs.append(convert.stamp_output(item.message, run.plan))
+            elif which == "tool_denial":
+                progress.produced = True
+                run.denials.append(convert.tool_denial(item.tool_denial))
+            elif which == "result":
+                progress.produced = True
+                result = item.result
+        if result is None:
+            raise Internal("the executor ended its step without a result")
         return result
 
     async def _finish(
@@ -525,6 +560,14 @@ class RunManager:
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
+
+
+@dataclass
+class _StepProgress:
+    """Whether an executor call produced anything the run kept (an event relayed to the
+    stream, a message, a tool denial, its result)."""
+
+    produced: bool = False
 
 
 def _already_finished(state: str) -> DomainError:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,112 @@ def run_body(thread_id: str, run_id: str, text: str, **extra: object) -> dict[st
     }
     body.update(extra)
     return body
+
+
+# ---- two replicas of the orchestrator and the executor --------------------------------------
+
+REPLICATED = ("orchestrator", "executor")
+
+
+@dataclass
+class Replicas:
+    """The suite with two replicas ("a", "b") of the orchestrator and of the executor.
+
+    The gateway and the scheduler reach both orchestrators, and each orchestrator both
+    executors, through one round-robin channel to "ipv4:///addr-a,addr-b". The replicas log
+    at DEBUG, which writes an access line for every call they serve (how a test sees which
+    replica served something). On the PostgreSQL backend the orchestrators share the Redis
+    event log; in the embedded one each keeps its runs' events in its own memory.
+    """
+
+    base: Suite  # history, memory, router, scheduler, gateway
+    a: Suite
+    b: Suite
+
+    @property
+    def gateway_url(self) -> str:
+        return self.base.gateway_url
+
+    def log(self, replica: Suite, name: str) -> Path:
+        assert replica.log_dir is not None
+        return replica.log_dir / f"{name}.log"
+
+    def served(self, replica: Suite, name: str, method: str, since: int = 0) -> set[str]:
+        """The request ids of the `method` calls (e.g. "Execute") that the replica's `name`
+        finished after byte offset `since` of its log."""
+        with self.log(replica, name).open("rb") as f:
+            f.seek(since)
+            tail = f.read()
+        ids = set()
+        for line in tail.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # not a log entry (a library writing to stderr)
+            if entry.get("msg") == "rpc" and str(entry.get("method", "")).endswith(f"/{method}"):
+                ids.add(str(entry.get("request_id", "")))
+        return ids
+
+    def restart(self, replica: Suite, name: str, sig: int = signal.SIGTERM) -> int:
+        """Stop `name` of `replica` with `sig` (SIGTERM: its graceful shutdown), start it
+        again, wait until it is SERVING; the log offset where the new process begins."""
+        replica.stop_service(name, sig, grace=30)
+        offset = self.log(replica, name).stat().st_size
+        replica.start_service(name)
+        replica.wait_ready(name, time.monotonic() + 60)
+        return offset
+
+
+def _round_robin(suites: list[Suite], name: str, ports: list[int]) -> None:
+    target = "ipv4:///" + ",".join(f"127.0.0.1:{p}" for p in ports)
+    for s in suites:
+        s.env[f"AGENTMESH_{name.upper()}_ADDR"] = target
+
+
+@pytest.fixture(scope="session")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    tmp = tmp_path_factory.mktemp("replicas")
+    prefix = f"p{uuid.uuid4().hex[:10]}_"
+    env = {
+        "AGENTMESH_SCRIPTED_TOKEN_LATENCY": "0.01",
+        "AGENTMESH_RUN_LEASE_SECONDS": "3",
+        "AGENTMESH_RUN_TIMEOUT_SECONDS": "60",
+    }
+    base = make_suite(tmp / "base", prefix, **env)
+    base.services = tuple(n for n in ALL_SERVICES if n not in REPLICATED)
+    ours = {k: v for k, v in base.env.items() if k.startswith("AGENTMESH_")}
+    ours["AGENTMESH_LOG_LEVEL"] = "DEBUG"
+    a, b = (
+        Suite(
+            ports={**base.ports, **{n: free_port() for n in REPLICATED}},
+            env=ours,
+            log_dir=tmp / r / "logs",
+            services=REPLICATED,
+        )
+        for r in ("a", "b")
+    )
+    suites = [base, a, b]
+    for name in REPLICATED:
+        _round_robin(suites, name, [a.ports[name], b.ports[name]])
+    r = Replicas(base, a, b)
+    try:
+        # The replicas first: the round-robin channels then find both up when they connect.
+        for replica in (a, b):
+            for name in REPLICATED:
+                replica.start_service(name)
+        base.start(timeout=90)
+        for replica in (a, b):
+            for name in REPLICATED:
+                replica.wait_ready(name, time.monotonic() + 60)
+    except RuntimeError:
+        for s in suites:
+            s.stop()
+        for s in suites:
+            assert s.log_dir is not None
+            _dump_logs(s.log_dir)
+        raise
+    yield r
+    for s in suites:
+        s.stop()
+    if USES_POSTGRES:
+        asyncio.run(drop_schemas(prefix))

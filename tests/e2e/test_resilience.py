@@ -33,7 +33,7 @@ import redis
 
 from services.launcher import Suite, free_port
 from tests.conftest import USES_POSTGRES, drop_schemas
-from tests.e2e.conftest import _dump_logs, make_suite, run_body, token
+from tests.e2e.conftest import Replicas, _dump_logs, make_suite, run_body, token
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("AGENTMESH_RESILIENCE_RUNS", "100"))
@@ -712,3 +712,83 @@ async def test_executor_killed_mid_run_ends_with_a_clear_run_error(cluster: Clus
     assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "UNAVAILABLE"
     assert took < 10
     assert record["state"] == "failed"
+
+
+# ---- 5. an executor replica killed mid-run, another replica up ------------------------------
+
+
+async def _run_to_end(
+    client: httpx.AsyncClient, gw: str, owner: str, text: str, seen: asyncio.Event | None = None
+) -> list[dict[str, Any]]:
+    """A run's whole stream; `seen` is set once its first text arrived."""
+    thread_id, run_id = f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
+    async with client.stream(
+        "POST",
+        f"{gw}/api/v1/agent/runs",
+        json=run_body(thread_id, run_id, text),
+        headers=auth(owner),
+    ) as resp:
+        assert resp.status_code == 200, await resp.aread()
+        raw = b""
+        async for chunk in resp.aiter_raw():
+            raw += chunk
+            if seen is not None and b"TEXT_MESSAGE_CONTENT" in raw:
+                seen.set()
+    return [e for _, e in frames(raw)]
+
+
+async def test_executor_replica_killed_mid_run_retries_steps_without_output_on_the_other(
+    replicas: Replicas,
+) -> None:
+    """Executor replica a is frozen (SIGSTOP) while runs stream on both replicas and new runs
+    start, then killed with SIGKILL: the steps that had not produced anything when it died
+    are tried again on replica b and succeed; the steps that had end with RUN_ERROR
+    UNAVAILABLE; no stream hangs."""
+    owner, gw = "crash-replica", replicas.gateway_url
+    proc = replicas.a.procs["executor"]
+    logs = {r: replicas.log(r, "orchestrator") for r in (replicas.a, replicas.b)}
+    offsets = {r: path.stat().st_size for r, path in logs.items()}
+    async with httpx.AsyncClient(timeout=60) as client:
+        streaming = [asyncio.Event() for _ in range(4)]
+        slow = [
+            asyncio.create_task(_run_to_end(client, gw, owner, SLOW, seen)) for seen in streaming
+        ]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(s.wait() for s in streaming)), 30)
+            os.kill(proc.pid, signal.SIGSTOP)
+            # Runs whose steps reach the frozen replica get nothing from it.
+            fresh = [
+                asyncio.create_task(_run_to_end(client, gw, owner, "hello replica"))
+                for _ in range(6)
+            ]
+            await asyncio.sleep(1.0)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            # Bounded: a stream that never ended fails the test instead of hanging it.
+            ended_slow = await asyncio.wait_for(asyncio.gather(*slow), 60)
+            ended_fresh = await asyncio.wait_for(asyncio.gather(*fresh), 60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            replicas.a.start_service("executor")
+            replicas.a.wait_ready("executor", time.monotonic() + 60)
+    for events in ended_slow + ended_fresh:
+        check_agui(events, complete=True)
+        last = events[-1]
+        if last["type"] == "RUN_ERROR":
+            # Only a step that had shown output fails, with the code of a lost replica.
+            assert last["code"] == "UNAVAILABLE", last
+            assert any(e["type"] == "TEXT_MESSAGE_START" for e in events)
+        else:
+            assert last["outcome"]["type"] == "success", last
+    # The new runs' steps had produced nothing on the frozen replica: all were served.
+    assert all(events[-1]["type"] == "RUN_FINISHED" for events in ended_fresh)
+    retried = 0
+    for r, path in logs.items():
+        with path.open("rb") as f:
+            f.seek(offsets[r])
+            retried += f.read().count(b"trying again")
+    failed = sum(events[-1]["type"] == "RUN_ERROR" for events in ended_slow)
+    print(f"{retried} steps tried again on the other replica; {failed} of 4 streaming runs failed")
+    assert retried >= 1, "some step reached the frozen replica and was tried again"
