@@ -11,6 +11,7 @@ from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
 
 from services.executor import convert, core
 from services.executor.agents import Agent
+from shared import streams
 from shared.domain import ExecutorKind
 from shared.identity import owner_id
 from shared.logs import run_id_var, thread_id_var
@@ -29,8 +30,14 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         thread_token = thread_id_var.set(step.thread_id)
         try:
             async with aclosing(agent.run(step)) as items:
-                async for item in items:
-                    yield convert.item_to_pb(item)
+                if not request.batch_items:
+                    async for item in items:
+                        yield convert.item_to_pb(item)
+                    return
+                # Closed first: its producer task stops before the agent's stream is closed.
+                async with aclosing(streams.batches(items)) as ready:
+                    async for batch in ready:
+                        yield pb.ExecuteResponse(items=[convert.item_to_pb(i) for i in batch])
         finally:
             run_id_var.reset(run_token)
             thread_id_var.reset(thread_token)

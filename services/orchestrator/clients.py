@@ -132,7 +132,12 @@ class Peers:
         call = self.executor.Execute(request, timeout=self.run_timeout, metadata=_metadata(owner))
         try:
             async for response in call:
-                yield response
+                # A batching executor (request.batch_items) sends several items at once.
+                if response.items:
+                    for item in response.items:
+                        yield item
+                else:
+                    yield response
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from None
         finally:

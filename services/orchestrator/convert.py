@@ -189,6 +189,7 @@ def execute_request(
         reply_message_id=reply_message_id,
         # After the router: what it dropped counts as not declared for this step.
         declared_tools=list(server_tools),
+        batch_items=True,
     )
 
 

@@ -56,6 +56,18 @@ async def test_execute_streams_text_events_then_the_reply_then_the_result(settin
     assert all(e.sequence == 0 for e in events)  # the orchestrator numbers them
 
 
+async def test_a_caller_asking_for_batches_gets_the_same_items_grouped(settings: Settings) -> None:
+    async with running_service("executor", build, settings) as addr, channel(addr) as ch:
+        stub = pb_grpc.ExecutorServiceStub(ch)
+        single = [r async for r in stub.Execute(request(), metadata=owner_md("alice"))]
+        batched = [r async for r in stub.Execute(request(batch_items=True), metadata=owner_md("alice"))]
+    assert all(r.items and r.WhichOneof("item") is None for r in batched)
+    flat = [item for r in batched for item in r.items]
+    assert [i.WhichOneof("item") for i in flat] == [i.WhichOneof("item") for i in single]
+    assert msg_from_pb(flat[-2].message).text == msg_from_pb(single[-2].message).text
+    assert len(batched) < len(flat)  # a scripted model is never waited for: items group
+
+
 def chat_message(text_: str, position: int, *, thread_id: str = "chat-1") -> message_pb2.Message:
     pb_msg = msg_to_pb(user(text_, thread_id=thread_id, position=position))
     pb_msg.created_at.GetCurrentTime()

@@ -67,7 +67,8 @@ class FlakyExecutor(executor_grpc.ExecutorServiceServicer):
         owner = [(k, v) for k, v in context.invocation_metadata() or () if k == OWNER_KEY]
         async for item in self.real.Execute(request, metadata=owner):
             yield item
-            if behaviour == DIES_AFTER_OUTPUT and item.WhichOneof("item") == "event":
+            kinds = {i.WhichOneof("item") for i in item.items} | {item.WhichOneof("item")}
+            if behaviour == DIES_AFTER_OUTPUT and "event" in kinds:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "connection lost")
 
 

@@ -22,7 +22,7 @@ TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools")
+    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ExecuteRequest(_message.Message):
     TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     REPLY_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     thread_id: str
     executor: _execution_profile_pb2.Executor
@@ -45,19 +46,22 @@ class ExecuteRequest(_message.Message):
     time_zone: str
     reply_message_id: str
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ...) -> None: ...
+    batch_items: bool
+    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., batch_items: _Optional[bool] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("event", "message", "result", "tool_denial")
+    __slots__ = ("event", "message", "result", "tool_denial", "items")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     TOOL_DENIAL_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
     event: _run_event_pb2.RunEvent
     message: _message_pb2.Message
     result: StepResult
     tool_denial: ToolDenial
-    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., result: _Optional[_Union[StepResult, _Mapping]] = ..., tool_denial: _Optional[_Union[ToolDenial, _Mapping]] = ...) -> None: ...
+    items: _containers.RepeatedCompositeFieldContainer[ExecuteResponse]
+    def __init__(self, event: _Optional[_Union[_run_event_pb2.RunEvent, _Mapping]] = ..., message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., result: _Optional[_Union[StepResult, _Mapping]] = ..., tool_denial: _Optional[_Union[ToolDenial, _Mapping]] = ..., items: _Optional[_Iterable[_Union[ExecuteResponse, _Mapping]]] = ...) -> None: ...
 
 class ToolDenial(_message.Message):
     __slots__ = ("tool_call_id", "tool_name", "arguments_sha256", "reason")
