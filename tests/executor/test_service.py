@@ -9,10 +9,9 @@ import grpc
 import pytest
 from agentmesh.executor.v1 import executor_service_pb2 as pb
 from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
-from agentmesh.type.v1 import execution_profile_pb2, message_pb2
-
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as memory_grpc
+from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
 from services.executor.service import build
 from services.memory.service import build as build_memory
