@@ -42,6 +42,9 @@ class EventLog(Protocol):
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         """Stored events after `after`, and whether the log is closed. KeyError if unknown."""
 
+    async def exists(self, key: str) -> bool:
+        """Whether the run has a log (it was started, and its retention has not ended)."""
+
     def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
         """Stored events after `after`, then live ones, until the log is closed."""
 
@@ -103,6 +106,9 @@ class InMemoryEventLog:
             log.closed_at = time.monotonic()
             self._closed.append((log.closed_at, key))
         log.changed.set()
+
+    async def exists(self, key: str) -> bool:
+        return key in self._runs
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         log = self._runs.get(key)
@@ -189,6 +195,9 @@ class RedisEventLog:
                 continue
             entries.append((int(entry_id.split(b"-", 1)[0]), fields[b"e"]))
         return entries, closed
+
+    async def exists(self, key: str) -> bool:
+        return bool(await self.redis.exists(self._key(key)))
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         k = self._key(key)

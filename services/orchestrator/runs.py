@@ -2,8 +2,9 @@
 stop it; its events go through its RunEventWriter into the event log, which every reader
 (StartRun's caller, StreamRun's) follows.
 
-The pipeline (ARCHITECTURE.md §2): history BeginRun -> RUN_STARTED -> [router step] ->
-executor step -> history FinishRun -> RUN_FINISHED; on failure FinishRun FAILED then
+The pipeline (ARCHITECTURE.md §2): RUN_STARTED -> history BeginRun -> [router step] ->
+executor step -> history FinishRun -> RUN_FINISHED (strategy reject: BeginRun first, so a
+busy thread is refused before any stream); on failure FinishRun FAILED then
 RUN_ERROR, and nothing after it. A cancel stops the steps (the executor call, and with it
 the model stream), closes what the stream had open, stores what was produced as
 interrupted, finishes the record CANCELLED and ends with RUN_FINISHED outcome cancelled.
@@ -43,10 +44,6 @@ from shared.logs import run_id_var, thread_id_var
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
-# Larger than any sequence number: reading after it only tells whether a log exists.
-_PAST_THE_END = 2**53
-
-
 class Outcome(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -71,7 +68,8 @@ class ActiveRun:
     outputs: list[message_pb2.Message] = field(default_factory=list)
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
-    # BeginRun's answer, or why it failed (the run then ends with RUN_ERROR).
+    # BeginRun's answer, or why it failed (the run then ends with RUN_ERROR); both None until
+    # the run's task asks, right after RUN_STARTED (strategy reject: asked before it starts).
     begin: history_service_pb2.BeginRunResponse | None = None
     begin_error: BaseException | None = None
     # The record is being finished: a renewal that is not held any more is expected.
@@ -103,20 +101,15 @@ class RunManager:
     def active(self, owner: str, run_id: str) -> ActiveRun | None:
         return self._active.get(core.event_log_key(owner, run_id))
 
-    async def _log_exists(self, key: str) -> bool:
-        try:
-            await self.event_log.read(key, _PAST_THE_END)
-        except KeyError:
-            return False
-        return True
-
     def _begin_request(self, plan: RunPlan) -> history_service_pb2.BeginRunRequest:
         return convert.begin_run_request(plan, self.holder, self.policy.lease_seconds)
 
     async def start(self, plan: RunPlan) -> ActiveRun:
-        """Admit the run in history and start it in a task of its own. A thread busy with
-        another run under strategy reject fails here (the caller gets the error, no stream);
-        any other BeginRun failure ends the run's stream with RUN_ERROR."""
+        """Start the run in a task of its own, which admits it in history (BeginRun) right
+        after RUN_STARTED, so the caller's stream begins without waiting for the database.
+        Under strategy reject the run is admitted here instead: a busy thread fails the
+        call (the caller gets the error, no stream). Any other BeginRun failure ends the
+        run's stream with RUN_ERROR."""
         key = core.event_log_key(plan.owner, plan.run_id)
         if key in self._active or key in self._reserved:
             raise _run_exists()
@@ -124,16 +117,10 @@ class RunManager:
         begin: history_service_pb2.BeginRunResponse | None = None
         begin_error: BaseException | None = None
         try:
-            if await self._log_exists(key):
+            if await self.event_log.exists(key):
                 raise _run_exists()
-            try:
-                begin = await self.peers.begin_run(plan.owner, self._begin_request(plan))
-            except FailedPrecondition as exc:
-                if exc.reason == "THREAD_BUSY":
-                    raise
-                begin_error = exc
-            except Exception as exc:
-                begin_error = exc
+            if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
+                begin, begin_error = await self._begin(plan)
         finally:
             self._reserved.discard(key)
         run = ActiveRun(
@@ -147,6 +134,19 @@ class RunManager:
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
         return run
+
+    async def _begin(
+        self, plan: RunPlan
+    ) -> tuple[history_service_pb2.BeginRunResponse | None, BaseException | None]:
+        """BeginRun's answer, or why it failed; a busy thread (strategy reject) raises."""
+        try:
+            return await self.peers.begin_run(plan.owner, self._begin_request(plan)), None
+        except FailedPrecondition as exc:
+            if exc.reason == "THREAD_BUSY":
+                raise
+            return None, exc
+        except Exception as exc:
+            return None, exc
 
     @staticmethod
     def _cancel_local(run: ActiveRun) -> None:
@@ -303,6 +303,8 @@ class RunManager:
     async def _pipeline(self, run: ActiveRun) -> None:
         plan = run.plan
         await self._emit(run, convert.run_started())
+        if run.begin is None and run.begin_error is None:
+            run.begin, run.begin_error = await self._begin(plan)
         if run.begin_error is not None or run.begin is None:
             await self._fail(run, run.begin_error or Internal("the run was not admitted"))
             return

@@ -32,6 +32,9 @@ class CountingLog:
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         return await self.inner.read(key, after)
 
+    async def exists(self, key: str) -> bool:
+        return await self.inner.exists(key)
+
     def follow(self, key: str, after: int):  # type: ignore[no-untyped-def]
         return self.inner.follow(key, after)
 
@@ -110,7 +113,9 @@ async def test_a_batch_follower_gets_what_is_stored_at_once_then_each_new_append
     key = f"alice/{uuid.uuid4().hex}"
     entries = [(i, delta(i).SerializeToString()) for i in range(1, 7)]
     try:
+        assert not await log.exists(key)
         await log.append(key, entries[:3])
+        assert await log.exists(key)
         batches = log.follow_batches(key, 1)
         assert await anext(batches) == entries[1:3]  # everything stored after 1, together
         await log.append(key, entries[3:5])
