@@ -62,24 +62,35 @@ class _RunLog:
     closed: bool = False
     closed_at: float = 0.0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    size: int = 0  # bytes held, as counted against the log's memory budget
+
+
+# What an entry costs beyond its payload (the tuple, the int, the bytes object's header).
+_ENTRY_OVERHEAD = 120
 
 
 class InMemoryEventLog:
-    """One process's event log (embedded mode, tests): a list per run, evicted after retention."""
+    """One process's event log (embedded mode, tests): a list per run. A finished run's log
+    is kept for the retention period, and finished logs are dropped oldest first as soon as
+    all logs together hold more than `max_bytes`, so memory stays bounded under any load.
+    A running run's log is never dropped."""
 
-    def __init__(self, retention_seconds: float = 3600.0) -> None:
+    def __init__(self, retention_seconds: float = 3600.0, max_bytes: int = 32 * 2**20) -> None:
         self.retention_seconds = retention_seconds
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._runs: dict[str, _RunLog] = {}
-        # Closed logs in the order they closed: eviction looks only at the expired front.
+        # Closed logs in the order they closed: eviction looks only at the front.
         self._closed: deque[tuple[float, str]] = deque()
 
     def _evict(self) -> None:
         cutoff = time.monotonic() - self.retention_seconds
-        while self._closed and self._closed[0][0] < cutoff:
+        while self._closed and (self._closed[0][0] < cutoff or self._bytes > self.max_bytes):
             closed_at, key = self._closed.popleft()
             log = self._runs.get(key)
             if log is not None and log.closed_at == closed_at:
                 del self._runs[key]
+                self._bytes -= log.size
 
     async def append(self, key: str, events: Sequence[Entry]) -> None:
         log = self._runs.get(key)
@@ -94,6 +105,9 @@ class InMemoryEventLog:
                 raise ValueError(f"event log {key}: sequence {seq} does not follow {last}")
             last = seq
         log.entries.extend(events)
+        added = sum(len(data) + _ENTRY_OVERHEAD for _, data in events)
+        log.size += added
+        self._bytes += added
         log.changed.set()
         log.changed = asyncio.Event()
 
@@ -238,9 +252,11 @@ class RedisEventLog:
         await self.redis.aclose()
 
 
-def open_event_log(url: str, retention_seconds: int, prefix: str = "agentmesh:run:") -> EventLog:
+def open_event_log(
+    url: str, retention_seconds: int, prefix: str = "agentmesh:run:", memory_mb: int = 32
+) -> EventLog:
     if url.startswith("memory://"):
-        return InMemoryEventLog(retention_seconds)
+        return InMemoryEventLog(retention_seconds, max_bytes=memory_mb * 2**20)
     if url.startswith(("redis://", "rediss://", "unix://")):
         return RedisEventLog(url, retention_seconds, prefix=prefix)
     raise ValueError(f"AGENTMESH_EVENT_LOG_URL: unsupported event log {url!r}")

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     event_log_url: str = "memory://"
     # How long a finished run's events stay resumable.
     event_log_retention_seconds: int = 3600
+    # memory:// only: the most the finished runs' events may take; oldest dropped first.
+    event_log_memory_mb: int = Field(default=32, ge=1)
     # Redis key prefix of the run event streams (lets deployments share a Redis).
     event_log_prefix: str = "agentmesh:run:"
 

@@ -60,7 +60,10 @@ async def build(
 ) -> ServiceParts:
     registry = profiles or load_profiles(settings)
     event_log = open_event_log(
-        settings.event_log_url, settings.event_log_retention_seconds, settings.event_log_prefix
+        settings.event_log_url,
+        settings.event_log_retention_seconds,
+        settings.event_log_prefix,
+        memory_mb=settings.event_log_memory_mb,
     )
     peers = Peers(settings)
     runs = RunManager(
