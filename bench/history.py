@@ -14,6 +14,8 @@ measures two ways:
     in the same process, so the client's own work is included).
 It prints EXPLAIN (ANALYZE, BUFFERS) of the statements the servicer actually sent (custom
 and generic plans), writes results/history-<time>.json, and drops the schema.
+`--reuse PREFIX` keeps the loaded schema (PREFIX + "history") and reuses it when it already
+holds the requested counts, to iterate on the service without the ~50 s load.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from agentmesh.type.v1 import message_pb2
 from sqlalchemy import event
 
 from bench.stats import summary_ms
-from services.history.servicer import HistoryServicer
 from services.history.service import MIGRATIONS, SERVICE_NAME
+from services.history.servicer import HistoryServicer
 from shared import db
 from shared.identity import call_metadata
 from shared.server import GrpcServer, ServiceParts
@@ -206,6 +208,20 @@ async def load(pg_url: str, schema: str, messages: int, threads: int) -> dict[st
         await conn.close()
 
 
+async def _loaded(pg_url: str, schema: str) -> tuple[int, int] | None:
+    """(messages, threads) held by a schema an earlier --reuse run loaded, if any."""
+    conn = await asyncpg.connect(pg_url)
+    try:
+        if not await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".threads'):
+            return None
+        return (
+            await conn.fetchval(f'SELECT count(*) FROM "{schema}".messages'),
+            await conn.fetchval(f'SELECT count(*) FROM "{schema}".threads'),
+        )
+    finally:
+        await conn.close()
+
+
 async def _timed(call: Callable[[], Awaitable[Any]], n: int, warmup: int) -> dict[str, float]:
     for _ in range(warmup):
         await call()
@@ -241,12 +257,18 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=1_000)
     parser.add_argument("--iterations", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
+    parser.add_argument(
+        "--reuse", metavar="PREFIX",
+        help="use the schema <PREFIX>history and keep it: load only if it holds no messages "
+        "yet (or a different count), so repeated runs skip the load",
+    )
     args = parser.parse_args()
     pg_url = os.environ.get("AGENTMESH_BENCH_PG_URL")
     if not pg_url:
         raise SystemExit("set AGENTMESH_BENCH_PG_URL=postgresql://user@host:port/db")
 
-    prefix = f"bench{uuid.uuid4().hex[:8]}_"
+    prefix = args.reuse or f"bench{uuid.uuid4().hex[:8]}_"
+    keep = args.keep or bool(args.reuse)
     settings = Settings(database_url=pg_url, db_schema_prefix=prefix)
     schema = settings.schema_for("history")
     engine = db.create_engine(settings, "history")
@@ -262,10 +284,21 @@ async def main() -> None:
         },
     }
     try:
-        await db.migrate(engine, MIGRATIONS, schema)
-        print(f"loading {args.messages} messages / {args.threads} threads into {schema} ...")
-        result["load"] = await load(pg_url, schema, args.messages, args.threads)
-        print("loaded:", result["load"])
+        if args.reuse and await _loaded(pg_url, schema) == (args.messages, args.threads):
+            print(f"reusing {schema}: {args.messages} messages / {args.threads} threads")
+            await db.migrate(engine, MIGRATIONS, schema)  # migrations added since its load
+            result["load"] = {"reused_schema": schema}
+        else:
+            if args.reuse:
+                conn = await asyncpg.connect(pg_url)
+                try:
+                    await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+                finally:
+                    await conn.close()
+            await db.migrate(engine, MIGRATIONS, schema)
+            print(f"loading {args.messages} messages / {args.threads} threads into {schema} ...")
+            result["load"] = await load(pg_url, schema, args.messages, args.threads)
+            print("loaded:", result["load"])
         result["load_average_before"] = os.getloadavg()
 
         captured: dict[str, tuple[str, Any]] = {}
@@ -359,7 +392,7 @@ async def main() -> None:
         result["seq_scan_in_plans"] = any("Seq Scan" in p for p in plans.values())
     finally:
         await engine.dispose()
-        if not args.keep:
+        if not keep:
             conn = await asyncpg.connect(pg_url)
             try:
                 await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

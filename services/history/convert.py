@@ -23,6 +23,7 @@ from services.history.core import (
     Thread,
     ToolDenial,
 )
+from shared import wire
 from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
@@ -201,10 +202,12 @@ def message_to_pb(m: Message) -> message_pb2.Message:
     return out
 
 
-def add_serialized(field: Any, serialized: Iterable[bytes]) -> None:
-    """Append stored serving copies to a repeated Message field (parsed in C, no copies)."""
-    for wire in serialized:
-        field.add().MergeFromString(wire)
+def add_serialized(parent: Any, field: str, serialized: Iterable[bytes]) -> None:
+    """Append stored serving copies to the repeated Message field `field` of `parent`, framed
+    into one buffer that upb parses in one call (shared/wire.py): several times cheaper than
+    add() and a parse per item."""
+    number = parent.DESCRIPTOR.fields_by_name[field].number
+    parent.MergeFromString(wire.repeated(number, serialized))
 
 
 def thread_to_pb(t: Thread) -> pb.Thread:
@@ -302,3 +305,4 @@ def context_options(
     if opts.max_chars < 0:
         raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
     return window, zone, opts.max_chars
+

@@ -336,7 +336,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 raise NotFound(f"thread {thread_id} not found")
         page = rows[:size]
         response = pb.ListHistoryResponse()
-        convert.add_serialized(response.messages, (wire for _, wire in page))
+        convert.add_serialized(response, "messages", [wire for _, wire in page])
         if len(rows) > size:
             response.next_page_token = encode_token(page[-1][0], scope)
         return response
@@ -372,19 +372,25 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             if window == core.ALL and max_chars == 0:
                 # Nothing is cut, so no snapshot bound is needed either: page in SQL and
                 # answer from the serving copies. Rows prove the thread is the caller's.
-                rows = await store.context_page(
+                wires = await store.context_page(
                     conn, owner, thread_id, upto=None if thread_id else now, after=after,
                     limit=size + 1,
                 )
-                if not rows and thread_id is not None:
+                if not wires and thread_id is not None:
                     await self._thread_or_not_found(conn, owner, thread_id)
-                convert.add_serialized(response.messages, (wire for _, wire in rows[:size]))
-                last = rows[size - 1][0] if len(rows) > size else None
+                convert.add_serialized(response, "messages", wires[:size])
+                last = None
+                if len(wires) > size:
+                    # The page's key is in its last copy (the columns it was stored from).
+                    end = response.messages[size - 1]
+                    last = ContextKey(
+                        end.created_at.ToDatetime(tzinfo=UTC), end.thread_id, end.position
+                    )
             else:
                 if thread_id is not None and upto is None:
                     thread = await self._thread_or_not_found(conn, owner, thread_id)
                     upto = thread.message_count
-                found = await store.context_messages(
+                found = await store.context_messages_served(
                     conn,
                     owner,
                     thread_id,
@@ -392,10 +398,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     since=core.window_since(window, now, zone),
                     last_n=core.window_limit(window),
                 )
-                kept = core.assemble_context(found, window, now, zone, max_chars)
+                kept = core.assemble_context([m for m, _ in found], window, now, zone, max_chars)
                 if after is not None:
                     kept = [m for m in kept if self._is_after(m, after, across)]
-                response.messages.extend(convert.message_to_pb(m) for m in kept[:size])
+                # The rules pick the messages; the response is their serving copies.
+                copies = {m.id: wire for m, wire in found}
+                convert.add_serialized(response, "messages", [copies[m.id] for m in kept[:size]])
                 last = _context_key(kept[size - 1]) if len(kept) > size else None
         if last is not None:
             response.next_page_token = encode_token(

@@ -375,15 +375,11 @@ async def history_page(
     limit: int,
 ) -> list[tuple[int, bytes]]:
     """(position, serving copy) of messages shown in /history (mask & UI_HISTORY)."""
-    c = messages.c
-    stmt = sa.select(c.position, c.message_pb).where(
-        c.owner_id == owner_id, c.thread_id == thread_id, IN_HISTORY
-    )
+    stmt = _HISTORY_PAGE[backward, after is not None]
+    params: dict[str, Any] = {"o": owner_id, "t": thread_id, "n": limit}
     if after is not None:
-        stmt = stmt.where(c.position < after if backward else c.position > after)
-    order = c.position.desc() if backward else c.position.asc()
-    rows = (await conn.execute(stmt.order_by(order).limit(limit))).all()
-    return [(r[0], r[1]) for r in rows]
+        params["a"] = after
+    return [(r[0], r[1]) for r in (await conn.execute(stmt, params)).all()]
 
 
 @dataclass(frozen=True)
@@ -481,15 +477,23 @@ async def context_page(
     upto: int | datetime | None,
     after: ContextKey | None,
     limit: int,
-) -> list[tuple[ContextKey, bytes]]:
-    """A page of a context that nothing cuts: (key, serving copy), chronological."""
-    c = messages.c
+) -> list[bytes]:
+    """A page of a context that nothing cuts: the serving copies, chronological.
+
+    Only the serving copy is read: a page's key (for its token) is in its last copy.
+    """
+    if thread_id is not None and upto is None:
+        # One thread, unbounded: the hot path (every run loads it), a pre-built statement.
+        stmt = _THREAD_CONTEXT_PAGE[after is not None]
+        params: dict[str, Any] = {"o": owner_id, "t": thread_id, "n": limit}
+        if after is not None:
+            params["a"] = after.position
+        return [r[0] for r in (await conn.execute(stmt, params)).all()]
     stmt, _ = _context_query(
-        [c.created_at, c.thread_id, c.position, c.message_pb], owner_id, thread_id,
+        [messages.c.message_pb], owner_id, thread_id,
         upto=upto, since=None, last_n=None, after=after, limit=limit,
     )
-    rows = (await conn.execute(stmt)).all()
-    return [(ContextKey(r[0], r[1], r[2]), r[3]) for r in rows]
+    return [r[0] for r in (await conn.execute(stmt)).all()]
 
 
 @dataclass(frozen=True)
@@ -834,3 +838,56 @@ async def denial_page(
         )
     stmt = stmt.order_by(c.created_at, c.run_id, c.tool_call_id).limit(limit)
     return [_denial(r) for r in (await conn.execute(stmt)).all()]
+
+
+# --- pre-built read statements ------------------------------------------------------------
+# The reads every page or run makes (a history page, a thread's context page) are built
+# once with bound parameters, as the run statements are: no statement construction or
+# cache-key generation per call. One statement per variant keeps each a plain range scan
+# of its partial index.
+
+
+def _history_page_stmt(backward: bool, after: bool) -> Any:
+    c = messages.c
+    stmt = sa.select(c.position, c.message_pb).where(
+        c.owner_id == sa.bindparam("o"), c.thread_id == sa.bindparam("t"), IN_HISTORY
+    )
+    if after:
+        a = sa.bindparam("a", type_=sa.BigInteger)
+        stmt = stmt.where(c.position < a if backward else c.position > a)
+    order = c.position.desc() if backward else c.position.asc()
+    return stmt.order_by(order).limit(sa.bindparam("n", type_=sa.Integer))
+
+
+def _thread_context_page_stmt(after: bool) -> Any:
+    c = messages.c
+    stmt = sa.select(c.message_pb).where(
+        c.owner_id == sa.bindparam("o"), IN_CONTEXT, c.thread_id == sa.bindparam("t")
+    )
+    if after:
+        stmt = stmt.where(c.position > sa.bindparam("a", type_=sa.BigInteger))
+    return stmt.order_by(c.position).limit(sa.bindparam("n", type_=sa.Integer))
+
+
+_HISTORY_PAGE = {(b, a): _history_page_stmt(b, a) for b in (False, True) for a in (False, True)}
+_THREAD_CONTEXT_PAGE = {a: _thread_context_page_stmt(a) for a in (False, True)}
+
+
+async def context_messages_served(
+    conn: AsyncConnection,
+    owner_id: str,
+    thread_id: str | None,
+    *,
+    upto: int | datetime,
+    since: datetime | None,
+    last_n: int | None,
+) -> list[tuple[Message, bytes]]:
+    """context_messages with each message's serving copy, for a context the rules cut:
+    the rules read the messages, the response is the copies of those they keep."""
+    stmt, newest_first = _context_query(
+        [*MESSAGE_FIELDS, messages.c.message_pb], owner_id, thread_id, upto=upto,
+        since=since, last_n=last_n, after=None, limit=None,
+    )
+    rows = (await conn.execute(stmt)).all()
+    found = [(_message(r[:-1]), r[-1]) for r in rows]
+    return found[::-1] if newest_first else found

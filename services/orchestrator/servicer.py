@@ -11,7 +11,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
 from services.orchestrator import convert, core
 from services.orchestrator.runs import RunManager
-from shared import telemetry
+from shared import telemetry, wire
 from shared.errors import DomainError, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
@@ -65,13 +65,13 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         # The run goes on in its own task: if this caller goes away, only the following stops.
         # Responses are assembled from the stored bytes (field 1 `event` or field 2 `events`
         # of StartRunResponse), so an event is never decoded and re-encoded on its way.
-        tag = _EVENTS_TAG if request.batch_events else _EVENT_TAG
+        field = _EVENTS if request.batch_events else _EVENT
         async for batch in self._follow(owner, plan.run_id, 0):
             if request.batch_events:
-                yield pb.StartRunResponse.FromString(_wire(tag, batch))
+                yield pb.StartRunResponse.FromString(wire.repeated(field, batch))
             else:
                 for data in batch:
-                    yield pb.StartRunResponse.FromString(_wire(tag, [data]))
+                    yield pb.StartRunResponse.FromString(wire.repeated(field, [data]))
 
     async def StreamRun(  # type: ignore[override]
         self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext
@@ -80,7 +80,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         run_id = core.check_identifier(request.run_id, "run_id")
         async for batch in self._follow(owner, run_id, request.after_sequence):
             for data in batch:
-                yield pb.StreamRunResponse.FromString(_wire(_EVENT_TAG, [data]))
+                yield pb.StreamRunResponse.FromString(wire.repeated(_EVENT, [data]))
 
     async def CancelRun(  # type: ignore[override]
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
@@ -91,21 +91,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
 
-# Wire tags (field number << 3 | length-delimited) of StartRunResponse.event / .events and
-# StreamRunResponse.event.
-_EVENT_TAG = b"\x0a"
-_EVENTS_TAG = b"\x12"
 
-
-def _wire(tag: bytes, events: list[bytes]) -> bytes:
-    """The encoding of a message whose field `tag` holds each of `events` (serialized)."""
-    return b"".join(tag + _varint(len(data)) + data for data in events)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+# Field numbers of StartRunResponse.event / .events (and StreamRunResponse.event).
+_EVENT = pb.StartRunResponse.EVENT_FIELD_NUMBER
+_EVENTS = pb.StartRunResponse.EVENTS_FIELD_NUMBER

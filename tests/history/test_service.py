@@ -394,6 +394,34 @@ async def test_context_pages_through_a_windowed_context_once(history: History) -
     assert seen == [f"m{i}" for i in range(3, 10)]
 
 
+@pytest.mark.parametrize("size", [1, 3, 4, 10, 11])
+async def test_an_uncut_context_pages_through_every_context_message_once(
+    history: History, size: int
+) -> None:
+    # Tool messages are context too; automation-hidden ones never are (another thread).
+    await append(history, "t1", [text_msg(f"m{i}") for i in range(4)])
+    await append(history, "t1", [tool_call_msg("c1", "call-1"), tool_result_msg("r1", "call-1")])
+    await append(history, "t1", [text_msg(f"n{i}") for i in range(4)])
+    whole = await history.stub.LoadContext(
+        pb.LoadContextRequest(thread_id="t1", page_size=200), metadata=history.md()
+    )
+    seen, token = [], ""
+    while True:
+        resp = await history.stub.LoadContext(
+            pb.LoadContextRequest(thread_id="t1", page_size=size, page_token=token),
+            metadata=history.md(),
+        )
+        assert 0 < len(resp.messages) <= size
+        seen += list(resp.messages)
+        token = resp.next_page_token
+        if not token:
+            break
+    assert [m.id for m in seen] == [m.id for m in whole.messages] == [
+        *(f"m{i}" for i in range(4)), "c1", "r1", *(f"n{i}" for i in range(4))
+    ]
+    assert [m.position for m in seen] == sorted({m.position for m in seen})
+
+
 async def test_context_with_a_bad_window_or_zone_is_invalid(history: History) -> None:
     await append(history, "t1", [text_msg("m")])
     for opts, field in (({"window": "last_week"}, "context.window"),
