@@ -14,6 +14,8 @@ import json
 import logging
 import sys
 import time
+import traceback
+from typing import Any
 
 from opentelemetry import trace
 
@@ -69,6 +71,36 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging.Formatter's name
+        """The traceback; unless contents may be logged, with each exception's message
+        withheld: it can quote what it failed on (a message, a tool's arguments)."""
+        if contents_enabled():
+            return super().formatException(ei)
+        return "".join(_withheld(traceback.TracebackException(*ei[:3]))).rstrip("\n")
+
+
+_WITHHELD = "(message withheld; AGENTMESH_LOG_CONTENTS=true shows it)"
+
+
+def _withheld(te: traceback.TracebackException) -> list[str]:
+    """traceback.format_exception's lines, chain included, with messages withheld."""
+    lines: list[str] = []
+    if te.__cause__ is not None:
+        lines += _withheld(te.__cause__)
+        lines.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif te.__context__ is not None and not te.__suppress_context__:
+        lines += _withheld(te.__context__)
+        lines.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    if te.stack:
+        lines.append("Traceback (most recent call last):\n")
+        lines += te.stack.format()
+    name = te.exc_type.__qualname__ if te.exc_type is not None else "Exception"
+    module = te.exc_type.__module__ if te.exc_type is not None else ""
+    if module not in ("builtins", "__main__", ""):
+        name = f"{module}.{name}"
+    lines.append(f"{name}: {_WITHHELD}\n")
+    return lines
 
 
 def configure(service: str, level: str = "INFO", *, contents: bool = False) -> None:

@@ -15,7 +15,7 @@ from shared.messages import msg_to_pb, user
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
 from shared.settings import Settings
 from tests.grpc_helpers import channel, owner_md
-from tests.observability.suite import gateway, json_log_lines, run_body, running_suite, bearer
+from tests.observability.suite import bearer, gateway, json_log_lines, run_body, running_suite
 
 ALICE = owner_md("alice")
 
@@ -96,3 +96,27 @@ async def test_log_contents_setting_lets_contents_into_the_debug_access_lines(
         await _exercise(settings, secret)
     rpc_lines = [line for line in _lines(out.getvalue()) if line.get("msg") == "rpc"]
     assert any(secret in str(line.get("request", "")) for line in rpc_lines)
+
+
+def _fail_with(secret: str) -> None:
+    try:
+        json.loads(secret)  # a parse error quotes what it failed on
+    except ValueError as exc:
+        raise RuntimeError(f"tool failed on {secret!r}") from exc
+
+
+def test_a_logged_exception_keeps_its_traceback_but_not_its_message() -> None:
+    import logging
+
+    secret = f"{{private-{uuid.uuid4().hex}"
+    for contents in (False, True):
+        with json_log_lines("INFO", contents=contents) as out:
+            try:
+                _fail_with(secret)
+            except RuntimeError:
+                logging.getLogger("agentmesh.test").exception("tool failed")
+        line = json.loads(out.getvalue().splitlines()[-1])
+        exc = line["exc"]
+        # Where it failed, and of what type, whatever the setting; the cause is there too.
+        assert "_fail_with" in exc and "RuntimeError" in exc and "JSONDecodeError" in exc
+        assert (secret in exc) is contents
