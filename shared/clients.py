@@ -48,6 +48,12 @@ def open_channel(address: str, *, idempotent_services: Sequence[str] = ()) -> gr
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # A peer that was down (starting, restarting) is tried again within 0.1 s, and
+            # never more than 5 s apart (gRPC's defaults: 1 s, growing to 120 s), so calls
+            # do not keep failing fast for minutes after it came back.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 5_000),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],

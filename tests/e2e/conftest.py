@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.gateway.auth import issue_token
@@ -48,6 +49,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     s = make_suite(tmp, prefix)
     try:
         s.start(timeout=90)
+        serves_runs(s.gateway_url, in_a_row=1, within=60)
     except RuntimeError:
         s.stop()
         _dump_logs(tmp / "logs")
@@ -90,6 +92,26 @@ def run_body(thread_id: str, run_id: str, text: str, **extra: object) -> dict[st
     }
     body.update(extra)
     return body
+
+
+def serves_runs(gateway_url: str, *, in_a_row: int, within: float) -> None:
+    """Wait until `in_a_row` chat runs in a row finish successfully (RuntimeError if not)."""
+    deadline = time.monotonic() + within
+    done = 0
+    with httpx.Client(timeout=30) as client:
+        while done < in_a_row:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the suite did not serve chat runs in time")
+            run_id = f"warm-{uuid.uuid4().hex[:8]}"
+            resp = client.post(
+                f"{gateway_url}/api/v1/agent/runs",
+                json=run_body(f"t-{run_id}", run_id, "warm up"),
+                headers={"Authorization": f"Bearer {token('warm-up')}"},
+            )
+            ok = resp.status_code == 200 and parse_sse(resp.content)[-1]["type"] == "RUN_FINISHED"
+            done = done + 1 if ok else 0
+            if not ok:
+                time.sleep(0.2)
 
 
 # ---- two replicas of the orchestrator and the executor --------------------------------------
@@ -187,6 +209,9 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
         for replica in (a, b):
             for name in REPLICATED:
                 replica.wait_ready(name, time.monotonic() + 60)
+        # Each process is up; the suite is ready once runs go through: every channel has
+        # found its peers (one that first tried a peer still starting retries shortly).
+        serves_runs(base.gateway_url, in_a_row=4, within=60)
     except RuntimeError:
         for s in suites:
             s.stop()

@@ -33,7 +33,7 @@ import redis
 
 from services.launcher import Suite, free_port
 from tests.conftest import USES_POSTGRES, drop_schemas
-from tests.e2e.conftest import Replicas, _dump_logs, make_suite, run_body, token
+from tests.e2e.conftest import Replicas, _dump_logs, make_suite, run_body, serves_runs, token
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("AGENTMESH_RESILIENCE_RUNS", "100"))
@@ -131,6 +131,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         a.start(timeout=90)
         b.start(timeout=60)
+        for gateway in (a, b):
+            serves_runs(gateway.gateway_url, in_a_row=2, within=60)
     except RuntimeError:
         b.stop()
         a.stop()
