@@ -56,12 +56,46 @@ class EventLog(Protocol):
         """Release connections."""
 
 
+class Feed:
+    """Entries appended in order, which readers follow: each read takes everything appended
+    since that reader's last one (the in-memory log's runs, and a run's writer)."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def extend(self, entries: Sequence[Entry]) -> None:
+        self.entries.extend(entries)
+        self._signal()
+
+    def close(self) -> None:
+        self.closed = True
+        self._signal()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def batches(self, after: int) -> AsyncIterator[list[Entry]]:
+        """The entries after the first `after`, in batches, until the feed is closed."""
+        position = max(after, 0)
+        while True:
+            changed = self._changed
+            if position < len(self.entries):
+                batch = self.entries[position:]
+                position += len(batch)
+                yield batch
+                continue  # more may have come while the batch was consumed
+            if self.closed:
+                return
+            await changed.wait()
+
+
 @dataclass
 class _RunLog:
-    entries: list[Entry] = field(default_factory=list)
-    closed: bool = False
+    feed: Feed = field(default_factory=Feed)
     closed_at: float = 0.0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
     size: int = 0  # bytes held, as counted against the log's memory budget
 
 
@@ -99,27 +133,25 @@ class InMemoryEventLog:
                 raise LogLost(key)
             self._evict()
             log = self._runs[key] = _RunLog()
-        last = log.entries[-1][0] if log.entries else 0
+        entries = log.feed.entries
+        last = entries[-1][0] if entries else 0
         for seq, _ in events:
             if seq != last + 1:
                 raise ValueError(f"event log {key}: sequence {seq} does not follow {last}")
             last = seq
-        log.entries.extend(events)
         added = sum(len(data) + _ENTRY_OVERHEAD for _, data in events)
         log.size += added
         self._bytes += added
-        log.changed.set()
-        log.changed = asyncio.Event()
+        log.feed.extend(events)
 
     async def close(self, key: str) -> None:
         log = self._runs.get(key)
         if log is None:
             return
-        if not log.closed:
-            log.closed = True
+        if not log.feed.closed:
             log.closed_at = time.monotonic()
             self._closed.append((log.closed_at, key))
-        log.changed.set()
+        log.feed.close()
 
     async def exists(self, key: str) -> bool:
         return key in self._runs
@@ -129,7 +161,7 @@ class InMemoryEventLog:
         if log is None:
             raise KeyError(key)
         # Sequence numbers are dense from 1, so the index of seq n is n - 1.
-        return log.entries[max(after, 0) :], log.closed
+        return log.feed.entries[max(after, 0) :], log.feed.closed
 
     async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
         async for batch in self.follow_batches(key, after):
@@ -140,17 +172,8 @@ class InMemoryEventLog:
         log = self._runs.get(key)
         if log is None:
             raise KeyError(key)
-        position = max(after, 0)
-        while True:
-            waiter = log.changed
-            if position < len(log.entries):
-                batch = log.entries[position:]
-                position += len(batch)
-                yield batch
-                continue  # more may have come while the batch was consumed
-            if log.closed:
-                return
-            await waiter.wait()
+        async for batch in log.feed.batches(after):
+            yield batch
 
     async def aclose(self) -> None:
         self._runs.clear()

@@ -23,7 +23,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator.core import Sequencer
 from shared import metrics
-from shared.eventlog import Entry, EventLog, LogLost
+from shared.eventlog import Entry, EventLog, Feed, LogLost
 
 log = logging.getLogger("agentmesh.orchestrator.events")
 
@@ -56,10 +56,8 @@ class RunEventWriter:
         self._drained = asyncio.Event()
         self._drained.set()
         self.broken = False
-        # What the log has stored so far, and a signal replaced at each change (local readers).
-        self._stored: list[Entry] = []
-        self._stored_changed = asyncio.Event()
-        self.closed = False
+        # What the log has stored so far, for local readers (closed when the writer is).
+        self._stored = Feed()
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"events {key}")
 
     @property
@@ -98,29 +96,15 @@ class RunEventWriter:
                 await self._with_retry(partial(self.event_log.close, self.key))
             except Exception:
                 log.exception("cannot close the run's event log", extra={"fields": {"key": self.key}})
-        self.closed = True
-        self._signal()
-
-    def _signal(self) -> None:
-        self._stored_changed.set()
-        self._stored_changed = asyncio.Event()
+        self._stored.close()
 
     async def follow_batches(self, after: int) -> AsyncIterator[list[Entry]]:
         """What the log stores after `after`, in the batches it was stored in, until the
         writer closes; LogUnavailable when the log failed (nothing after is stored)."""
-        position = max(after, 0)
-        while True:
-            changed = self._stored_changed
-            if position < len(self._stored):
-                batch = self._stored[position:]
-                position += len(batch)
-                yield batch
-                continue
-            if self.broken:
-                raise LogUnavailable(self.key)
-            if self.closed:
-                return
-            await changed.wait()
+        async for batch in self._stored.batches(after):
+            yield batch
+        if self.broken:
+            raise LogUnavailable(self.key)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -136,11 +120,11 @@ class RunEventWriter:
                         # The run goes on and its result is stored in history; only its
                         # stream is lost. Later batches are dropped: a gap would be worse.
                         self.broken = True
+                        self._stored.close()
                         log.exception(
                             "run event log unavailable; the run's stream is lost",
                             extra={"fields": {"key": self.key}},
                         )
-                    self._signal()
             self._drained.set()
 
     async def _with_retry(self, write: Callable[[], Awaitable[None]]) -> None:
