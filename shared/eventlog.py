@@ -203,16 +203,25 @@ class RedisEventLog:
         if not events:
             return
         k = self._key(key)
+        # Only the first event creates the stream: a later one finding no stream means the
+        # log was lost (a Redis restart), and a log with a gap would give a resuming reader
+        # a wrong stream. The stream's first write also gives it its TTL: live runs keep
+        # their log at least a day even if the orchestrator dies (close sets the retention).
+        creates = events[0][0] == 1
+        if len(events) == 1 and not creates:
+            # One command is atomic by itself: no MULTI/EXEC around it (the hot path: a
+            # streamed token while the log keeps up).
+            seq, data = events[0]
+            if await self.redis.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=True) is None:
+                raise LogLost(key)
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
             for seq, data in events:
-                # Only the first event creates the stream: a later one finding no stream
-                # means the log was lost (a Redis restart), and a log with a gap would give
-                # a resuming reader a wrong stream.
                 pipe.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=seq != 1)
-            # Live runs keep their log at least a day even if the orchestrator dies.
-            pipe.expire(k, max(self.retention_seconds, 86_400))
+            if creates:
+                pipe.expire(k, max(self.retention_seconds, 86_400))
             results = await pipe.execute()
-        if any(r is None for r in results[:-1]):
+        if any(r is None for r in results[: len(events)]):
             raise LogLost(key)
 
     async def close(self, key: str) -> None:

@@ -11,7 +11,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert
 from services.orchestrator.writer import LogUnavailable, RunEventWriter
-from shared.eventlog import Entry, EventLog, open_event_log
+from shared.eventlog import Entry, EventLog, LogLost, RedisEventLog, open_event_log
 from shared.settings import Settings
 
 
@@ -182,3 +182,35 @@ async def test_a_local_follower_of_a_broken_log_gets_what_was_stored_then_an_err
     finally:
         await log.aclose()
     assert got == [1]  # never an event the log does not hold
+
+
+async def test_a_live_log_is_kept_a_day_and_a_closed_one_for_its_retention(
+    settings: Settings,
+) -> None:
+    log = open_event_log(settings.event_log_url, 60, settings.event_log_prefix)
+    key = f"alice/{uuid.uuid4().hex}"
+    try:
+        await log.append(key, [(1, b"a")])
+        await log.append(key, [(2, b"b")])  # a single event: no MULTI, no EXPIRE
+        await log.append(key, [(3, b"c"), (4, b"d")])
+        if isinstance(log, RedisEventLog):
+            redis_key = settings.event_log_prefix + key
+            assert await log.redis.ttl(redis_key) > 86_000  # a day while the run lives
+            await log.close(key)
+            assert 0 < await log.redis.ttl(redis_key) <= 60  # the retention once closed
+        else:
+            await log.close(key)
+        entries, closed = await log.read(key, 0)
+        assert [seq for seq, _ in entries] == [1, 2, 3, 4] and closed
+    finally:
+        await log.aclose()
+
+
+async def test_a_lost_log_is_not_recreated_by_a_single_event(settings: Settings) -> None:
+    log = open_event_log(settings.event_log_url, 60, settings.event_log_prefix)
+    try:
+        with pytest.raises(LogLost):
+            await log.append(f"alice/{uuid.uuid4().hex}", [(5, b"e")])
+        assert not await log.exists("alice/never")
+    finally:
+        await log.aclose()
