@@ -97,7 +97,7 @@ def _client_process(url: str, concurrency: int, duration: float, text: str, out:
                         firsts.append(f)
                         totals.append(t)
                     except Exception as err:  # the benchmark counts failures, it does not stop
-                        errors.append(str(err)[:200])
+                        errors.append(f"{type(err).__name__}: {err}"[:200])
 
             began = time.time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
