@@ -99,8 +99,11 @@ class _RunLog:
     size: int = 0  # bytes held, as counted against the log's memory budget
 
 
-# What an entry costs beyond its payload (the tuple, the int, the bytes object's header).
+# What an entry costs beyond its payload (the tuple, the int, the bytes object's header),
+# and what a run's log costs besides its entries (its objects, its key, the index entries),
+# so that the budget is close to the memory the logs really take.
 _ENTRY_OVERHEAD = 120
+_LOG_OVERHEAD = 1024
 
 
 class InMemoryEventLog:
@@ -117,6 +120,11 @@ class InMemoryEventLog:
         # Closed logs in the order they closed: eviction looks only at the front.
         self._closed: deque[tuple[float, str]] = deque()
 
+    @property
+    def bytes_held(self) -> int:
+        """What all logs take, as counted against `max_bytes`."""
+        return self._bytes
+
     def _evict(self) -> None:
         cutoff = time.monotonic() - self.retention_seconds
         while self._closed and (self._closed[0][0] < cutoff or self._bytes > self.max_bytes):
@@ -132,7 +140,8 @@ class InMemoryEventLog:
             if events and events[0][0] != 1:
                 raise LogLost(key)
             self._evict()
-            log = self._runs[key] = _RunLog()
+            log = self._runs[key] = _RunLog(size=_LOG_OVERHEAD)
+            self._bytes += _LOG_OVERHEAD
         entries = log.feed.entries
         last = entries[-1][0] if entries else 0
         for seq, _ in events:

@@ -31,3 +31,22 @@ async def test_within_the_budget_finished_logs_stay_for_the_retention() -> None:
         await log.append(f"run-{i}", [(1, b"event")])
         await log.close(f"run-{i}")
     assert all([await log.exists(f"run-{i}") for i in range(100)])
+
+
+async def test_the_budget_counts_about_the_memory_the_logs_take() -> None:
+    import tracemalloc
+
+    log = InMemoryEventLog(retention_seconds=3600, max_bytes=2**40)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for r in range(2000):  # runs like a chat run's: 18 events of 60-140 bytes
+            key = f"owner-{r % 50}/run-{r:012x}"
+            for seq in range(1, 19):
+                await log.append(key, [(seq, bytes(60 + (r * seq) % 80))])
+            await log.close(key)
+        taken, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    counted = log.bytes_held
+    assert 0.75 < (taken - before) / counted < 1.25, (taken - before, counted)
