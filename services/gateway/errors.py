@@ -29,7 +29,8 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.ABORTED: 409,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.CANCELLED: 499,
+    # A peer's CANCELLED is its own doing (it stopped, e.g. shutting down): retry later.
+    grpc.StatusCode.CANCELLED: 503,
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
@@ -132,6 +133,13 @@ def from_rpc(
                 message = f"{name}:{message[len(f) + 1:]}"
             violations.append((name, d))
         return ApiError(status, code.name, message, violations=violations)
+    if code is grpc.StatusCode.CANCELLED:
+        # The gateway never reports its own cancels (their caller is gone): this one is the
+        # peer's, which stopped before answering.
+        log.warning("%s cancelled the call", service, extra={"fields": {"service": service}})
+        return ApiError(
+            status, "UNAVAILABLE", f"the {service} service stopped before answering; retry later"
+        )
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         log.warning(
             "%s unreachable", service, extra={"fields": {"code": code.name, "service": service}}

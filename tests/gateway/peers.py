@@ -89,7 +89,7 @@ def tools_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
 
 class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer):
     """Scripts by thread id prefix: "tools-", "reject-", "conflict-", "silent-", "eof-",
-    "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "batch-" (three events per
+    "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "stopped-", "batch-" (three events per
     response when the caller asks for batches, and "batch-after-end-"); anything else is a
     chat run."""
 
@@ -110,6 +110,8 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
             await asyncio.sleep(30)
         if tid.startswith("eof-"):
             return
+        if tid.startswith("stopped-"):  # a replica shutting down cancels what it serves
+            await context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
         events = tools_script(tid, rid) if tid.startswith("tools-") else chat_script(tid, rid)
         if tid.startswith("fail-mid-"):
             for ev in events[:5]:

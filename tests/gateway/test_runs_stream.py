@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -167,6 +168,15 @@ async def test_batched_events_stream_as_frames_in_order_and_stop_at_the_end(
     # RUN_FINISHED followed by another event in the same batch: nothing after the end.
     _, raw = await post_run(http, run_body(thread_id="batch-after-end-1"), auth)
     assert [e["type"] for e in parse_frames(raw)] == CHAT_ORDER
+
+
+async def test_an_orchestrator_that_stops_before_answering_gives_503_to_retry(
+    http: httpx.AsyncClient, auth: dict[str, str],
+) -> None:
+    resp, raw = await post_run(http, run_body(thread_id="stopped-1"), auth)
+    assert resp.status_code == 503
+    error = json.loads(raw)["error"]
+    assert error["code"] == "UNAVAILABLE" and "retry" in error["message"]
 
 
 async def test_stream_ending_without_terminal_event_ends_with_run_error(
