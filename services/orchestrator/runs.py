@@ -44,6 +44,7 @@ from shared.logs import run_id_var, thread_id_var
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
+
 class Outcome(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
