@@ -506,6 +506,24 @@ class AuditFilter:
     end_time: datetime | None = None
 
 
+def _audit_conditions(c: Any, owner_id: str, flt: AuditFilter) -> list[sa.ColumnElement[bool]]:
+    """The owner's rows of an audited table (messages, tool denials) that match `flt`."""
+    conditions = [c.owner_id == owner_id]
+    if flt.origin is not None:
+        conditions.append(c.origin == flt.origin.value)
+    if flt.executor is not None:
+        conditions.append(c.executor == flt.executor.value)
+    if flt.execution_profile_name:
+        conditions.append(c.execution_profile_name == flt.execution_profile_name)
+    if flt.thread_id:
+        conditions.append(c.thread_id == flt.thread_id)
+    if flt.start_time is not None:
+        conditions.append(c.created_at >= flt.start_time)
+    if flt.end_time is not None:
+        conditions.append(c.created_at < flt.end_time)
+    return conditions
+
+
 async def audit_page(
     conn: AsyncConnection,
     owner_id: str,
@@ -516,19 +534,7 @@ async def audit_page(
 ) -> list[Message]:
     """Every message of the owner, hidden ones included, by time."""
     c = messages.c
-    stmt = sa.select(*MESSAGE_FIELDS).where(c.owner_id == owner_id)
-    if flt.origin is not None:
-        stmt = stmt.where(c.origin == flt.origin.value)
-    if flt.executor is not None:
-        stmt = stmt.where(c.executor == flt.executor.value)
-    if flt.execution_profile_name:
-        stmt = stmt.where(c.execution_profile_name == flt.execution_profile_name)
-    if flt.thread_id:
-        stmt = stmt.where(c.thread_id == flt.thread_id)
-    if flt.start_time is not None:
-        stmt = stmt.where(c.created_at >= flt.start_time)
-    if flt.end_time is not None:
-        stmt = stmt.where(c.created_at < flt.end_time)
+    stmt = sa.select(*MESSAGE_FIELDS).where(*_audit_conditions(c, owner_id, flt))
     if after is not None:
         stmt = stmt.where(_after_key(after))
     stmt = stmt.order_by(c.created_at, c.thread_id, c.position).limit(limit)
@@ -810,19 +816,7 @@ async def denial_page(
 ) -> list[ToolDenial]:
     """The owner's refused tool calls matching the audit filter, by time."""
     c = tool_denials.c
-    stmt = sa.select(tool_denials).where(c.owner_id == owner_id)
-    if flt.origin is not None:
-        stmt = stmt.where(c.origin == flt.origin.value)
-    if flt.executor is not None:
-        stmt = stmt.where(c.executor == flt.executor.value)
-    if flt.execution_profile_name:
-        stmt = stmt.where(c.execution_profile_name == flt.execution_profile_name)
-    if flt.thread_id:
-        stmt = stmt.where(c.thread_id == flt.thread_id)
-    if flt.start_time is not None:
-        stmt = stmt.where(c.created_at >= flt.start_time)
-    if flt.end_time is not None:
-        stmt = stmt.where(c.created_at < flt.end_time)
+    stmt = sa.select(tool_denials).where(*_audit_conditions(c, owner_id, flt))
     if after is not None:
         stmt = stmt.where(
             sa.or_(
