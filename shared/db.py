@@ -52,8 +52,11 @@ def create_engine(settings: Settings, service: str) -> AsyncEngine:
         raise ValueError(f"AGENTMESH_DB_SCHEMA_PREFIX: {schema!r} is not a valid schema name")
     return create_async_engine(
         url,
-        pool_size=10,
-        max_overflow=20,
+        # No overflow: an overflow connection is closed as soon as it is returned, so a
+        # load just above the pool would open (and re-prepare every statement on) a new
+        # connection per transaction.
+        pool_size=settings.database_pool_size,
+        max_overflow=0,
         # No pre-ping: it costs a round trip on every checkout of a hot path. A connection
         # that died with its server raises a disconnect error, which invalidates the pool,
         # and the caller's next attempt gets a fresh one.

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     database_url: str = ""
     # PostgreSQL schema of a service = prefix + service name (lets test runs share a database).
     db_schema_prefix: str = ""
+    # PostgreSQL: connections each service process keeps open (and at most uses). A call
+    # that finds them all busy waits for one; PostgreSQL gains nothing from more
+    # concurrent transactions than it has cores to run them.
+    database_pool_size: int = Field(default=16, ge=1, le=1000)
     # "memory://" (in-process, embedded) or a Redis URL (redis://host:port/db).
     event_log_url: str = "memory://"
     # How long a finished run's events stay resumable.

@@ -12,12 +12,14 @@ import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, store
 from services.history.core import Message, NewMessage, Run, RunState, Thread
 from services.history.store import ContextKey
+from shared import pgdirect
 from shared.db import is_postgres
+from shared.pgdirect import Conn
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin, valid_owner_id
@@ -59,32 +61,38 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
         self._engine = engine
         self._clock = clock
-        self._autocommit_reads = is_postgres(engine)
+        self._postgres = is_postgres(engine)
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
+    async def _write(self) -> AsyncIterator[Conn]:
         try:
-            async with self._engine.begin() as conn:
-                yield conn
+            if self._postgres:
+                async with pgdirect.unit(self._engine, transaction=True) as conn:
+                    yield conn
+            else:
+                async with self._engine.begin() as sqlite_conn:
+                    yield sqlite_conn
         except IntegrityError:
             # Two requests created the same id at once; the retry finds the stored one.
             raise Aborted("a concurrent request stored the same ids; retry") from None
 
     @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
+    async def _read(self) -> AsyncIterator[Conn]:
         # Reads need no transaction on PostgreSQL (READ COMMITTED: each statement sees
         # committed data anyway); autocommit saves the BEGIN/ROLLBACK round trips. SQLite
         # keeps shared.db's transaction handling.
-        async with self._engine.connect() as conn:
-            if self._autocommit_reads:
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
+        if self._postgres:
+            async with pgdirect.unit(self._engine, transaction=False) as conn:
+                yield conn
+        else:
+            async with self._engine.connect() as sqlite_conn:
+                yield sqlite_conn
 
     # --- writing ------------------------------------------------------------------------
 
     async def _open_thread(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         owner: str,
         thread_id: str,
         mode: RuntimeMode | None,
@@ -105,7 +113,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
 
     async def _append(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         thread: Thread,
         items: Sequence[NewMessage],
         field: str,
@@ -291,7 +299,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.AppendMessagesResponse(messages=[convert.message_to_pb(m) for m in stored])
 
     async def _with_runs(
-        self, conn: AsyncConnection, thread: Thread, items: list[NewMessage]
+        self, conn: Conn, thread: Thread, items: list[NewMessage]
     ) -> list[NewMessage]:
         """Messages naming a run must name one of this thread; they take its defaults."""
         runs: dict[str, Run] = {}
@@ -412,7 +420,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return response
 
     @staticmethod
-    async def _thread_or_not_found(conn: AsyncConnection, owner: str, thread_id: str) -> Thread:
+    async def _thread_or_not_found(conn: Conn, owner: str, thread_id: str) -> Thread:
         thread = await store.get_thread(conn, owner, thread_id)
         if thread is None:
             raise NotFound(f"thread {thread_id} not found")

@@ -17,10 +17,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, Row
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.pgdirect import Conn, reused
 from shared.profiles import ExecutionProfile
 from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 
@@ -235,7 +235,7 @@ def _run(row: Row[Any]) -> Run:
     )
 
 
-def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
+def _insert(conn: Conn, table: sa.Table) -> Any:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     return dialect.insert(table)
 
@@ -243,23 +243,26 @@ def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
 # --- threads ----------------------------------------------------------------------------
 
 
-async def get_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
+async def get_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | None:
     row = (await conn.execute(_GET_THREAD, {"o": owner_id, "t": thread_id})).first()
     return _thread(row) if row else None
 
 
 # The statements of the run hot path (BeginRun, FinishRun, lease renewal) are built once,
-# with bound parameters: no statement construction or cache-key computation per call.
+# with bound parameters: no statement construction or cache-key computation per call; on
+# PostgreSQL asyncpg runs them directly (shared.pgdirect).
 _T = threads.c
-_GET_THREAD = sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+_GET_THREAD = reused(
+    sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+)
 # A no-op UPDATE takes the row lock on PostgreSQL and SQLite alike (SQLite: BEGIN IMMEDIATE).
-_LOCK_THREAD = (
+_LOCK_THREAD = reused(
     sa.update(threads)
     .where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
     .values(message_count=_T.message_count)
     .returning(*_T)
 )
-_RESERVE_POSITIONS = (
+_RESERVE_POSITIONS = reused(
     sa.update(threads)
     .where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
     .values(message_count=_T.message_count + sa.bindparam("n"), update_time=sa.bindparam("now", type_=UtcDateTime))
@@ -284,17 +287,17 @@ def _create_thread_stmt(dialect: str) -> Any:
     )
 
 
-_CREATE_THREAD = {d: _create_thread_stmt(d) for d in ("postgresql", "sqlite")}
+_CREATE_THREAD = {d: reused(_create_thread_stmt(d)) for d in ("postgresql", "sqlite")}
 
 
-async def lock_thread(conn: AsyncConnection, owner_id: str, thread_id: str) -> Thread | None:
+async def lock_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | None:
     """The thread, row-locked until the transaction ends (None if it does not exist)."""
     row = (await conn.execute(_LOCK_THREAD, {"o": owner_id, "t": thread_id})).first()
     return _thread(row) if row else None
 
 
 async def create_thread(
-    conn: AsyncConnection, owner_id: str, thread_id: str, mode: RuntimeMode, now: datetime
+    conn: Conn, owner_id: str, thread_id: str, mode: RuntimeMode, now: datetime
 ) -> Thread | None:
     """Create the thread, which this transaction then holds; None when it exists already
     (a concurrent creator won: lock it with lock_thread)."""
@@ -308,7 +311,7 @@ async def create_thread(
 
 
 async def reserve_positions(
-    conn: AsyncConnection, owner_id: str, thread_id: str, count: int, now: datetime
+    conn: Conn, owner_id: str, thread_id: str, count: int, now: datetime
 ) -> int:
     """Reserve `count` positions; returns the last one (the first is last - count + 1)."""
     last: int = (
@@ -324,7 +327,7 @@ class ThreadKey:
 
 
 async def list_threads(
-    conn: AsyncConnection, owner_id: str, after: ThreadKey | None, limit: int
+    conn: Conn, owner_id: str, after: ThreadKey | None, limit: int
 ) -> list[Thread]:
     """Newest update first."""
     stmt = sa.select(threads).where(threads.c.owner_id == owner_id)
@@ -342,14 +345,17 @@ async def list_threads(
 # --- messages ---------------------------------------------------------------------------
 
 
-_MESSAGES_BY_ID = sa.select(*MESSAGE_FIELDS).where(
-    messages.c.owner_id == sa.bindparam("o"), messages.c.id.in_(sa.bindparam("ids", expanding=True))
+_MESSAGES_BY_ID = reused(
+    sa.select(*MESSAGE_FIELDS).where(
+        messages.c.owner_id == sa.bindparam("o"),
+        messages.c.id.in_(sa.bindparam("ids", expanding=True)),
+    )
 )
-_INSERT_MESSAGES = sa.insert(messages)
+_INSERT_MESSAGES = reused(sa.insert(messages))
 
 
 async def messages_by_id(
-    conn: AsyncConnection, owner_id: str, ids: Sequence[str]
+    conn: Conn, owner_id: str, ids: Sequence[str]
 ) -> dict[str, Message]:
     if not ids:
         return {}
@@ -358,7 +364,7 @@ async def messages_by_id(
 
 
 async def insert_messages(
-    conn: AsyncConnection, stamped: Sequence[tuple[Message, bytes]]
+    conn: Conn, stamped: Sequence[tuple[Message, bytes]]
 ) -> None:
     """Insert messages with their serving copies (see the migration)."""
     if stamped:
@@ -366,7 +372,7 @@ async def insert_messages(
 
 
 async def history_page(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     thread_id: str,
     *,
@@ -443,7 +449,7 @@ def _context_query(
 
 
 async def context_messages(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     thread_id: str | None,
     *,
@@ -470,7 +476,7 @@ async def context_messages(
 
 
 async def context_page(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     thread_id: str | None,
     *,
@@ -525,7 +531,7 @@ def _audit_conditions(c: Any, owner_id: str, flt: AuditFilter) -> list[sa.Column
 
 
 async def audit_page(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     flt: AuditFilter,
     *,
@@ -546,15 +552,17 @@ async def audit_page(
 
 _R = runs.c
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
-_GET_RUN = sa.select(runs).where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
-_LOCK_RUN = (
+_GET_RUN = reused(
+    sa.select(runs).where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
+)
+_LOCK_RUN = reused(
     sa.update(runs)
     .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
     .values(state=_R.state)
     .returning(*_R)
 )
 # The run, if it exists, and the thread's queued and running runs, in one read.
-_BEGIN_LOOKUP = (
+_BEGIN_LOOKUP = reused(
     sa.select(runs)
     .where(
         _R.owner_id == sa.bindparam("o"),
@@ -567,12 +575,16 @@ _BEGIN_LOOKUP = (
 )
 # thread_seq: the run's place in its thread, computed by the INSERT itself (the caller holds
 # the thread row lock, so no other run of the thread is inserted meanwhile).
-_INSERT_RUN = sa.insert(runs).values(
-    thread_seq=sa.select(sa.func.coalesce(sa.func.max(_R.thread_seq), 0) + 1)
-    .where(_R.owner_id == sa.bindparam("seq_o"), _R.thread_id == sa.bindparam("seq_t"))
-    .scalar_subquery()
-).returning(_R.thread_seq)
-_FINISH_ACTIVE_RUN = (
+_INSERT_RUN = reused(
+    sa.insert(runs)
+    .values(
+        thread_seq=sa.select(sa.func.coalesce(sa.func.max(_R.thread_seq), 0) + 1)
+        .where(_R.owner_id == sa.bindparam("seq_o"), _R.thread_id == sa.bindparam("seq_t"))
+        .scalar_subquery()
+    )
+    .returning(_R.thread_seq)
+)
+_FINISH_ACTIVE_RUN = reused(
     sa.update(runs)
     .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"), _R.state.in_(_ACTIVE))
     .values(
@@ -583,7 +595,7 @@ _FINISH_ACTIVE_RUN = (
     )
     .returning(*_R)
 )
-_RENEW_LEASE = (
+_RENEW_LEASE = reused(
     sa.update(runs)
     .where(
         _R.owner_id == sa.bindparam("o"),
@@ -596,18 +608,18 @@ _RENEW_LEASE = (
 )
 
 
-async def get_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
+async def get_run(conn: Conn, owner_id: str, run_id: str) -> Run | None:
     row = (await conn.execute(_GET_RUN, {"o": owner_id, "r": run_id})).first()
     return _run(row) if row else None
 
 
-async def lock_run(conn: AsyncConnection, owner_id: str, run_id: str) -> Run | None:
+async def lock_run(conn: Conn, owner_id: str, run_id: str) -> Run | None:
     row = (await conn.execute(_LOCK_RUN, {"o": owner_id, "r": run_id})).first()
     return _run(row) if row else None
 
 
 async def begin_lookup(
-    conn: AsyncConnection, owner_id: str, thread_id: str, run_id: str
+    conn: Conn, owner_id: str, thread_id: str, run_id: str
 ) -> tuple[Run | None, list[Run]]:
     """(the run `run_id` if it exists, the thread's queued and running runs in thread order)."""
     found = [
@@ -618,7 +630,7 @@ async def begin_lookup(
     return run, [r for r in found if r.active and r.thread_id == thread_id]
 
 
-async def insert_run(conn: AsyncConnection, run: Run) -> Run:
+async def insert_run(conn: Conn, run: Run) -> Run:
     """Store a new run (its thread row locked by the caller); returns it with its thread_seq."""
     seq = (
         await conn.execute(
@@ -649,7 +661,7 @@ async def insert_run(conn: AsyncConnection, run: Run) -> Run:
 
 
 async def finish_active_run(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     run_id: str,
     *,
@@ -670,7 +682,7 @@ async def finish_active_run(
 
 
 async def renew_lease(
-    conn: AsyncConnection, owner_id: str, run_id: str, holder: str, expires: datetime
+    conn: Conn, owner_id: str, run_id: str, holder: str, expires: datetime
 ) -> Run | None:
     """Extend the lease of an active run held by `holder`; None if it is not held by it."""
     row = (
@@ -679,7 +691,7 @@ async def renew_lease(
     return _run(row) if row else None
 
 
-async def update_run(conn: AsyncConnection, owner_id: str, run_id: str, **values: Any) -> Run:
+async def update_run(conn: Conn, owner_id: str, run_id: str, **values: Any) -> Run:
     row = (
         await conn.execute(
             sa.update(runs)
@@ -692,7 +704,7 @@ async def update_run(conn: AsyncConnection, owner_id: str, run_id: str, **values
 
 
 async def request_cancel(
-    conn: AsyncConnection, owner_id: str, run_ids: Sequence[str], *, rollback: bool = False
+    conn: Conn, owner_id: str, run_ids: Sequence[str], *, rollback: bool = False
 ) -> None:
     """Mark active runs cancel_requested (and rolled_back): their holders stop them."""
     if not run_ids:
@@ -707,7 +719,7 @@ async def request_cancel(
     )
 
 
-async def hide_run_messages(conn: AsyncConnection, owner_id: str, run_ids: Sequence[str]) -> None:
+async def hide_run_messages(conn: Conn, owner_id: str, run_ids: Sequence[str]) -> None:
     """Rollback: the runs' messages leave history and context (mask 0); they are never
     deleted, so audit keeps them. (The serving copy keeps its old mask field, but every
     history and context read filters on the column first.)"""
@@ -720,7 +732,7 @@ async def hide_run_messages(conn: AsyncConnection, owner_id: str, run_ids: Seque
 
 
 async def expire_leases(
-    conn: AsyncConnection, now: datetime, *, limit: int, message: str, code: str
+    conn: Conn, now: datetime, *, limit: int, message: str, code: str
 ) -> list[Run]:
     """Mark active runs whose lease ended before `now` FAILED; each is returned to one
     caller only (PostgreSQL: SKIP LOCKED; SQLite has one writer)."""
@@ -755,7 +767,7 @@ async def expire_leases(
 # --- tool denials -----------------------------------------------------------------------
 
 
-async def insert_denials(conn: AsyncConnection, denials: Sequence[ToolDenial]) -> None:
+async def insert_denials(conn: Conn, denials: Sequence[ToolDenial]) -> None:
     """Store denials; one already stored (a retried FinishRun) stays as it was."""
     if not denials:
         return
@@ -807,7 +819,7 @@ def _denial(row: Row[Any]) -> ToolDenial:
 
 
 async def denial_page(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     flt: AuditFilter,
     *,
@@ -863,12 +875,12 @@ def _thread_context_page_stmt(after: bool) -> Any:
     return stmt.order_by(c.position).limit(sa.bindparam("n", type_=sa.Integer))
 
 
-_HISTORY_PAGE = {(b, a): _history_page_stmt(b, a) for b in (False, True) for a in (False, True)}
-_THREAD_CONTEXT_PAGE = {a: _thread_context_page_stmt(a) for a in (False, True)}
+_HISTORY_PAGE = {(b, a): reused(_history_page_stmt(b, a)) for b in (False, True) for a in (False, True)}
+_THREAD_CONTEXT_PAGE = {a: reused(_thread_context_page_stmt(a)) for a in (False, True)}
 
 
 async def context_messages_served(
-    conn: AsyncConnection,
+    conn: Conn,
     owner_id: str,
     thread_id: str | None,
     *,

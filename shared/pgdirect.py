@@ -1,0 +1,209 @@
+"""PostgreSQL hot-path statements run on the asyncpg connection, past SQLAlchemy's execution
+layer.
+
+SQLAlchemy Core builds the services' statements for PostgreSQL and SQLite alike. On
+PostgreSQL its execution layer (execution context, greenlet hop, result wrapping) costs
+about four times what asyncpg itself does per statement (~300 against ~75 µs of CPU on the
+development machine), and a chat run makes a dozen statements. A statement marked with
+`reused` is compiled once by SQLAlchemy's own asyncpg dialect (the same SQL text, bind
+casts and type processing it would send) and then executed by asyncpg directly. Any other
+statement goes through SQLAlchemy, on the same connection and in the same transaction.
+
+`unit` opens a unit of work: a pooled connection, in a transaction asyncpg manages (or in
+autocommit, for reads). What it yields answers `execute(statement, params)` as an
+AsyncConnection does: `.all()`, `.first()`, `.one()`, `.scalar_one()`, rows with attribute
+and positional access, IntegrityError for a constraint violation.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy import exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.compiler import SQLCompiler
+
+S = TypeVar("S")
+
+# Statements compiled once, by id (kept alive here: module-level statements live anyway).
+_REUSED: dict[int, Any] = {}
+# A broken connection, as opposed to an error PostgreSQL reported on a working one (a
+# terminated backend can first show as a client error of the protocol's state).
+_DISCONNECTS = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+
+def reused(stmt: S) -> S:
+    """Mark a statement built once (bound parameters only) to run directly on PostgreSQL."""
+    _REUSED[id(stmt)] = stmt
+    return stmt
+
+
+@dataclass(frozen=True)
+class _Plan:
+    compiled: SQLCompiler
+    # Bind processors by parameter name (SQLAlchemy's, for this dialect).
+    processors: dict[str, Callable[[Any], Any]]
+    # Parameters rendered late (IN lists): the SQL text depends on the values.
+    expanding: bool
+    row: Any  # a namedtuple class named after the result columns
+    # (column index, result processor) of the columns that have one.
+    results: tuple[tuple[int, Callable[[Any], Any]], ...]
+    returns_rows: bool
+
+
+def _plan(stmt: Any, dialect: Dialect, keys: Sequence[str]) -> _Plan:
+    compiled = stmt.compile(dialect=dialect, column_keys=list(keys))
+    processors = {}
+    for name, bind in compiled.binds.items():
+        proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if proc is not None:
+            processors[name] = proc
+    columns = list(stmt.exported_columns)
+    results = []
+    for i, column in enumerate(columns):
+        proc = column.type.dialect_impl(dialect).result_processor(dialect, None)
+        if proc is not None:
+            results.append((i, proc))
+    return _Plan(
+        compiled=compiled,
+        processors=processors,
+        expanding=bool(compiled.post_compile_params),
+        row=namedtuple("Row", [c.key for c in columns], rename=True),  # type: ignore[misc]
+        results=tuple(results),
+        returns_rows=bool(columns),
+    )
+
+
+class Result:
+    """Fetched rows, with the accessors of SQLAlchemy's result that the services use."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def all(self) -> list[Any]:
+        return self._rows
+
+    def first(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def one(self) -> Any:
+        if len(self._rows) != 1:
+            raise (exc.NoResultFound if not self._rows else exc.MultipleResultsFound)(
+                f"expected one row, got {len(self._rows)}"
+            )
+        return self._rows[0]
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
+
+
+class Connection:
+    """A unit of work's connection: `reused` statements run on asyncpg, others through
+    SQLAlchemy (`sa`), on the same connection."""
+
+    def __init__(self, sa: AsyncConnection, raw: asyncpg.Connection) -> None:
+        self.sa = sa
+        self.raw = raw
+        self.dialect = sa.dialect
+
+    async def execute(self, stmt: Any, params: Any = None) -> Any:
+        if id(stmt) not in _REUSED:
+            return await self.sa.execute(stmt, params)
+        many = isinstance(params, list)
+        first = (params[0] if params else {}) if many else (params or {})
+        key = (id(stmt), tuple(first))
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _PLANS[key] = _plan(stmt, self.dialect, key[1])
+        try:
+            if many and len(params) > 1:
+                sql, rows = _bound_many(plan, params)
+                await self.raw.executemany(sql, rows)
+                return Result([])
+            sql, args = _bound(plan, first)
+            if not plan.returns_rows:
+                await self.raw.execute(sql, *args)
+                return Result([])
+            records = await self.raw.fetch(sql, *args)
+        except asyncpg.IntegrityConstraintViolationError as err:
+            raise exc.IntegrityError(plan.compiled.string, params, err) from err
+        make = plan.row._make
+        if not plan.results:
+            return Result([make(r) for r in records])
+        out = []
+        for record in records:
+            values = list(record)
+            for i, proc in plan.results:
+                values[i] = proc(values[i])
+            out.append(make(values))
+        return Result(out)
+
+
+# What the services' statement functions take: SQLAlchemy's connection (SQLite) or this.
+Conn = AsyncConnection | Connection
+
+# Plans by (statement id, parameter names), shared by every connection.
+_PLANS: dict[tuple[int, tuple[str, ...]], _Plan] = {}
+
+
+def _bound(plan: _Plan, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The SQL text and its positional arguments, processed as SQLAlchemy would."""
+    compiled = plan.compiled
+    if plan.expanding:
+        state = compiled.construct_expanded_state(params)
+        processors = {**plan.processors, **state.processors}
+        return state.statement, [
+            processors[name](value) if name in processors else value
+            for name, value in zip(state.positiontup or (), state.positional_parameters or ())
+        ]
+    values = compiled.construct_params(params)
+    processors = plan.processors
+    return compiled.string, [
+        processors[name](values[name]) if name in processors else values[name]
+        for name in compiled.positiontup or ()
+    ]
+
+
+def _bound_many(plan: _Plan, params: list[dict[str, Any]]) -> tuple[str, list[list[Any]]]:
+    sql = ""
+    rows = []
+    for p in params:
+        sql, args = _bound(plan, p)
+        rows.append(args)
+    return sql, rows
+
+
+@asynccontextmanager
+async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Connection]:
+    """A pooled connection for one unit of work: in a transaction (committed when the block
+    ends, rolled back when it raises) or, for reads, in autocommit (READ COMMITTED: every
+    statement sees what is committed). A connection that broke is dropped from the pool."""
+    async with engine.connect() as sa:
+        # SQLAlchemy issues no BEGIN of its own: asyncpg's transaction holds both paths.
+        sa = await sa.execution_options(isolation_level="AUTOCOMMIT")
+        raw = (await sa.get_raw_connection()).driver_connection
+        assert raw is not None
+        try:
+            if transaction:
+                async with raw.transaction():
+                    yield Connection(sa, raw)
+            else:
+                yield Connection(sa, raw)
+        except Exception as err:
+            if isinstance(err, _DISCONNECTS) or raw.is_closed():
+                await sa.invalidate()
+            raise
