@@ -99,16 +99,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         now: datetime,
     ) -> Thread:
         """The thread, locked; created with `mode` when missing; refused if of another mode."""
-        thread = await store.lock_thread(conn, owner, thread_id)
-        if thread is None:
-            if mode is None:
+        if mode is None:
+            thread = await store.lock_thread(conn, owner, thread_id)
+            if thread is None:
                 raise InvalidArgument("runtime_mode", "is required to create a new thread")
-            thread = await store.create_thread(conn, owner, thread_id, mode, now)
-            if thread is None:  # created concurrently: wait for it like any writer
-                thread = await store.lock_thread(conn, owner, thread_id)
-                assert thread is not None
-        if mode is not None:
-            core.require_mode(thread, mode)
+            return thread
+        thread = await store.open_thread(conn, owner, thread_id, mode, now)
+        core.require_mode(thread, mode)
         return thread
 
     async def _append(
@@ -249,12 +246,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         now = self._clock()
         async with self._write() as conn:
-            run = await store.get_run(conn, owner, run_id)
-            if run is None:
-                raise NotFound(f"run {run_id} not found")
             # Locks in the order BeginRun takes them (thread, then run), so the two never
             # deadlock; the run's state is then changed only if it is still active.
-            thread = await self._open_thread(conn, owner, run.thread_id, None, now)
+            thread = await store.lock_run_thread(conn, owner, run_id)
+            if thread is None:
+                raise NotFound(f"run {run_id} not found")
             finished = await store.finish_active_run(
                 conn,
                 owner,

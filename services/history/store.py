@@ -270,7 +270,9 @@ _RESERVE_POSITIONS = reused(
 )
 
 
-def _create_thread_stmt(dialect: str) -> Any:
+def _open_thread_stmt(dialect: str) -> Any:
+    # An existing thread takes the no-op update (its row lock); a missing one is created.
+    # A concurrent creator is waited for, then its thread is locked: no retry needed.
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
         insert(threads)
@@ -282,12 +284,27 @@ def _create_thread_stmt(dialect: str) -> Any:
             update_time=sa.bindparam("now", type_=UtcDateTime),
             message_count=0,
         )
-        .on_conflict_do_nothing(index_elements=["owner_id", "id"])
+        .on_conflict_do_update(
+            index_elements=["owner_id", "id"], set_={"message_count": _T.message_count}
+        )
         .returning(*_T)
     )
 
 
-_CREATE_THREAD = {d: reused(_create_thread_stmt(d)) for d in ("postgresql", "sqlite")}
+_OPEN_THREAD = {d: reused(_open_thread_stmt(d)) for d in ("postgresql", "sqlite")}
+# The thread of a run, locked (FinishRun: the run's thread is not in its request).
+_LOCK_RUN_THREAD = reused(
+    sa.update(threads)
+    .where(
+        _T.owner_id == sa.bindparam("o"),
+        _T.id
+        == sa.select(runs.c.thread_id)
+        .where(runs.c.owner_id == sa.bindparam("o"), runs.c.id == sa.bindparam("r"))
+        .scalar_subquery(),
+    )
+    .values(message_count=_T.message_count)
+    .returning(*_T)
+)
 
 
 async def lock_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | None:
@@ -296,17 +313,23 @@ async def lock_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | Non
     return _thread(row) if row else None
 
 
-async def create_thread(
+async def open_thread(
     conn: Conn, owner_id: str, thread_id: str, mode: RuntimeMode, now: datetime
-) -> Thread | None:
-    """Create the thread, which this transaction then holds; None when it exists already
-    (a concurrent creator won: lock it with lock_thread)."""
+) -> Thread:
+    """The thread, row-locked until the transaction ends; created with `mode` if missing
+    (an existing thread keeps its own mode)."""
     row = (
         await conn.execute(
-            _CREATE_THREAD[conn.dialect.name],
+            _OPEN_THREAD[conn.dialect.name],
             {"o": owner_id, "t": thread_id, "mode": mode.value, "now": now},
         )
-    ).first()
+    ).one()
+    return _thread(row)
+
+
+async def lock_run_thread(conn: Conn, owner_id: str, run_id: str) -> Thread | None:
+    """The thread of run `run_id`, row-locked (None if the run does not exist)."""
+    row = (await conn.execute(_LOCK_RUN_THREAD, {"o": owner_id, "r": run_id})).first()
     return _thread(row) if row else None
 
 
