@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Entry = tuple[int, bytes]
@@ -31,9 +32,11 @@ class LogLost(Exception):
 
 
 class EventLog(Protocol):
-    async def append(self, key: str, events: Sequence[Entry]) -> None:
-        """Store events of a run; their sequence numbers must follow the stored ones.
-        LogLost when they do not start at 1 and the log does not exist."""
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
+        """Store events of a run; their sequence numbers must follow the stored ones, or
+        repeat stored ones unchanged (a write retried after its reply was lost), which are
+        kept once. LogLost when they do not start at 1 and the log does not exist; nothing is
+        written then. With `close`, the same write also does what `close` does."""
 
     async def close(self, key: str) -> None:
         """Mark the run's log complete; it is kept for the retention period. Closing a log
@@ -134,7 +137,7 @@ class InMemoryEventLog:
                 del self._runs[key]
                 self._bytes -= log.size
 
-    async def append(self, key: str, events: Sequence[Entry]) -> None:
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         log = self._runs.get(key)
         if log is None:
             if events and events[0][0] != 1:
@@ -143,6 +146,13 @@ class InMemoryEventLog:
             log = self._runs[key] = _RunLog(size=_LOG_OVERHEAD)
             self._bytes += _LOG_OVERHEAD
         entries = log.feed.entries
+        # Events repeated unchanged are kept once, as the Redis log does, so the twins agree.
+        repeated = 0
+        for seq, data in events:
+            if not 0 < seq <= len(entries) or entries[seq - 1] != (seq, data):
+                break
+            repeated += 1
+        events = events[repeated:]
         last = entries[-1][0] if entries else 0
         for seq, _ in events:
             if seq != last + 1:
@@ -152,6 +162,8 @@ class InMemoryEventLog:
         log.size += added
         self._bytes += added
         log.feed.extend(events)
+        if close:
+            await self.close(key)
 
     async def close(self, key: str) -> None:
         log = self._runs.get(key)
@@ -188,11 +200,14 @@ class InMemoryEventLog:
         self._runs.clear()
 
 
+# The field of the entry that ends a run's stream: readers stop at it, whatever its id.
 _END = b"end"
 
 
 class RedisEventLog:
-    """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1."""
+    """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1.
+    The end marker's id is "<last seq>-1" when the last append closes the stream, and the
+    time when `close` does."""
 
     def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
         # A pooled connection that Redis closed (a restart, a failover) is dropped and the
@@ -208,8 +223,10 @@ class RedisEventLog:
     def _key(self, key: str) -> str:
         return self.prefix + key
 
-    async def append(self, key: str, events: Sequence[Entry]) -> None:
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         if not events:
+            if close:
+                await self.close(key)
             return
         k = self._key(key)
         # Only the first event creates the stream: a later one finding no stream means the
@@ -217,21 +234,46 @@ class RedisEventLog:
         # a wrong stream. The stream's first write also gives it its TTL: live runs keep
         # their log at least a day even if the orchestrator dies (close sets the retention).
         creates = events[0][0] == 1
-        if len(events) == 1 and not creates:
+        if len(events) == 1 and not creates and not close:
             # One command is atomic by itself: no MULTI/EXEC around it (the hot path: a
             # streamed token while the log keeps up).
             seq, data = events[0]
-            if await self.redis.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=True) is None:
+            try:
+                added = await self.redis.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=True)
+            except ResponseError as error:
+                await self._check_repeated(key, events, error)
+                return
+            if added is None:
                 raise LogLost(key)
             return
         async with self.redis.pipeline(transaction=True) as pipe:
             for seq, data in events:
                 pipe.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=seq != 1)
-            if creates:
+            if close:
+                # The end marker's id is the one right after the last event's, not the
+                # time (as `close` gives it): a repeated write then adds no second marker.
+                pipe.xadd(k, {_END: b"1"}, id=f"{events[-1][0]}-1", nomkstream=True)
+                pipe.expire(k, self.retention_seconds)
+            elif creates:
                 pipe.expire(k, max(self.retention_seconds, 86_400))
-            results = await pipe.execute()
+            # A failed command does not undo the others in MULTI/EXEC: look at each reply.
+            results = await pipe.execute(raise_on_error=False)
         if any(r is None for r in results[: len(events)]):
             raise LogLost(key)
+        errors = [r for r in results if isinstance(r, ResponseError)]
+        if errors:
+            await self._check_repeated(key, events, errors[0])
+
+    async def _check_repeated(
+        self, key: str, events: Sequence[Entry], error: ResponseError
+    ) -> None:
+        """Redis refused ids not above the stream's last one: fine when the log holds these
+        very events (redis-py, or the writer, resent a write whose reply was lost), else
+        `error`."""
+        first, last = events[0][0], events[-1][0]
+        raw = await self.redis.xrange(self._key(key), min=f"{first}-0", max=f"{last}-0")
+        if self._decode(raw)[0] != list(events):
+            raise error
 
     async def close(self, key: str) -> None:
         k = self._key(key)

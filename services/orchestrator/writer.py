@@ -3,7 +3,8 @@ anyone can receive it (every reader, including StartRun's own caller, reads the 
 
 The event-log write is on the hot path (one per streamed token), so it is a group commit:
 `emit` only numbers and queues; one flusher task appends everything queued since its last
-append in a single call. At rest that is one event per append; under load, many.
+append in a single call. At rest that is one event per append; under load, many. The append
+of what is queued when the writer closes also closes the log: a run's end is one write.
 
 Readers on this replica (the run's own StartRun caller, above all) follow the writer itself
 (`follow_batches`): it hands out exactly what the log has stored, in the same batches, with
@@ -13,7 +14,6 @@ no round trip to the log. Readers elsewhere follow the log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -56,6 +56,7 @@ class RunEventWriter:
         self._drained = asyncio.Event()
         self._drained.set()
         self.broken = False
+        self._closing = False
         # What the log has stored so far, for local readers (closed when the writer is).
         self._stored = Feed()
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"events {key}")
@@ -86,17 +87,12 @@ class RunEventWriter:
         await self._drained.wait()
 
     async def close(self) -> None:
-        """Store everything emitted, then mark the log complete (followers stop)."""
-        await self.flush()
-        self._flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._flusher
-        if not self.broken:
-            try:
-                await self._with_retry(partial(self.event_log.close, self.key))
-            except Exception:
-                log.exception("cannot close the run's event log", extra={"fields": {"key": self.key}})
-        self._stored.close()
+        """Store everything emitted and mark the log complete (followers stop); nothing may
+        be emitted after."""
+        self._closing = True
+        self._wake.set()
+        # Shielded: a run cancelled while it ends still stores what it emitted and ends its log.
+        await asyncio.shield(self._flusher)
 
     async def follow_batches(self, after: int) -> AsyncIterator[list[Entry]]:
         """What the log stores after `after`, in the batches it was stored in, until the
@@ -110,22 +106,42 @@ class RunEventWriter:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._queued:
+            closed = False
+            while self._queued and not closed:
                 batch, self._queued = self._queued, []
-                if not self.broken:
-                    try:
-                        await self._with_retry(partial(self.event_log.append, self.key, batch))
-                        self._stored.extend(batch)
-                    except Exception:
-                        # The run goes on and its result is stored in history; only its
-                        # stream is lost. Later batches are dropped: a gap would be worse.
-                        self.broken = True
-                        self._stored.close()
-                        log.exception(
-                            "run event log unavailable; the run's stream is lost",
-                            extra={"fields": {"key": self.key}},
-                        )
+                # Nothing is emitted after close(): a batch taken after it is the last, and
+                # its append closes the log too (one write, not two). If close() came during
+                # the append before it and nothing was queued since, a plain close follows.
+                closed = self._closing
+                await self._append(batch, close=closed)
             self._drained.set()
+            if self._closing:
+                if not closed and not self.broken:
+                    await self._close_log()  # everything was stored already
+                self._stored.close()
+                return
+
+    async def _append(self, batch: list[Entry], *, close: bool) -> None:
+        if self.broken:
+            return
+        try:
+            await self._with_retry(partial(self.event_log.append, self.key, batch, close=close))
+            self._stored.extend(batch)
+        except Exception:
+            # The run goes on and its result is stored in history; only its stream is lost.
+            # Later batches are dropped, and the log is not closed: a gap would be worse.
+            self.broken = True
+            self._stored.close()
+            log.exception(
+                "run event log unavailable; the run's stream is lost",
+                extra={"fields": {"key": self.key}},
+            )
+
+    async def _close_log(self) -> None:
+        try:
+            await self._with_retry(partial(self.event_log.close, self.key))
+        except Exception:
+            log.exception("cannot close the run's event log", extra={"fields": {"key": self.key}})
 
     async def _with_retry(self, write: Callable[[], Awaitable[None]]) -> None:
         """`write()` until it succeeds or the retry budget is spent."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from agentmesh.type.v1 import run_event_pb2
@@ -16,17 +16,21 @@ from shared.settings import Settings
 
 
 class CountingLog:
-    """The backend's event log, counting the append round trips."""
+    """The backend's event log, counting the append round trips and noting every write:
+    ("append", sequence numbers, closes too) or ("close",)."""
 
     def __init__(self, inner: EventLog) -> None:
         self.inner = inner
         self.appends = 0
+        self.writes: list[tuple[object, ...]] = []
 
-    async def append(self, key: str, events: Sequence[Entry]) -> None:
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         self.appends += 1
-        await self.inner.append(key, events)
+        self.writes.append(("append", [seq for seq, _ in events], close))
+        await self.inner.append(key, events, close=close)
 
     async def close(self, key: str) -> None:
+        self.writes.append(("close",))
         await self.inner.close(key)
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
@@ -157,15 +161,21 @@ async def test_a_local_follower_gets_exactly_what_the_log_stored(settings: Setti
 class FailingLog(CountingLog):
     """Stores the first append, then fails every write."""
 
-    async def append(self, key: str, events: Sequence[Entry]) -> None:
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         self.appends += 1
+        self.writes.append(("append", [seq for seq, _ in events], close))
         if self.appends > 1:
             raise ConnectionError("event log down")
-        await self.inner.append(key, events)
+        await self.inner.append(key, events, close=close)
+
+    async def close(self, key: str) -> None:
+        self.writes.append(("close",))
+        raise ConnectionError("event log down")
 
 
+@pytest.mark.parametrize("breaks", ["before the close", "on the closing append"])
 async def test_a_local_follower_of_a_broken_log_gets_what_was_stored_then_an_error(
-    settings: Settings,
+    settings: Settings, breaks: str
 ) -> None:
     log = FailingLog(open_event_log(settings.event_log_url, 60))
     key = f"alice/{uuid.uuid4().hex}"
@@ -175,13 +185,18 @@ async def test_a_local_follower_of_a_broken_log_gets_what_was_stored_then_an_err
         writer.emit(convert.run_started())
         await writer.flush()
         writer.emit(delta(1))
+        if breaks == "before the close":
+            await writer.flush()
         await writer.close()
         with pytest.raises(LogUnavailable):
             async for batch in writer.follow_batches(0):
                 got.extend(seq for seq, _ in batch)
+        entries, closed = await log.read(key, 0)
     finally:
         await log.aclose()
     assert got == [1]  # never an event the log does not hold
+    assert [seq for seq, _ in entries] == [1] and not closed
+    assert ("close",) not in log.writes  # a log with a gap is not marked complete
 
 
 async def test_a_live_log_is_kept_a_day_and_a_closed_one_for_its_retention(
@@ -214,3 +229,133 @@ async def test_a_lost_log_is_not_recreated_by_a_single_event(settings: Settings)
         assert not await log.exists("alice/never")
     finally:
         await log.aclose()
+
+
+def finished() -> run_event_pb2.RunEvent:
+    return convert.run_finished(run_event_pb2.RUN_OUTCOME_SUCCESS)
+
+
+async def local_entries(writer: RunEventWriter) -> list[Entry]:
+    return [entry async for batch in writer.follow_batches(0) for entry in batch]
+
+
+async def all_entries(entries: AsyncIterator[Entry]) -> list[Entry]:
+    return [entry async for entry in entries]
+
+
+async def test_a_run_ends_with_one_write_when_its_last_event_is_all_that_is_queued(
+    settings: Settings,
+) -> None:
+    log = CountingLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(convert.run_started())
+        writer.emit(delta(1))
+        await writer.flush()
+        local = asyncio.create_task(local_entries(writer))
+        remote = asyncio.create_task(all_entries(log.follow(key, 0)))
+        log.writes.clear()
+        writer.emit(finished())
+        await writer.close()  # right after the emit: the flusher has not run yet
+        stored, closed = await log.read(key, 0)
+        seen_locally = await asyncio.wait_for(local, 5)
+        seen_remotely = await asyncio.wait_for(remote, 5)
+    finally:
+        await log.aclose()
+    assert log.writes == [("append", [3], True)]
+    assert closed and [seq for seq, _ in stored] == [1, 2, 3]
+    assert seen_locally == seen_remotely == stored
+
+
+class GatedLog(CountingLog):
+    """Holds its first append in flight until `release` is set."""
+
+    def __init__(self, inner: EventLog) -> None:
+        super().__init__(inner)
+        self.in_flight = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
+        if not self.in_flight.is_set():
+            self.in_flight.set()
+            await self.release.wait()
+        await super().append(key, events, close=close)
+
+
+async def test_a_close_during_an_append_sends_what_was_queued_since_with_the_close(
+    settings: Settings,
+) -> None:
+    log = GatedLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(convert.run_started())
+        local = asyncio.create_task(local_entries(writer))
+        await log.in_flight.wait()
+        writer.emit(finished())
+        closing = asyncio.create_task(writer.close())
+        # The event loop runs ready tasks in the order they became ready: close() starts
+        # before the held append goes on.
+        log.release.set()
+        await closing
+        stored, closed = await log.read(key, 0)
+        seen_locally = await asyncio.wait_for(local, 5)
+    finally:
+        await log.aclose()
+    assert log.writes == [("append", [1], False), ("append", [2], True)]
+    assert closed and [seq for seq, _ in stored] == [1, 2] and seen_locally == stored
+
+
+async def test_a_close_during_the_last_append_closes_the_log_after_it(settings: Settings) -> None:
+    log = GatedLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(finished())
+        local = asyncio.create_task(local_entries(writer))
+        await log.in_flight.wait()
+        closing = asyncio.create_task(writer.close())
+        log.release.set()
+        await closing
+        stored, closed = await log.read(key, 0)
+        seen_locally = await asyncio.wait_for(local, 5)
+    finally:
+        await log.aclose()
+    assert log.writes == [("append", [1], False), ("close",)]
+    assert closed and [seq for seq, _ in stored] == [1] and seen_locally == stored
+
+
+class LostReplyLog(CountingLog):
+    """Does the first closing append, then fails as if its reply was lost."""
+
+    lost = False
+
+    async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
+        await super().append(key, events, close=close)
+        if close and not self.lost:
+            self.lost = True
+            raise ConnectionError("the reply was lost")
+
+
+async def test_a_closing_append_retried_after_its_reply_was_lost_ends_the_run_normally(
+    settings: Settings,
+) -> None:
+    log = LostReplyLog(open_event_log(settings.event_log_url, 60, settings.event_log_prefix))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        writer.emit(convert.run_started())
+        await writer.flush()
+        writer.emit(delta(1))
+        writer.emit(finished())
+        await writer.close()
+        seen_locally = await local_entries(writer)  # no LogUnavailable
+        stored, closed = await log.read(key, 0)
+        if isinstance(log.inner, RedisEventLog):
+            raw = await log.inner.redis.xrange(settings.event_log_prefix + key)
+            assert sum(1 for _, fields in raw if b"e" not in fields) == 1  # one end marker
+    finally:
+        await log.aclose()
+    assert log.writes == [("append", [1], False)] + [("append", [2, 3], True)] * 2
+    assert closed and [seq for seq, _ in stored] == [1, 2, 3] and seen_locally == stored
