@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -33,10 +33,11 @@ class LogLost(Exception):
 
 class EventLog(Protocol):
     async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
-        """Store events of a run; their sequence numbers must follow the stored ones, or
-        repeat stored ones unchanged (a write retried after its reply was lost), which are
-        kept once. LogLost when they do not start at 1 and the log does not exist; nothing is
-        written then. With `close`, the same write also does what `close` does."""
+        """Store events of a run, all or none; their sequence numbers must follow the stored
+        ones, or repeat stored ones unchanged (a write retried after its reply was lost),
+        which are kept once; a closed log takes no new event. LogLost when they do not start
+        at 1 and the log does not exist. With `close`, the same write also does what `close`
+        does."""
 
     async def close(self, key: str) -> None:
         """Mark the run's log complete; it is kept for the retention period. Closing a log
@@ -140,7 +141,9 @@ class InMemoryEventLog:
     async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         log = self._runs.get(key)
         if log is None:
-            if events and events[0][0] != 1:
+            if not events:
+                return  # closing a log that does not exist does nothing
+            if events[0][0] != 1:
                 raise LogLost(key)
             self._evict()
             log = self._runs[key] = _RunLog(size=_LOG_OVERHEAD)
@@ -153,6 +156,8 @@ class InMemoryEventLog:
                 break
             repeated += 1
         events = events[repeated:]
+        if events and log.feed.closed:
+            raise ValueError(f"event log {key}: the log is closed")
         last = entries[-1][0] if entries else 0
         for seq, _ in events:
             if seq != last + 1:
@@ -200,14 +205,69 @@ class InMemoryEventLog:
         self._runs.clear()
 
 
-# The field of the entry that ends a run's stream: readers stop at it, whatever its id.
+# The field of the entry that ends a run's stream: readers stop at it.
 _END = b"end"
+
+# One run's write, atomic (a script runs alone): KEYS[1] the stream; ARGV the TTL of a new
+# stream, the retention, "1" to close the log, then (sequence, event) pairs in order.
+# Events whose sequence numbers are stored already must be those very events (a write resent
+# after its reply was lost): they are skipped; the others must follow the last stored one.
+# Returns 1, or 0 when the log does not exist and the events do not start it (it was lost):
+# then nothing is written. Anything else refuses the whole write and writes nothing.
+_APPEND = """
+local k = KEYS[1]
+local close = ARGV[3] == '1'
+local top = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)
+local last = 0
+local closed = false
+if #top == 0 then
+  if #ARGV == 3 or ARGV[4] ~= '1' then return 0 end
+else
+  local fields = top[1][2]
+  if fields[1] == 'end' then
+    closed = true
+    local prev = redis.call('XREVRANGE', k, '(' .. top[1][1], '-', 'COUNT', 1)
+    if #prev > 0 then last = tonumber(string.match(prev[1][1], '^(%d+)-')) end
+  else
+    last = tonumber(string.match(top[1][1], '^(%d+)-'))
+  end
+end
+local fresh = {}
+for i = 4, #ARGV, 2 do
+  local seq = tonumber(ARGV[i])
+  if seq <= last then
+    local stored = redis.call('XRANGE', k, seq .. '-0', seq .. '-0')
+    if #stored == 0 or stored[1][2][2] ~= ARGV[i + 1] then
+      return redis.error_reply('CONFLICT sequence ' .. seq .. ' holds another event')
+    end
+  elseif seq == last + #fresh / 2 + 1 then
+    fresh[#fresh + 1] = ARGV[i]
+    fresh[#fresh + 1] = ARGV[i + 1]
+  else
+    return redis.error_reply('GAP sequence ' .. seq .. ' does not follow ' .. last)
+  end
+end
+if closed then
+  if #fresh > 0 then return redis.error_reply('CLOSED the log is closed') end
+  return 1
+end
+for i = 1, #fresh, 2 do
+  redis.call('XADD', k, fresh[i] .. '-0', 'e', fresh[i + 1])
+end
+if close then
+  redis.call('XADD', k, '*', 'end', '1')
+  redis.call('EXPIRE', k, ARGV[2])
+elseif #top == 0 then
+  redis.call('EXPIRE', k, ARGV[1])
+end
+return 1
+"""
 
 
 class RedisEventLog:
     """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1.
-    The end marker's id is "<last seq>-1" when the last append closes the stream, and the
-    time when `close` does."""
+    The end marker's id is the time, above every event's: once a log is closed no event can
+    be added to it (a replica that comes back after the sweeper ended its run's log)."""
 
     def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
         # A pooled connection that Redis closed (a restart, a failover) is dropped and the
@@ -219,68 +279,43 @@ class RedisEventLog:
         )
         self.retention_seconds = retention_seconds
         self.prefix = prefix
+        self._append = self.redis.register_script(_APPEND)
 
     def _key(self, key: str) -> str:
         return self.prefix + key
 
     async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
-        if not events:
-            if close:
-                await self.close(key)
+        if not events and not close:
             return
         k = self._key(key)
-        # Only the first event creates the stream: a later one finding no stream means the
-        # log was lost (a Redis restart), and a log with a gap would give a resuming reader
-        # a wrong stream. The stream's first write also gives it its TTL: live runs keep
-        # their log at least a day even if the orchestrator dies (close sets the retention).
-        creates = events[0][0] == 1
-        if len(events) == 1 and not creates and not close:
-            # One command is atomic by itself: no MULTI/EXEC around it (the hot path: a
-            # streamed token while the log keeps up).
+        if len(events) == 1 and events[0][0] != 1 and not close:
+            # The hot path (a streamed token while the log keeps up): one XADD, atomic by
+            # itself. Only the first event creates the stream: a later one finding none
+            # means the log was lost (a Redis restart); a log with a gap would give a
+            # resuming reader a wrong stream.
             seq, data = events[0]
             try:
                 added = await self.redis.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=True)
-            except ResponseError as error:
-                await self._check_repeated(key, events, error)
+            except ResponseError:
+                # Not above the last id: a resent write is fine, anything else is refused.
+                await self._write(k, key, events, close=False)
                 return
             if added is None:
                 raise LogLost(key)
             return
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for seq, data in events:
-                pipe.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=seq != 1)
-            if close:
-                # The end marker's id is the one right after the last event's, not the
-                # time (as `close` gives it): a repeated write then adds no second marker.
-                pipe.xadd(k, {_END: b"1"}, id=f"{events[-1][0]}-1", nomkstream=True)
-                pipe.expire(k, self.retention_seconds)
-            elif creates:
-                pipe.expire(k, max(self.retention_seconds, 86_400))
-            # A failed command does not undo the others in MULTI/EXEC: look at each reply.
-            results = await pipe.execute(raise_on_error=False)
-        if any(r is None for r in results[: len(events)]):
-            raise LogLost(key)
-        errors = [r for r in results if isinstance(r, ResponseError)]
-        if errors:
-            await self._check_repeated(key, events, errors[0])
+        await self._write(k, key, events, close=close)
 
-    async def _check_repeated(
-        self, key: str, events: Sequence[Entry], error: ResponseError
-    ) -> None:
-        """Redis refused ids not above the stream's last one: fine when the log holds these
-        very events (redis-py, or the writer, resent a write whose reply was lost), else
-        `error`."""
-        first, last = events[0][0], events[-1][0]
-        raw = await self.redis.xrange(self._key(key), min=f"{first}-0", max=f"{last}-0")
-        if self._decode(raw)[0] != list(events):
-            raise error
+    async def _write(self, k: str, key: str, events: Sequence[Entry], *, close: bool) -> None:
+        # A new stream lives at least a day (a live run's log, if its orchestrator dies);
+        # closing sets the retention.
+        args: list[Any] = [max(self.retention_seconds, 86_400), self.retention_seconds, int(close)]
+        for seq, data in events:
+            args += (seq, data)
+        if not await self._append(keys=[k], args=args) and events:
+            raise LogLost(key)
 
     async def close(self, key: str) -> None:
-        k = self._key(key)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(k, {_END: b"1"}, id="*", nomkstream=True)
-            pipe.expire(k, self.retention_seconds)
-            await pipe.execute()
+        await self._write(self._key(key), key, [], close=True)
 
     @staticmethod
     def _decode(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[list[Entry], bool]:

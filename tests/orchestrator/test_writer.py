@@ -206,7 +206,7 @@ async def test_a_live_log_is_kept_a_day_and_a_closed_one_for_its_retention(
     key = f"alice/{uuid.uuid4().hex}"
     try:
         await log.append(key, [(1, b"a")])
-        await log.append(key, [(2, b"b")])  # a single event: no MULTI, no EXPIRE
+        await log.append(key, [(2, b"b")])  # a single event: one XADD, no EXPIRE
         await log.append(key, [(3, b"c"), (4, b"d")])
         if isinstance(log, RedisEventLog):
             redis_key = settings.event_log_prefix + key

@@ -22,22 +22,25 @@ EVENTS: list[Entry] = [(seq, f"event {seq}".encode()) for seq in range(1, 7)]
 class Wire:
     """What a RedisEventLog's connections send to Redis: each send is one round trip (the
     log waits for its replies before the next). It can also lose the reply of the next
-    MULTI/EXEC once Redis has done it, as a dropped connection does."""
+    write of several events (one script call) once Redis has done it, as a dropped
+    connection does."""
 
     def __init__(self, log: RedisEventLog) -> None:
         self.round_trips = 0
-        self.lose_next_exec_reply = False
+        self.lose_next_write_reply = False
         wire = self
 
         class WatchedConnection(Connection):
             async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
                 wire.round_trips += 1
+                packed = command if isinstance(command, bytes) else b"".join(command)
+                self.sent_write = b"EVALSHA" in packed
                 await super().send_packed_command(command, check_health)
 
             async def read_response(self, *args: Any, **kwargs: Any) -> Any:
                 response = await super().read_response(*args, **kwargs)
-                if wire.lose_next_exec_reply and isinstance(response, list):
-                    wire.lose_next_exec_reply = False
+                if wire.lose_next_write_reply and getattr(self, "sent_write", False):
+                    wire.lose_next_write_reply = False
                     raise RedisConnectionError("the reply was lost")
                 return response
 
@@ -130,10 +133,10 @@ async def test_a_closing_append_repeated_after_its_reply_was_lost_stores_once_an
     wire = Wire(log) if isinstance(log, RedisEventLog) else None
     await log.append(key, EVENTS[:2])
     if wire is not None:
-        # Redis did the write, but its reply was lost: redis-py resends the MULTI/EXEC.
-        wire.lose_next_exec_reply = True
+        # Redis did the write, but its reply was lost: redis-py resends it.
+        wire.lose_next_write_reply = True
         await log.append(key, EVENTS[2:], close=True)
-        assert not wire.lose_next_exec_reply
+        assert not wire.lose_next_write_reply
     await log.append(key, EVENTS[2:], close=True)  # as the writer's retry does
     assert await log.read(key, 0) == (EVENTS, True)
     assert [entry async for entry in log.follow(key, 0)] == EVENTS
@@ -157,5 +160,24 @@ async def test_an_append_of_other_events_under_stored_numbers_is_refused(log: Ev
     await log.append(key, EVENTS[:3])
     with pytest.raises((ValueError, ResponseError)):
         await log.append(key, [(3, b"another event 3"), (4, b"event 4")], close=True)
-    entries, _ = await log.read(key, 0)
-    assert entries[:3] == EVENTS[:3]
+    assert await log.read(key, 0) == (EVENTS[:3], False)  # nothing of the refused write
+
+
+async def test_a_closed_log_takes_no_new_event_and_ends_once(log: EventLog) -> None:
+    key = new_key()
+    await log.append(key, EVENTS[:3], close=True)
+    with pytest.raises((ValueError, ResponseError)):
+        await log.append(key, EVENTS[3:4])  # a replica back after the sweeper ended its run
+    with pytest.raises((ValueError, ResponseError)):
+        await log.append(key, EVENTS[3:])
+    await log.close(key)  # closing again changes nothing
+    assert await log.read(key, 0) == (EVENTS[:3], True)
+    if isinstance(log, RedisEventLog):
+        assert await end_markers(log, key) == 1
+
+
+async def test_closing_a_log_that_does_not_exist_creates_none(log: EventLog) -> None:
+    key = new_key()
+    await log.close(key)
+    await log.append(key, [], close=True)
+    assert not await log.exists(key)
