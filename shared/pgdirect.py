@@ -21,27 +21,40 @@ from collections import namedtuple
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import asyncpg
 from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.compiler import SQLCompiler
 
+if TYPE_CHECKING:
+    # Imported where used: the embedded (SQLite) services never load the driver, which
+    # keeps their resident memory down.
+    import asyncpg
+
 S = TypeVar("S")
 
 # Statements compiled once, by id (kept alive here: module-level statements live anyway).
 _REUSED: dict[int, Any] = {}
-# A broken connection, as opposed to an error PostgreSQL reported on a working one (a
-# terminated backend can first show as a client error of the protocol's state).
-_DISCONNECTS = (
-    OSError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-)
+
+
+def _broke(err: Exception, raw: asyncpg.Connection) -> bool:
+    """Whether the connection is broken, as opposed to an error PostgreSQL reported on a
+    working one (a terminated backend can first show as a client error of the protocol's
+    state)."""
+    import asyncpg
+
+    return raw.is_closed() or isinstance(
+        err,
+        (
+            OSError,
+            asyncpg.InterfaceError,
+            asyncpg.exceptions.InternalClientError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.exceptions.OperatorInterventionError,
+        ),
+    )
 
 
 def reused(stmt: S) -> S:
@@ -139,8 +152,12 @@ class Connection:
                 await self.raw.execute(sql, *args)
                 return Result([])
             records = await self.raw.fetch(sql, *args)
-        except asyncpg.IntegrityConstraintViolationError as err:
-            raise exc.IntegrityError(plan.compiled.string, params, err) from err
+        except Exception as err:
+            import asyncpg
+
+            if isinstance(err, asyncpg.IntegrityConstraintViolationError):
+                raise exc.IntegrityError(plan.compiled.string, params, err) from err
+            raise
         make = plan.row._make
         if not plan.results:
             return Result([make(r) for r in records])
@@ -168,7 +185,9 @@ def _bound(plan: _Plan, params: dict[str, Any]) -> tuple[str, list[Any]]:
         processors = {**plan.processors, **state.processors}
         return state.statement, [
             processors[name](value) if name in processors else value
-            for name, value in zip(state.positiontup or (), state.positional_parameters or ())
+            for name, value in zip(
+                state.positiontup or (), state.positional_parameters or (), strict=True
+            )
         ]
     values = compiled.construct_params(params)
     processors = plan.processors
@@ -204,6 +223,6 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
             else:
                 yield Connection(sa, raw)
         except Exception as err:
-            if isinstance(err, _DISCONNECTS) or raw.is_closed():
+            if _broke(err, raw):
                 await sa.invalidate()
             raise

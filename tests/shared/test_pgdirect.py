@@ -70,11 +70,15 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     await drop_schemas(prefix)
 
 
-async def test_reused_statements_bind_and_read_values_as_sqlalchemy_does(engine: AsyncEngine) -> None:
+async def test_reused_statements_bind_and_read_values_as_sqlalchemy_does(
+    engine: AsyncEngine,
+) -> None:
     east = timezone(timedelta(hours=8))
     async with pgdirect.unit(engine, transaction=True) as conn:
         await conn.execute(INSERT, [row("a", "1", at=datetime(2026, 1, 2, 11, 4, 5, tzinfo=east))])
-        await conn.execute(INSERT, [row("a", "2", doc={"x": None}, flag=False), row("a", "3"), row("b", "1")])
+        await conn.execute(
+            INSERT, [row("a", "2", doc={"x": None}, flag=False), row("a", "3"), row("b", "1")]
+        )
     async with pgdirect.unit(engine, transaction=False) as conn:
         one = (await conn.execute(BY_IDS, {"o": "a", "ids": ["1"]})).one()
         three = (await conn.execute(BY_IDS, {"o": "a", "ids": ["3", "1", "2", "9"]})).all()
@@ -131,7 +135,8 @@ async def test_a_duplicate_key_is_sqlalchemys_integrity_error_and_stores_nothing
             await conn.execute(INSERT, [row("a", "2")])
             await conn.execute(INSERT, [row("a", "1")])
     async with pgdirect.unit(engine, transaction=False) as conn:
-        assert [r.id for r in (await conn.execute(BY_IDS, {"o": "a", "ids": ["1", "2"]})).all()] == ["1"]
+        rows = (await conn.execute(BY_IDS, {"o": "a", "ids": ["1", "2"]})).all()
+    assert [r.id for r in rows] == ["1"]
 
 
 async def test_a_connection_that_broke_is_dropped_from_the_pool(engine: AsyncEngine) -> None:
