@@ -2,7 +2,8 @@
 
     python -m bench [--backends embedded,postgres] [--concurrency 1,8,32,128] [--duration 10]
                     [--repeats 3] [--processes 2] [--long-words 10000] [--memory-runs 20000]
-                    [--history] [--scheduler] [--profile] [--out results]
+                    [--history] [--scheduler] [--profile] [--breakdown]
+                    [--out results]
 
 Each number is the median of --repeats runs, with min and max. Writes results/bench-<time>.json,
 results/latest.md (the table for the README) and results/latest.png (latency percentiles and
@@ -146,7 +147,50 @@ def floor_median(repeats: int) -> dict[str, Any]:
         "grpc_stream_msgs_per_s": median_of_runs([s["grpc"]["stream_msgs_per_s"] for s in samples]),
         "sse_first_event_p50_ms": median_of_runs([s["sse"]["first_event"]["p50_ms"] for s in samples]),
         "sse_events_per_s": median_of_runs([s["sse"]["events_per_s"] for s in samples]),
+        # CPU (client + server process) of each, and the run lower bound it implies.
+        **{
+            f"{kind}_{key}": median_of_runs([s[kind][key] for s in samples])
+            for kind, key in (
+                ("grpc", "unary_cpu_ms_per_call"),
+                ("grpc", "unary_cpu_ms_per_call_c32"),
+                ("grpc", "stream_cpu_ms_per_msg"),
+                ("sse", "cpu_ms_per_request"),
+                ("sse", "cpu_ms_per_request_c32"),
+                ("sse", "cpu_ms_per_event"),
+            )
+        },
+        "run_cpu_ms_lower_bound": median_of_runs(
+            [s["run_lower_bound"]["cpu_ms_per_run"] for s in samples]
+        ),
+        "runs_per_s_ceiling": median_of_runs(
+            [s["run_lower_bound"]["runs_per_s_ceiling"] for s in samples]
+        ),
     }
+
+
+def floor_cpu_lines(fl: dict[str, Any], cores: int) -> list[str]:
+    """The floor's CPU costs and the ceiling of runs/s they alone set (absent from results
+    written before the floor measured CPU)."""
+    if "run_cpu_ms_lower_bound" not in fl:
+        return []
+    return [
+        "",
+        f"Floor CPU (client + server process): bare gRPC unary "
+        f"{fl['grpc_unary_cpu_ms_per_call']['median']} ms per call "
+        f"({fl['grpc_unary_cpu_ms_per_call_c32']['median']} at c=32), server stream "
+        f"{fl['grpc_stream_cpu_ms_per_msg']['median']} ms per message; bare SSE "
+        f"{fl['sse_cpu_ms_per_request']['median']} ms per 1-event request "
+        f"({fl['sse_cpu_ms_per_request_c32']['median']} at c=32), "
+        f"{fl['sse_cpu_ms_per_event']['median']} ms per event of a long stream.",
+        "",
+        f"Lower bound of CPU per chat run, from the floor alone (no database, no event log, no "
+        f"application code): a run makes at least {floor.RPCS_PER_RUN} gRPC calls (StartRun "
+        f"stream, BeginRun, Route, Execute stream, FinishRun; a stream counted as one call, "
+        f"its messages not at all) and {floor.SSE_REQUESTS_PER_RUN} HTTP SSE request, so at "
+        f"the floor's CPU per call (the cheaper of c=1 and c=32) at least "
+        f"{fl['run_cpu_ms_lower_bound']['median']} ms per run, and this machine's {cores} "
+        f"cores cannot serve more than {fl['runs_per_s_ceiling']['median']} runs/s.",
+    ]
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -159,6 +203,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"Floor: bare gRPC unary round trip p50 {fl['grpc_unary_rtt_p50_ms']['median']} ms, "
         f"{fl['grpc_unary_rps_c32']['median']} calls/s at c=32, server stream {fl['grpc_stream_msgs_per_s']['median']} msgs/s; "
         f"bare SSE {fl['sse_events_per_s']['median']} events/s, first event p50 {fl['sse_first_event_p50_ms']['median']} ms.",
+        *floor_cpu_lines(fl, results["machine"]["cpus"]),
         "",
         "| backend | concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | per-run cost in bare gRPC round trips | errors |",
         "|---|---|---|---|---|---|---|",
@@ -227,6 +272,12 @@ def main() -> None:
     parser.add_argument("--history", action="store_true", help="also the 1,000,000-message history benchmark")
     parser.add_argument("--scheduler", action="store_true", help="also the 100,000-job scheduler benchmark")
     parser.add_argument("--profile", action="store_true", help="py-spy profile of the orchestrator under load")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also where a run's time goes on PostgreSQL + Redis: CPU per run by service at "
+        "c=32 (bench.cpu) and the c=1 timeline of every RPC from the suite's traces (bench.spans)",
+    )
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -247,6 +298,12 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "bench.history", "--messages", "1000000", "--threads", "10000"], cwd=ROOT, env=env, check=False)
     if args.scheduler:
         subprocess.run([sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"], cwd=ROOT, env=env, check=False)
+    if args.breakdown:
+        for module, backend in (("bench.cpu", "--backends"), ("bench.spans", "--backend")):
+            subprocess.run(
+                [sys.executable, "-m", module, backend, "postgres", "--out", str(out_dir)],
+                cwd=ROOT, env=env, check=False,
+            )
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     (out_dir / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2))

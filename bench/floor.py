@@ -1,5 +1,7 @@
 """The machine's own floor: a bare grpc.aio unary echo and server-stream echo between two
-processes, and a bare HTTP SSE echo, so the suite's numbers can be read as ratios.
+processes, and a bare HTTP SSE echo, so the suite's numbers can be read as ratios. Each is
+measured as latency or rate and as CPU (client + server process) per call, message, request
+or event; from the CPU comes a lower bound of a chat run's CPU and so a ceiling of runs/s.
 
     python -m bench.floor            # prints JSON
 """
@@ -13,15 +15,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import grpc
-import httpx
 
+from bench.cpu import cpu_seconds
 from bench.stats import summary_ms
+from bench.suite import http_client
 from services.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 _SERVICE = "bench.Echo"
+# A chat run with the router on makes five gRPC calls (StartRun stream, BeginRun, Route,
+# Execute stream, FinishRun) and serves one HTTP SSE request.
+RPCS_PER_RUN = 5
+SSE_REQUESTS_PER_RUN = 1
 
 
 async def _serve_grpc(port: int) -> None:
@@ -80,17 +89,30 @@ async def _wait_grpc(ch: grpc.aio.Channel) -> None:
     await asyncio.wait_for(ch.channel_ready(), timeout=20)
 
 
-async def measure_grpc(port: int, calls: int = 2000, stream_len: int = 10_000) -> dict[str, object]:
+def _cpu_now(server_pid: int) -> float:
+    """CPU seconds so far of this process (the client, all its threads) and the echo server."""
+    return time.process_time() + cpu_seconds(server_pid)
+
+
+def _cpu_ms_per(cpu_before: float, server_pid: int, count: int) -> float:
+    return round((_cpu_now(server_pid) - cpu_before) / max(count, 1) * 1000, 4)
+
+
+async def measure_grpc(
+    port: int, server_pid: int, calls: int = 2000, stream_len: int = 10_000
+) -> dict[str, Any]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         await _wait_grpc(ch)
         unary = ch.unary_unary(f"/{_SERVICE}/Unary")
         for _ in range(200):
             await unary(b"warm")
         durations = []
+        cpu = _cpu_now(server_pid)
         for _ in range(calls):
             t0 = time.perf_counter()
             await unary(b"ping")
             durations.append(time.perf_counter() - t0)
+        unary_cpu = _cpu_ms_per(cpu, server_pid, calls)
         # Throughput at concurrency 32.
         remaining = calls
 
@@ -100,53 +122,118 @@ async def measure_grpc(port: int, calls: int = 2000, stream_len: int = 10_000) -
                 remaining -= 1
                 await unary(b"ping")
 
+        cpu = _cpu_now(server_pid)
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(32)))
         unary_rps = calls / (time.perf_counter() - started)
+        unary_cpu_c32 = _cpu_ms_per(cpu, server_pid, calls)
         stream = ch.unary_stream(f"/{_SERVICE}/Stream")
+        cpu = _cpu_now(server_pid)
         started = time.perf_counter()
         received = 0
         async for _ in stream(str(stream_len).encode()):
             received += 1
         stream_rate = received / (time.perf_counter() - started)
+        stream_cpu = _cpu_ms_per(cpu, server_pid, received)
     return {
         "unary_rtt": summary_ms(durations),
         "unary_rps_c32": round(unary_rps, 1),
         "stream_msgs_per_s": round(stream_rate, 1),
+        "unary_cpu_ms_per_call": unary_cpu,
+        "unary_cpu_ms_per_call_c32": unary_cpu_c32,
+        "stream_cpu_ms_per_msg": stream_cpu,
     }
 
 
-async def measure_sse(port: int, events: int = 10_000, requests: int = 300) -> dict[str, object]:
+async def _one_event(client: aiohttp.ClientSession, url: str) -> float:
+    """Seconds to the first chunk of a 1-event stream, read to its end (as bench.suite.one_run
+    reads a run) so that the connection goes back to the pool."""
+    started = time.perf_counter()
+    first = 0.0
+    async with client.get(url, params={"n": "1"}) as resp:
+        async for _ in resp.content.iter_any():
+            if not first:
+                first = time.perf_counter() - started
+    return first
+
+
+async def measure_sse(
+    port: int, server_pid: int, events: int = 10_000, requests: int = 1000
+) -> dict[str, Any]:
+    """With the suite's own SSE client (bench.suite.http_client), counting events per chunk as
+    bench.suite.one_run does."""
     url = f"http://127.0.0.1:{port}/events"
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with http_client(32, timeout=30) as client:
         for _ in range(50):
             try:
-                await client.get(url, params={"n": "1"})
+                async with client.get(url, params={"n": "1"}) as resp:
+                    await resp.read()
                 break
-            except httpx.ConnectError:
+            except aiohttp.ClientConnectionError:
                 await asyncio.sleep(0.2)
-        firsts = []
-        for _ in range(requests):
-            t0 = time.perf_counter()
-            async with client.stream("GET", url, params={"n": "1"}) as resp:
-                async for _ in resp.aiter_bytes():
-                    firsts.append(time.perf_counter() - t0)
-                    break
+        cpu = _cpu_now(server_pid)
+        firsts = [await _one_event(client, url) for _ in range(requests)]
+        request_cpu = _cpu_ms_per(cpu, server_pid, requests)
+        # Throughput at concurrency 32, as for the gRPC echo.
+        remaining = requests
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await _one_event(client, url)
+
+        cpu = _cpu_now(server_pid)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(32)))
+        requests_per_s = requests / (time.perf_counter() - started)
+        request_cpu_c32 = _cpu_ms_per(cpu, server_pid, requests)
+        cpu = _cpu_now(server_pid)
         started = time.perf_counter()
         count = 0
-        async with client.stream("GET", url, params={"n": str(events)}) as resp:
-            async for line in resp.aiter_lines():
-                if line.startswith("data: "):
-                    count += 1
+        async with client.get(url, params={"n": str(events)}) as resp:
+            async for chunk in resp.content.iter_any():
+                count += chunk.count(b"\n\n")
         rate = count / (time.perf_counter() - started)
-    return {"first_event": summary_ms(firsts), "events_per_s": round(rate, 1)}
+        event_cpu = _cpu_ms_per(cpu, server_pid, count)
+    return {
+        "first_event": summary_ms(firsts),
+        "events_per_s": round(rate, 1),
+        "requests_per_s_c32": round(requests_per_s, 1),
+        "cpu_ms_per_request": request_cpu,
+        "cpu_ms_per_request_c32": request_cpu_c32,
+        "cpu_ms_per_event": event_cpu,
+    }
 
 
-async def measure() -> dict[str, object]:
+def run_lower_bound(unary_cpu_ms: float, sse_request_cpu_ms: float) -> dict[str, float]:
+    """The least CPU a chat run can take on this machine, from the floor alone (its gRPC calls
+    and its SSE request; no database, no event log, no application code), and so the most
+    runs/s the machine's cores could serve."""
+    cpu_ms = RPCS_PER_RUN * unary_cpu_ms + SSE_REQUESTS_PER_RUN * sse_request_cpu_ms
+    cores = os.cpu_count() or 1
+    return {
+        "cpu_ms_per_run": round(cpu_ms, 3),
+        "cores": cores,
+        "runs_per_s_ceiling": round(cores * 1000 / cpu_ms, 1),
+    }
+
+
+async def measure() -> dict[str, Any]:
     gport, sport = free_port(), free_port()
     procs = [_spawn("serve-grpc", gport), _spawn("serve-sse", sport)]
     try:
-        return {"grpc": await measure_grpc(gport), "sse": await measure_sse(sport)}
+        grpc_floor = await measure_grpc(gport, procs[0].pid)
+        sse_floor = await measure_sse(sport, procs[1].pid)
+        return {
+            "grpc": grpc_floor,
+            "sse": sse_floor,
+            # The cheaper of one-at-a-time and concurrency 32: a bound must not overstate.
+            "run_lower_bound": run_lower_bound(
+                min(grpc_floor["unary_cpu_ms_per_call"], grpc_floor["unary_cpu_ms_per_call_c32"]),
+                min(sse_floor["cpu_ms_per_request"], sse_floor["cpu_ms_per_request_c32"]),
+            ),
+        }
     finally:
         for p in procs:
             p.terminate()

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from bench.stats import summary_ms
 from services.gateway.auth import issue_token
@@ -51,7 +51,21 @@ def token(owner: str) -> str:
     return issue_token(Settings(jwt_secret=SECRET), owner, ttl_seconds=86_400)
 
 
-async def one_run(client: httpx.AsyncClient, url: str, auth: str, text: str) -> tuple[float, float, int]:
+def http_client(connections: int, timeout: float) -> aiohttp.ClientSession:
+    """The load clients' HTTP client, also the floor's SSE client (bench/floor.py), so the two
+    are measured alike. aiohttp rather than httpx: the clients share the 2 cores with the
+    suite, and aiohttp takes about a quarter of httpx's client CPU per run (bench.cpu, in the
+    load window). `timeout` bounds connecting (including the wait for a pooled connection)
+    and each read, not the whole response."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections),
+        timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
+    )
+
+
+async def one_run(
+    client: aiohttp.ClientSession, url: str, auth: str, text: str
+) -> tuple[float, float, int]:
     """(time to first event, time to RUN_FINISHED, events) of one run, in seconds."""
     thread_id = f"b-{uuid.uuid4().hex[:12]}"
     body = {
@@ -62,11 +76,11 @@ async def one_run(client: httpx.AsyncClient, url: str, auth: str, text: str) -> 
     started = time.perf_counter()
     first = 0.0
     events = 0
-    async with client.stream("POST", url, json=body, headers={"Authorization": auth}) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}")
+    async with client.post(url, json=body, headers={"Authorization": auth}) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.read())[:200]!r}")
         buffer = b""
-        async for chunk in resp.aiter_raw():
+        async for chunk in resp.content.iter_any():
             if not first:
                 first = time.perf_counter() - started
             buffer += chunk
@@ -86,8 +100,7 @@ def _client_process(url: str, concurrency: int, duration: float, text: str, out:
         firsts: list[float] = []
         totals: list[float] = []
         errors: list[str] = []
-        limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        async with http_client(concurrency + 4, timeout=120) as client:
             deadline = time.perf_counter() + duration
 
             async def worker() -> None:
@@ -99,10 +112,17 @@ def _client_process(url: str, concurrency: int, duration: float, text: str, out:
                     except Exception as err:  # the benchmark counts failures, it does not stop
                         errors.append(f"{type(err).__name__}: {err}"[:200])
 
-            began = time.time()
+            began, cpu_began = time.time(), time.process_time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
-            ended = time.time()
-        return {"firsts": firsts, "totals": totals, "errors": errors, "began": began, "ended": ended}
+            ended, cpu = time.time(), time.process_time() - cpu_began
+        return {
+            "firsts": firsts,
+            "totals": totals,
+            "errors": errors,
+            "began": began,
+            "ended": ended,
+            "cpu_s": cpu,
+        }
 
     out.send(uvloop.run(main()))
     out.close()
@@ -136,6 +156,8 @@ def load(suite: Suite, concurrency: int, duration: float, processes: int, text: 
         "runs": len(totals),
         "errors": len(errors),
         "error_samples": errors[:3],
+        # The clients' own CPU over their load windows, without process start and imports.
+        "client_cpu_s": round(sum(r["cpu_s"] for r in results), 3),
         "runs_per_s": round(len(totals) / elapsed, 1),
         "first_event": summary_ms(firsts),
         "run_finished": summary_ms(totals),
@@ -147,7 +169,7 @@ def long_stream(suite: Suite, words: int = 10_000) -> dict[str, Any]:
     text = " ".join(f"w{i}" for i in range(words))
 
     async def main() -> tuple[float, float, int]:
-        async with httpx.AsyncClient(timeout=300) as client:
+        async with http_client(1, timeout=300) as client:
             return await one_run(client, f"{suite.gateway_url}/api/v1/agent/runs", f"Bearer {token('bench-long')}", text)
 
     first, total, events = asyncio.run(main())
