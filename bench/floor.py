@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,24 @@ def _cpu_ms_per(cpu_before: float, server_pid: int, count: int) -> float:
     return round((_cpu_now(server_pid) - cpu_before) / max(count, 1) * 1000, 4)
 
 
+async def _at_c32(
+    call: Callable[[], Awaitable[Any]], count: int, server_pid: int
+) -> tuple[float, float]:
+    """`count` calls, 32 at a time: (calls/s, client + server CPU ms per call)."""
+    remaining = count
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call()
+
+    cpu = _cpu_now(server_pid)
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(32)))
+    return count / (time.perf_counter() - started), _cpu_ms_per(cpu, server_pid, count)
+
+
 async def measure_grpc(
     port: int, server_pid: int, calls: int = 2000, stream_len: int = 10_000
 ) -> dict[str, Any]:
@@ -113,20 +132,7 @@ async def measure_grpc(
             await unary(b"ping")
             durations.append(time.perf_counter() - t0)
         unary_cpu = _cpu_ms_per(cpu, server_pid, calls)
-        # Throughput at concurrency 32.
-        remaining = calls
-
-        async def worker() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                await unary(b"ping")
-
-        cpu = _cpu_now(server_pid)
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(32)))
-        unary_rps = calls / (time.perf_counter() - started)
-        unary_cpu_c32 = _cpu_ms_per(cpu, server_pid, calls)
+        unary_rps, unary_cpu_c32 = await _at_c32(lambda: unary(b"ping"), calls, server_pid)
         stream = ch.unary_stream(f"/{_SERVICE}/Stream")
         cpu = _cpu_now(server_pid)
         started = time.perf_counter()
@@ -174,20 +180,9 @@ async def measure_sse(
         cpu = _cpu_now(server_pid)
         firsts = [await _one_event(client, url) for _ in range(requests)]
         request_cpu = _cpu_ms_per(cpu, server_pid, requests)
-        # Throughput at concurrency 32, as for the gRPC echo.
-        remaining = requests
-
-        async def worker() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                await _one_event(client, url)
-
-        cpu = _cpu_now(server_pid)
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(32)))
-        requests_per_s = requests / (time.perf_counter() - started)
-        request_cpu_c32 = _cpu_ms_per(cpu, server_pid, requests)
+        requests_per_s, request_cpu_c32 = await _at_c32(
+            lambda: _one_event(client, url), requests, server_pid
+        )
         cpu = _cpu_now(server_pid)
         started = time.perf_counter()
         count = 0
