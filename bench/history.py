@@ -348,15 +348,28 @@ async def main() -> None:
         }
         print("service-side:", json.dumps(result["service_side"], indent=1))
 
-        # The statements the servicer sent, for EXPLAIN.
-        last.clear()
-        await direct_history()
-        captured["ListHistory page 50"] = next(x for x in last if "visibility_mask & 1" in x[0])
-        last.clear()
-        await direct_context()
-        captured["LoadContext 200-message thread"] = next(
-            x for x in last if "visibility_mask & 2" in x[0]
-        )
+        # The statements the servicer sent, for EXPLAIN: through SQLAlchemy (the listener
+        # above) or, for the pre-built ones, on asyncpg directly (shared.pgdirect).
+        direct_fetch = asyncpg.connection.Connection.fetch
+
+        async def capturing_fetch(self: Any, query: str, *params: Any, **kw: Any) -> Any:
+            last.append((query, params))
+            return await direct_fetch(self, query, *params, **kw)
+
+        asyncpg.connection.Connection.fetch = capturing_fetch  # type: ignore[method-assign]
+        try:
+            last.clear()
+            await direct_history()
+            captured["ListHistory page 50"] = next(
+                x for x in last if "visibility_mask & 1" in x[0]
+            )
+            last.clear()
+            await direct_context()
+            captured["LoadContext 200-message thread"] = next(
+                x for x in last if "visibility_mask & 2" in x[0]
+            )
+        finally:
+            asyncpg.connection.Connection.fetch = direct_fetch  # type: ignore[method-assign]
 
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_HistoryServiceServicer_to_server(servicer, server)
