@@ -229,12 +229,16 @@ class RunManager:
             "payload"
         ) in ("run_finished", "run_error")
         try:
-            if not ended:
+            if ended:
+                await self.event_log.close(key)
+            else:
                 event = convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE)
                 event.run_id, event.thread_id, event.sequence = record.id, record.thread_id, last + 1
                 event.timestamp_ms = time.time_ns() // 1_000_000
-                await self.event_log.append(key, [(last + 1, event.SerializeToString())])
-            await self.event_log.close(key)
+                # One write: the error and the end (which seals the log against its holder).
+                await self.event_log.append(
+                    key, [(last + 1, event.SerializeToString())], close=True
+                )
         except Exception:
             # The holder came back and wrote first, or the log is unavailable: it is ended
             # by whoever wrote, or readers get UNAVAILABLE and history has the record.
