@@ -31,13 +31,18 @@ class LogLost(Exception):
     its run still writes: appending would start a log with a gap, so nothing is written."""
 
 
+class LogExists(Exception):
+    """A run's first event found the log of another run under its key (a run_id used
+    before, within the retention): nothing is written."""
+
+
 class EventLog(Protocol):
     async def append(self, key: str, events: Sequence[Entry], *, close: bool = False) -> None:
         """Store events of a run, all or none; their sequence numbers must follow the stored
         ones, or repeat stored ones unchanged (a write retried after its reply was lost),
         which are kept once; a closed log takes no new event. LogLost when they do not start
-        at 1 and the log does not exist. With `close`, the same write also does what `close`
-        does."""
+        at 1 and the log does not exist; LogExists when a first event (sequence 1) finds
+        another one stored. With `close`, the same write also does what `close` does."""
 
     async def close(self, key: str) -> None:
         """Mark the run's log complete; it is kept for the retention period. Closing a log
@@ -149,6 +154,8 @@ class InMemoryEventLog:
             log = self._runs[key] = _RunLog(size=_LOG_OVERHEAD)
             self._bytes += _LOG_OVERHEAD
         entries = log.feed.entries
+        if events and events[0][0] == 1 and entries and entries[0] != events[0]:
+            raise LogExists(key)
         # Events repeated unchanged are kept once, as the Redis log does, so the twins agree.
         repeated = 0
         for seq, data in events:
@@ -213,7 +220,8 @@ _END = b"end"
 # Events whose sequence numbers are stored already must be those very events (a write resent
 # after its reply was lost): they are skipped; the others must follow the last stored one.
 # Returns 1, or 0 when the log does not exist and the events do not start it (it was lost):
-# then nothing is written. Anything else refuses the whole write and writes nothing.
+# then nothing is written. Anything else refuses the whole write and writes nothing (EXISTS:
+# a first event finds another run's log).
 _APPEND = """
 local k = KEYS[1]
 local close = ARGV[3] == '1'
@@ -238,6 +246,7 @@ for i = 4, #ARGV, 2 do
   if seq <= last then
     local stored = redis.call('XRANGE', k, seq .. '-0', seq .. '-0')
     if #stored == 0 or stored[1][2][2] ~= ARGV[i + 1] then
+      if seq == 1 then return redis.error_reply('EXISTS the log holds another run') end
       return redis.error_reply('CONFLICT sequence ' .. seq .. ' holds another event')
     end
   elseif seq == last + #fresh / 2 + 1 then
@@ -311,7 +320,13 @@ class RedisEventLog:
         args: list[Any] = [max(self.retention_seconds, 86_400), self.retention_seconds, int(close)]
         for seq, data in events:
             args += (seq, data)
-        if not await self._append(keys=[k], args=args) and events:
+        try:
+            written = await self._append(keys=[k], args=args)
+        except ResponseError as error:
+            if str(error).startswith("EXISTS"):
+                raise LogExists(key) from None
+            raise
+        if not written and events:
             raise LogLost(key)
 
     async def close(self, key: str) -> None:

@@ -39,7 +39,7 @@ from services.orchestrator.writer import RunEventWriter
 from shared import metrics
 from shared.domain import ExecutorKind
 from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal, Unavailable
-from shared.eventlog import EventLog
+from shared.eventlog import EventLog, LogExists
 from shared.logs import run_id_var, thread_id_var
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
@@ -117,20 +117,25 @@ class RunManager:
         self._reserved.add(key)
         begin: history_service_pb2.BeginRunResponse | None = None
         begin_error: BaseException | None = None
+        writer = RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id)
         try:
-            if await self.event_log.exists(key):
-                raise _run_exists()
             if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
+                # History is asked before RUN_STARTED here: a run_id used before must be
+                # refused before it is.
+                if await self.event_log.exists(key):
+                    raise _run_exists()
                 begin, begin_error = await self._begin(plan)
+            # Storing RUN_STARTED creates the run's log and finds the log of an earlier run
+            # with this run_id: one write for both.
+            await writer.open(convert.run_started())
+        except BaseException as exc:
+            writer.abandon()
+            if isinstance(exc, LogExists):
+                raise _run_exists() from None
+            raise
         finally:
             self._reserved.discard(key)
-        run = ActiveRun(
-            plan,
-            key,
-            RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id),
-            begin=begin,
-            begin_error=begin_error,
-        )
+        run = ActiveRun(plan, key, writer, begin=begin, begin_error=begin_error)
         self._active[key] = run
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
@@ -306,8 +311,7 @@ class RunManager:
                 thread_id_var.reset(thread_token)
 
     async def _pipeline(self, run: ActiveRun) -> None:
-        plan = run.plan
-        await self._emit(run, convert.run_started())
+        plan = run.plan  # RUN_STARTED is stored already (start)
         if run.begin is None and run.begin_error is None:
             run.begin, run.begin_error = await self._begin(plan)
         if run.begin_error is not None or run.begin is None:

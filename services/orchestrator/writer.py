@@ -65,17 +65,34 @@ class RunEventWriter:
     def last_sequence(self) -> int:
         return self._sequence.last
 
-    def emit(self, event: run_event_pb2.RunEvent) -> int:
-        """Number `event`, stamp it, queue it for the log; returns its sequence number."""
+    def _entry(self, event: run_event_pb2.RunEvent) -> Entry:
+        """Number `event` and stamp it: its log entry."""
         event.run_id = self.run_id
         event.thread_id = self.thread_id
         event.sequence = self._sequence.next()
         event.timestamp_ms = time.time_ns() // 1_000_000
         metrics.event_emitted(event)
-        self._queued.append((event.sequence, event.SerializeToString()))
+        return event.sequence, event.SerializeToString()
+
+    async def open(self, first: run_event_pb2.RunEvent) -> None:
+        """Store the run's first event, which creates its log, before anything else is
+        emitted; LogExists when a log is under the key already (the run_id was used)."""
+        entry = self._entry(first)
+        await self.event_log.append(self.key, [entry])
+        self._stored.extend([entry])
+
+    def abandon(self) -> None:
+        """Drop a writer whose open() failed: nothing of it reaches the log."""
+        self._flusher.cancel()
+        self._stored.close()
+
+    def emit(self, event: run_event_pb2.RunEvent) -> int:
+        """Number `event`, stamp it, queue it for the log; returns its sequence number."""
+        entry = self._entry(event)
+        self._queued.append(entry)
         self._drained.clear()
         self._wake.set()
-        return event.sequence
+        return entry[0]
 
     async def pace(self) -> None:
         """Wait for the log when too much is queued, so a slow log slows the run down

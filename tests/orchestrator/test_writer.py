@@ -11,7 +11,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert
 from services.orchestrator.writer import LogUnavailable, RunEventWriter
-from shared.eventlog import Entry, EventLog, LogLost, RedisEventLog, open_event_log
+from shared.eventlog import Entry, EventLog, LogExists, LogLost, RedisEventLog, open_event_log
 from shared.settings import Settings
 
 
@@ -359,3 +359,50 @@ async def test_a_closing_append_retried_after_its_reply_was_lost_ends_the_run_no
         await log.aclose()
     assert log.writes == [("append", [1], False)] + [("append", [2, 3], True)] * 2
     assert closed and [seq for seq, _ in stored] == [1, 2, 3] and seen_locally == stored
+
+
+async def test_opening_stores_the_first_event_before_anything_else(settings: Settings) -> None:
+    log = CountingLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    writer = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        local = asyncio.create_task(local_entries(writer))
+        await writer.open(convert.run_started())
+        assert log.writes == [("append", [1], False)]  # stored when open() returns
+        writer.emit(finished())
+        await writer.close()
+        stored, closed = await log.read(key, 0)
+        seen_locally = await asyncio.wait_for(local, 5)
+    finally:
+        await log.aclose()
+    assert [run_event_pb2.RunEvent.FromString(d).WhichOneof("payload") for _, d in stored] == [
+        "run_started",
+        "run_finished",
+    ]
+    assert closed and seen_locally == stored
+
+
+async def test_opening_on_the_log_of_an_earlier_run_is_log_exists_and_writes_nothing(
+    settings: Settings,
+) -> None:
+    log = CountingLog(open_event_log(settings.event_log_url, 60))
+    key = f"alice/{uuid.uuid4().hex}"
+    first = RunEventWriter(log, key, "run-1", "thread-1")
+    try:
+        await first.open(convert.run_started())
+        first.emit(delta(1))
+        await first.flush()  # the earlier run is still going: its log is not closed
+        again = RunEventWriter(log, key, "run-1", "thread-2")  # the run_id used again
+        with pytest.raises(LogExists):
+            await again.open(convert.run_started())
+        tried = list(log.writes)
+        again.abandon()
+        for _ in range(3):
+            await asyncio.sleep(0)  # time for an abandoned writer to write: it does not
+        assert log.writes == tried
+        entries, closed = await log.read(key, 0)
+        assert [seq for seq, _ in entries] == [1, 2] and not closed
+        await first.close()  # the earlier run ends normally
+        assert (await log.read(key, 0))[1]
+    finally:
+        await log.aclose()

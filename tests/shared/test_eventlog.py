@@ -13,7 +13,7 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from shared.eventlog import Entry, EventLog, LogLost, RedisEventLog, open_event_log
+from shared.eventlog import Entry, EventLog, LogExists, LogLost, RedisEventLog, open_event_log
 from shared.settings import Settings
 
 EVENTS: list[Entry] = [(seq, f"event {seq}".encode()) for seq in range(1, 7)]
@@ -181,3 +181,18 @@ async def test_closing_a_log_that_does_not_exist_creates_none(log: EventLog) -> 
     await log.close(key)
     await log.append(key, [], close=True)
     assert not await log.exists(key)
+
+
+async def test_a_first_event_finding_another_runs_log_is_log_exists_and_writes_nothing(
+    log: EventLog,
+) -> None:
+    key = new_key()
+    await log.append(key, EVENTS[:2])
+    with pytest.raises(LogExists):
+        await log.append(key, [(1, b"another run's first event")])
+    await log.append(key, EVENTS[:1])  # the same first event again: a resent write
+    assert await log.read(key, 0) == (EVENTS[:2], False)
+    await log.close(key)
+    with pytest.raises(LogExists):  # a finished run's log, within its retention
+        await log.append(key, [(1, b"another run's first event")], close=True)
+    assert await log.read(key, 0) == (EVENTS[:2], True)
