@@ -273,6 +273,12 @@ return 1
 """
 
 
+# Connections of one RedisEventLog: for writes (waited for when all are busy), and at most
+# for followers blocked in XREAD (each holds one while it waits).
+_WRITE_CONNECTIONS = 64
+_FOLLOWER_CONNECTIONS = 10_000
+
+
 class RedisEventLog:
     """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1.
     The end marker's id is the time, above every event's: once a log is closed no event can
@@ -281,10 +287,21 @@ class RedisEventLog:
     def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
         # A pooled connection that Redis closed (a restart, a failover) is dropped and the
         # command retried on a new one, instead of failing the first caller after it.
-        self.redis = aioredis.Redis.from_url(
-            url,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        retries: dict[str, Any] = {
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+            "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        }
+        # Writes and short reads share a bounded pool; a caller that finds every connection
+        # busy waits for one (redis-py's default pool fails at once past 100 connections,
+        # which many runs at once reach). Followers block in XREAD for seconds each: they
+        # have connections of their own, so they never hold up the runs' writes.
+        self.redis = aioredis.Redis.from_pool(
+            aioredis.BlockingConnectionPool.from_url(
+                url, max_connections=_WRITE_CONNECTIONS, timeout=10, **retries
+            )
+        )
+        self._followers = aioredis.Redis.from_url(
+            url, max_connections=_FOLLOWER_CONNECTIONS, **retries
         )
         self.retention_seconds = retention_seconds
         self.prefix = prefix
@@ -367,7 +384,7 @@ class RedisEventLog:
         last_id = f"{entries[-1][0]}-0" if entries else f"{max(after, 0)}-0"
         k = self._key(key)
         while True:
-            response = await self.redis.xread({k: last_id}, block=5000, count=500)
+            response = await self._followers.xread({k: last_id}, block=5000, count=500)
             if not response:
                 if not await self.redis.exists(k):
                     raise KeyError(key)
@@ -383,6 +400,7 @@ class RedisEventLog:
 
     async def aclose(self) -> None:
         await self.redis.aclose()
+        await self._followers.aclose()
 
 
 def open_event_log(

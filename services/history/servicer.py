@@ -19,11 +19,11 @@ from services.history.core import Message, NewMessage, Run, RunState, Thread
 from services.history.store import ContextKey
 from shared import pgdirect
 from shared.db import is_postgres
-from shared.pgdirect import Conn
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin, valid_owner_id
 from shared.pagination import decode_token, encode_token, page_size
+from shared.pgdirect import Conn
 from shared.profiles import profile_from_pb
 from shared.visibility import CONTEXT_ASSEMBLY
 

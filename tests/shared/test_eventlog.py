@@ -196,3 +196,11 @@ async def test_a_first_event_finding_another_runs_log_is_log_exists_and_writes_n
     with pytest.raises(LogExists):  # a finished run's log, within its retention
         await log.append(key, [(1, b"another run's first event")], close=True)
     assert await log.read(key, 0) == (EVENTS[:2], True)
+
+
+async def test_many_runs_writing_at_once_all_get_through(log: EventLog) -> None:
+    # More at once than redis-py's default pool allows (100): a write waits for a connection.
+    keys = [new_key() for _ in range(300)]
+    await asyncio.gather(*(log.append(key, EVENTS, close=True) for key in keys))
+    for key in keys[::30]:
+        assert await log.read(key, 0) == (EVENTS, True)
