@@ -210,7 +210,10 @@ def _bound_many(plan: _Plan, params: list[dict[str, Any]]) -> tuple[str, list[li
 async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Connection]:
     """A pooled connection for one unit of work: in a transaction (committed when the block
     ends, rolled back when it raises) or, for reads, in autocommit (READ COMMITTED: every
-    statement sees what is committed). A connection that broke is dropped from the pool."""
+    statement sees what is committed). A connection that broke is dropped from the pool, and
+    so is one whose unit was cancelled: a cancel can land while BEGIN is on its way, which
+    leaves the connection inside a transaction that asyncpg no longer tracks, and the next
+    unit's "transaction" would then be a savepoint of it, never committed."""
     async with engine.connect() as sa:
         # SQLAlchemy issues no BEGIN of its own: asyncpg's transaction holds both paths.
         sa = await sa.execution_options(isolation_level="AUTOCOMMIT")
@@ -222,7 +225,7 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
                     yield Connection(sa, raw)
             else:
                 yield Connection(sa, raw)
-        except Exception as err:
-            if _broke(err, raw):
+        except BaseException as err:
+            if not isinstance(err, Exception) or _broke(err, raw):
                 await sa.invalidate()
             raise

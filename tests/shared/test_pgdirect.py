@@ -4,6 +4,7 @@ transaction with statements SQLAlchemy runs, and a broken connection leaves the 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -157,3 +158,42 @@ async def test_a_connection_that_broke_is_dropped_from_the_pool(engine: AsyncEng
         await conn.execute(INSERT, [row("a", "1")])
     async with pgdirect.unit(engine, transaction=False) as conn:
         assert (await conn.execute(BY_IDS, {"o": "a", "ids": ["1"]})).one().id == "1"
+
+
+async def test_a_unit_cancelled_while_its_begin_is_answered_leaves_no_open_transaction(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool holds one connection. The cancel lands once PostgreSQL has run BEGIN, before
+    # asyncpg has seen it: the connection is inside a transaction asyncpg does not track.
+    begun = asyncio.Event()
+    execute = asyncpg.connection.Connection.execute
+
+    async def slow_begin(self: asyncpg.Connection, query: str, *args: object, **kw: object) -> str:
+        result = await execute(self, query, *args, **kw)
+        if query.startswith("BEGIN"):
+            begun.set()
+            await asyncio.sleep(30)
+        return result  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "execute", slow_begin)
+
+    async def cancelled_unit() -> None:
+        async with pgdirect.unit(engine, transaction=True) as conn:
+            await conn.execute(INSERT, [row("a", "lost")])
+
+    task = asyncio.create_task(cancelled_unit())
+    await begun.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.setattr(asyncpg.connection.Connection, "execute", execute)
+    async with pgdirect.unit(engine, transaction=True) as conn:
+        await conn.execute(INSERT, [row("a", "1")])
+        schema = await conn.raw.fetchval("SELECT current_schema()")
+    # Committed for everyone, not inside a transaction left open on the pooled connection.
+    other = await asyncpg.connect(PG_URL)
+    try:
+        ids = [r[0] for r in await other.fetch(f'SELECT id FROM "{schema}".items')]
+    finally:
+        await other.close()
+    assert ids == ["1"]
