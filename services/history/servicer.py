@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,29 +64,28 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self._postgres = is_postgres(engine)
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Conn]:
-        try:
-            if self._postgres:
-                async with pgdirect.unit(self._engine, transaction=True) as conn:
-                    yield conn
-            else:
-                async with self._engine.begin() as sqlite_conn:
-                    yield sqlite_conn
-        except IntegrityError:
-            # Two requests created the same id at once; the retry finds the stored one.
-            raise Aborted("a concurrent request stored the same ids; retry") from None
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Conn]:
+    async def _unit(self, *, write: bool) -> AsyncIterator[Conn]:
         # Reads need no transaction on PostgreSQL (READ COMMITTED: each statement sees
         # committed data anyway); autocommit saves the BEGIN/ROLLBACK round trips. SQLite
         # keeps shared.db's transaction handling.
         if self._postgres:
-            async with pgdirect.unit(self._engine, transaction=False) as conn:
+            async with pgdirect.unit(self._engine, transaction=write) as conn:
                 yield conn
         else:
-            async with self._engine.connect() as sqlite_conn:
-                yield sqlite_conn
+            async with self._engine.begin() if write else self._engine.connect() as sqlite:
+                yield sqlite
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Conn]:
+        try:
+            async with self._unit(write=True) as conn:
+                yield conn
+        except IntegrityError:
+            # Two requests created the same id at once; the retry finds the stored one.
+            raise Aborted("a concurrent request stored the same ids; retry") from None
+
+    def _read(self) -> AbstractAsyncContextManager[Conn]:
+        return self._unit(write=False)
 
     # --- writing ------------------------------------------------------------------------
 
