@@ -129,13 +129,21 @@ class Connection:
     SQLAlchemy (`sa`), on the same connection."""
 
     def __init__(self, sa: AsyncConnection, raw: asyncpg.Connection) -> None:
-        self.sa = sa
+        self._sa = sa
+        self._autocommit: AsyncConnection | None = None
         self.raw = raw
         self.dialect = sa.dialect
 
+    async def _through_sqlalchemy(self, stmt: Any, params: Any) -> Any:
+        # In autocommit, so that SQLAlchemy issues no BEGIN of its own: asyncpg's
+        # transaction (unit) holds both paths. Set on first use: most units never need it.
+        if self._autocommit is None:
+            self._autocommit = await self._sa.execution_options(isolation_level="AUTOCOMMIT")
+        return await self._autocommit.execute(stmt, params)
+
     async def execute(self, stmt: Any, params: Any = None) -> Any:
         if id(stmt) not in _REUSED:
-            return await self.sa.execute(stmt, params)
+            return await self._through_sqlalchemy(stmt, params)
         many = isinstance(params, list)
         first = (params[0] if params else {}) if many else (params or {})
         key = (id(stmt), tuple(first))
@@ -215,8 +223,6 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
     leaves the connection inside a transaction that asyncpg no longer tracks, and the next
     unit's "transaction" would then be a savepoint of it, never committed."""
     async with engine.connect() as sa:
-        # SQLAlchemy issues no BEGIN of its own: asyncpg's transaction holds both paths.
-        sa = await sa.execution_options(isolation_level="AUTOCOMMIT")
         raw = (await sa.get_raw_connection()).driver_connection
         assert raw is not None
         try:

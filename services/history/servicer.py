@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
@@ -28,6 +28,7 @@ from shared.profiles import profile_from_pb
 from shared.visibility import CONTEXT_ASSEMBLY
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 
 def utc_now() -> datetime:
@@ -87,6 +88,19 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     def _read(self) -> AbstractAsyncContextManager[Conn]:
         return self._unit(write=False)
 
+    async def _write_trusting_ids(self, work: Callable[[Conn, bool], Awaitable[T]]) -> T:
+        """`work(conn, check_ids)` in a write unit: first trusting that the ids of the
+        messages it stores are new, which saves looking them up (a round trip); if one was
+        not, the unique violation rolls everything back and it runs again, checking them.
+        Run ids and message ids are new in nearly every run; a repeated one is a retry."""
+        try:
+            async with self._unit(write=True) as conn:
+                return await work(conn, False)
+        except IntegrityError:
+            pass
+        async with self._write() as conn:
+            return await work(conn, True)
+
     # --- writing ------------------------------------------------------------------------
 
     async def _open_thread(
@@ -114,10 +128,17 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         items: Sequence[NewMessage],
         field: str,
         now: datetime,
+        *,
+        check_ids: bool = True,
     ) -> tuple[Thread, list[Message]]:
-        """Store the new ones of `items` (the thread is locked); all of them, as stored."""
+        """Store the new ones of `items` (the thread is locked); all of them, as stored.
+        Without `check_ids`, every id is taken to be new (a stored one fails the insert)."""
         core.check_origins(items, thread.runtime_mode, field)
-        existing = await store.messages_by_id(conn, thread.owner_id, [m.id for m in items])
+        existing = (
+            await store.messages_by_id(conn, thread.owner_id, [m.id for m in items])
+            if check_ids
+            else {}
+        )
         for i, m in enumerate(items):
             if m.id in existing:
                 core.check_retry(existing[m.id], thread.id, i, field)
@@ -163,12 +184,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             raise InvalidArgument("lease_holder", "must be at most 200 characters")
         lease = timedelta(seconds=core.lease_seconds(request.lease_seconds))
         now = self._clock()
-        ahead: list[Run] = []
-        ctx: list[Message] = []
-        async with self._write() as conn:
+
+        async def admit(
+            conn: Conn, check_ids: bool
+        ) -> tuple[Thread, Run, list[Run], list[Message]]:
+            ahead: list[Run] = []
+            ctx: list[Message] = []
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
             run, active = await store.begin_lookup(conn, owner, thread_id, run_id)
             if run is not None:
+                check_ids = True  # called again: its input is probably stored
                 core.check_run_retry(run, thread_id)
                 if run.state is RunState.QUEUED and not run.cancel_requested:
                     ahead = core.runs_ahead(run, active)
@@ -184,7 +209,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     )
             else:
                 admission = core.admit(active, strategy)
-                await store.request_cancel(conn, owner, admission.cancel, rollback=admission.rollback)
+                await store.request_cancel(
+                    conn, owner, admission.cancel, rollback=admission.rollback
+                )
                 if admission.rollback:
                     await store.hide_run_messages(conn, owner, admission.cancel)
                 run = Run(
@@ -208,7 +235,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 was_empty = thread.message_count == 0
                 thread, stored = await self._append(
                     conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
-                    now,
+                    now, check_ids=check_ids,
                 )
                 if was_empty:
                     # A new thread holds only what was just stored: no need to read it back.
@@ -223,6 +250,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                         last_n=core.window_limit(window),
                     )
                 ctx = core.assemble_context(found, window, now, zone, max_chars)
+            return thread, run, ahead, ctx
+
+        thread, run, ahead, ctx = await self._write_trusting_ids(admit)
         run_pb = convert.run_to_pb(run)
         run_pb.ahead_run_ids.extend(r.id for r in ahead)
         return pb.BeginRunResponse(
@@ -244,7 +274,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         now = self._clock()
-        async with self._write() as conn:
+
+        async def finish(conn: Conn, check_ids: bool) -> Run:
             # Locks in the order BeginRun takes them (thread, then run), so the two never
             # deadlock; the run's state is then changed only if it is still active.
             thread = await store.lock_run_thread(conn, owner, run_id)
@@ -264,15 +295,17 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 current = await store.get_run(conn, owner, run_id)
                 assert current is not None  # runs are never deleted
                 core.finish_is_noop(current.state, state)
-                return pb.FinishRunResponse(run=convert.run_to_pb(current))
-            run = finished
+                return current
             await self._append(
-                conn, thread, core.for_run(outputs, run, "output_messages"),
-                "output_messages", now,
+                conn, thread, core.for_run(outputs, finished, "output_messages"),
+                "output_messages", now, check_ids=check_ids,
             )
-            await store.insert_denials(conn, core.denials_for_run(denials, run, now))
-            if run.rolled_back:
-                await store.hide_run_messages(conn, owner, [run.id])
+            await store.insert_denials(conn, core.denials_for_run(denials, finished, now))
+            if finished.rolled_back:
+                await store.hide_run_messages(conn, owner, [finished.id])
+            return finished
+
+        run = await self._write_trusting_ids(finish)
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(

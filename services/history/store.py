@@ -368,12 +368,20 @@ async def list_threads(
 # --- messages ---------------------------------------------------------------------------
 
 
-_MESSAGES_BY_ID = reused(
-    sa.select(*MESSAGE_FIELDS).where(
+# PostgreSQL: `id = ANY($2)`, one array parameter, so the SQL text is fixed (an IN list is
+# rendered anew for each number of ids). SQLite has no arrays.
+_MESSAGES_BY_ID = {
+    "postgresql": reused(
+        sa.select(*MESSAGE_FIELDS).where(
+            messages.c.owner_id == sa.bindparam("o"),
+            messages.c.id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.String))),
+        )
+    ),
+    "sqlite": sa.select(*MESSAGE_FIELDS).where(
         messages.c.owner_id == sa.bindparam("o"),
         messages.c.id.in_(sa.bindparam("ids", expanding=True)),
-    )
-)
+    ),
+}
 _INSERT_MESSAGES = reused(sa.insert(messages))
 
 
@@ -382,7 +390,8 @@ async def messages_by_id(
 ) -> dict[str, Message]:
     if not ids:
         return {}
-    rows = (await conn.execute(_MESSAGES_BY_ID, {"o": owner_id, "ids": list(ids)})).all()
+    stmt = _MESSAGES_BY_ID[conn.dialect.name]
+    rows = (await conn.execute(stmt, {"o": owner_id, "ids": list(ids)})).all()
     return {r.id: _message(r) for r in rows}
 
 
@@ -575,6 +584,9 @@ async def audit_page(
 
 _R = runs.c
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+# `state IN (...)` for the pre-built statements, as comparisons: SQLAlchemy renders any IN
+# list at execution time, which would cost every call a compile step.
+_IS_ACTIVE = sa.or_(*(_R.state == s for s in _ACTIVE))
 _GET_RUN = reused(
     sa.select(runs).where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
 )
@@ -584,17 +596,16 @@ _LOCK_RUN = reused(
     .values(state=_R.state)
     .returning(*_R)
 )
-# The run, if it exists, and the thread's queued and running runs, in one read.
+# The run, if it exists, and the thread's queued and running runs, in one read: two index
+# searches (as one `id = .. OR (thread_id = .. AND ..)` SQLite would read every run of the
+# owner). A run that is both comes twice; begin_lookup keeps it once.
 _BEGIN_LOOKUP = reused(
-    sa.select(runs)
-    .where(
-        _R.owner_id == sa.bindparam("o"),
-        sa.or_(
-            _R.id == sa.bindparam("r"),
-            sa.and_(_R.thread_id == sa.bindparam("t"), _R.state.in_(_ACTIVE)),
+    sa.union_all(
+        sa.select(runs).where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r")),
+        sa.select(runs).where(
+            _R.owner_id == sa.bindparam("o"), _R.thread_id == sa.bindparam("t"), _IS_ACTIVE
         ),
-    )
-    .order_by(_R.thread_seq)
+    ).order_by("thread_seq")
 )
 # thread_seq: the run's place in its thread, computed by the INSERT itself (the caller holds
 # the thread row lock, so no other run of the thread is inserted meanwhile).
@@ -609,7 +620,7 @@ _INSERT_RUN = reused(
 )
 _FINISH_ACTIVE_RUN = reused(
     sa.update(runs)
-    .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"), _R.state.in_(_ACTIVE))
+    .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"), _IS_ACTIVE)
     .values(
         state=sa.bindparam("state"),
         finish_time=sa.bindparam("now", type_=UtcDateTime),
@@ -623,7 +634,7 @@ _RENEW_LEASE = reused(
     .where(
         _R.owner_id == sa.bindparam("o"),
         _R.id == sa.bindparam("r"),
-        _R.state.in_(_ACTIVE),
+        _IS_ACTIVE,
         _R.lease_holder == sa.bindparam("holder"),
     )
     .values(lease_expire_time=sa.bindparam("expires", type_=UtcDateTime))
@@ -645,10 +656,8 @@ async def begin_lookup(
     conn: Conn, owner_id: str, thread_id: str, run_id: str
 ) -> tuple[Run | None, list[Run]]:
     """(the run `run_id` if it exists, the thread's queued and running runs in thread order)."""
-    found = [
-        _run(r)
-        for r in (await conn.execute(_BEGIN_LOOKUP, {"o": owner_id, "r": run_id, "t": thread_id})).all()
-    ]
+    rows = (await conn.execute(_BEGIN_LOOKUP, {"o": owner_id, "r": run_id, "t": thread_id})).all()
+    found = list({r.id: _run(r) for r in rows}.values())  # in thread order, each run once
     run = next((r for r in found if r.id == run_id), None)
     return run, [r for r in found if r.active and r.thread_id == thread_id]
 

@@ -221,6 +221,70 @@ async def test_begin_run_with_a_run_id_of_another_thread_already_exists(history:
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
+# BeginRun and FinishRun insert new messages without looking their ids up first; a stored
+# id fails the insert, and the whole call runs again with the lookup.
+
+
+async def test_begin_run_whose_input_is_stored_already_in_the_thread_stores_it_once(
+    history: History,
+) -> None:
+    await append(history, "t1", [text_msg("u0"), text_msg("u1", text="original")])
+    resp = await begin(history, "t1", "r1", [text_msg("u1", text="resent")])
+    assert resp.run.state == pb.RUN_STATE_RUNNING
+    assert resp.thread.message_count == 2
+    assert [(m.id, m.content[0].text.text) for m in resp.context_messages] == [
+        ("u0", "u0"),
+        ("u1", "original"),
+    ]
+    assert await history_of(history, "t1") == ["u0", "u1"]
+    # The thread's positions were not consumed by the failed first attempt.
+    more = await append(history, "t1", [text_msg("u2")])
+    assert more.messages[0].position == 3
+
+
+async def test_begin_run_with_an_input_id_of_another_thread_stores_nothing(
+    history: History,
+) -> None:
+    await append(history, "t1", [text_msg("u1")])
+    err = await rpc_error(begin(history, "t2", "r2", [text_msg("u1")]))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "messages[0].id" in (err.details() or "")
+    missing = await rpc_error(
+        history.stub.GetRun(pb.GetRunRequest(run_id="r2"), metadata=history.md())
+    )
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+    missing = await rpc_error(
+        history.stub.GetThread(pb.GetThreadRequest(thread_id="t2"), metadata=history.md())
+    )
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_finish_run_with_an_output_id_of_another_thread_changes_nothing(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", [text_msg("u1")])
+    await append(history, "t2", [text_msg("x1")])
+    err = await rpc_error(finish(history, "r1", [text_msg("x1", REPLY)]))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    run = await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())
+    assert run.run.state == pb.RUN_STATE_RUNNING
+    assert await history_of(history, "t1") == ["u1"]
+    # The run can still finish, with a reply of its own.
+    done = await finish(history, "r1", [text_msg("a1", REPLY)])
+    assert done.run.state == pb.RUN_STATE_SUCCEEDED
+    assert await history_of(history, "t1") == ["u1", "a1"]
+
+
+async def test_finish_run_whose_output_is_stored_already_stores_it_once(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", [text_msg("u1")])
+    await append(history, "t1", [text_msg("a1", REPLY, run_id="r1")])
+    done = await finish(history, "r1", [text_msg("a1", REPLY), text_msg("a2", REPLY)])
+    assert done.run.state == pb.RUN_STATE_SUCCEEDED
+    assert await history_of(history, "t1") == ["u1", "a1", "a2"]
+
+
 async def test_finish_run_sets_state_and_errors_and_is_idempotent(history: History) -> None:
     await begin(history, "t1", "r1", [text_msg("u1")])
     done = await history.stub.FinishRun(
