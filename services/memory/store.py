@@ -155,13 +155,10 @@ async def list_page(
     """The owner's memories, newest update first (ties by id), after the keyset `after`."""
     stmt = sa.select(*_MEMORY_COLUMNS).where(memories.c.owner_id == owner)
     if after is not None:
-        time, memory_id = after
-        stmt = stmt.where(
-            sa.or_(
-                memories.c.update_time < time,
-                sa.and_(memories.c.update_time == time, memories.c.id < memory_id),
-            )
-        )
+        # One row-value bound, so both databases start the index search at the position:
+        # written as an OR of its two cases, it left owner_id as the only key, and each page
+        # read every newer memory of the owner again before reaching its own.
+        stmt = stmt.where(sa.tuple_(memories.c.update_time, memories.c.id) < after)
     stmt = stmt.order_by(memories.c.update_time.desc(), memories.c.id.desc()).limit(limit)
     return [_memory(r) for r in (await conn.execute(stmt)).all()]
 

@@ -1,0 +1,69 @@
+"""ListMemories' later pages search the owner's index from the page position: they never read
+again every newer memory of the owner, whose number grows with every memory they keep.
+Checked in the plan of the database under test (SQLite: EXPLAIN QUERY PLAN; PostgreSQL:
+EXPLAIN with sequential scans discouraged, since on a small table they would be cheaper)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.memory import store
+from services.memory.service import MIGRATIONS
+from shared import db
+from shared.settings import Settings
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    engine = db.create_engine(settings, "memory")
+    await db.migrate(engine, MIGRATIONS, settings.schema_for("memory"))
+    yield engine
+    await engine.dispose()
+
+
+async def query_sent(
+    engine: AsyncEngine, call: Callable[[AsyncConnection], Awaitable[Any]]
+) -> tuple[str, tuple[Any, ...]]:
+    """The one query `call` sends, as the driver gets it (the store builds it per call)."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            sent.append((statement, tuple(parameters)))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        async with engine.connect() as conn:
+            await call(conn)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    [query] = sent
+    return query
+
+
+async def test_list_page_after_a_position_searches_the_index_from_it(engine: AsyncEngine) -> None:
+    after = (datetime(2025, 3, 1, 12, 30, tzinfo=UTC), "0b6f2a0e-5d0c-4c36-9d8e-2f1c8a7b9e10")
+    statement, args = await query_sent(
+        engine, lambda conn: store.list_page(conn, "alice", after, 21)
+    )
+    async with engine.connect() as conn:
+        if db.is_postgres(engine):
+            await conn.exec_driver_sql("SET enable_seqscan = off")
+            rows = (await conn.exec_driver_sql("EXPLAIN " + statement, args)).all()
+            plan = "\n".join(r[0] for r in rows)
+            assert "ix_memories_owner_update" in plan, plan
+            conditions = [line for line in plan.splitlines() if "Index Cond" in line]
+            assert len(conditions) == 1 and "ROW(update_time" in conditions[0], plan
+            assert "Filter" not in plan and "Sort" not in plan, plan
+        else:
+            rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, args)).all()
+            assert [r[3] for r in rows] == [
+                "SEARCH memories USING INDEX ix_memories_owner_update "
+                "(owner_id=? AND (update_time,id)<(?,?))"
+            ]
