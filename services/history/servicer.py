@@ -144,8 +144,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 core.check_retry(existing[m.id], thread.id, i, field)
         fresh = [m for m in core.unique_by_id(items) if m.id not in existing]
         if fresh:
-            last = await store.reserve_positions(conn, thread.owner_id, thread.id, len(fresh), now)
-            first = last - len(fresh) + 1
+            # The thread is locked: its count is the last position taken.
+            first = thread.message_count + 1
+            last = thread.message_count + len(fresh)
             stamped = [
                 core.stamp(
                     m,
@@ -158,7 +159,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 for i, m in enumerate(fresh)
             ]
             await store.insert_messages(
-                conn, [(m, convert.message_to_pb(m).SerializeToString()) for m in stamped]
+                conn,
+                thread.owner_id,
+                thread.id,
+                [(m, convert.message_to_pb(m).SerializeToString()) for m in stamped],
+                count=last,
+                now=now,
             )
             existing.update({m.id: m for m in stamped})
             thread = dataclasses.replace(thread, message_count=last, update_time=now)

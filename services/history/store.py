@@ -2,9 +2,10 @@
 
 The caller owns the transaction: each function takes the connection of the unit of work.
 Positions are dense per thread: a writer first locks the thread row (an UPDATE, which
-works the same on PostgreSQL and SQLite), then reserves its positions with
-`message_count = message_count + n ... RETURNING`. Concurrent appends to one thread
-therefore commit in position order, and keyset paging by position sees each message once.
+works the same on PostgreSQL and SQLite, returning the thread's message count), then stores
+its messages at the positions after that count and sets the count to the last. Concurrent
+appends to one thread therefore commit in position order, and keyset paging by position sees
+each message once.
 """
 
 from __future__ import annotations
@@ -262,14 +263,6 @@ _LOCK_THREAD = reused(
     .values(message_count=_T.message_count)
     .returning(*_T)
 )
-_RESERVE_POSITIONS = reused(
-    sa.update(threads)
-    .where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
-    .values(message_count=_T.message_count + sa.bindparam("n"), update_time=sa.bindparam("now", type_=UtcDateTime))
-    .returning(_T.message_count)
-)
-
-
 def _open_thread_stmt(dialect: str) -> Any:
     # An existing thread takes the no-op update (its row lock); a missing one is created.
     # A concurrent creator is waited for, then its thread is locked: no retry needed.
@@ -333,16 +326,6 @@ async def lock_run_thread(conn: Conn, owner_id: str, run_id: str) -> Thread | No
     return _thread(row) if row else None
 
 
-async def reserve_positions(
-    conn: Conn, owner_id: str, thread_id: str, count: int, now: datetime
-) -> int:
-    """Reserve `count` positions; returns the last one (the first is last - count + 1)."""
-    last: int = (
-        await conn.execute(_RESERVE_POSITIONS, {"o": owner_id, "t": thread_id, "n": count, "now": now})
-    ).scalar_one()
-    return last
-
-
 @dataclass(frozen=True)
 class ThreadKey:
     update_time: datetime
@@ -382,7 +365,26 @@ _MESSAGES_BY_ID = {
         messages.c.id.in_(sa.bindparam("ids", expanding=True)),
     ),
 }
-_INSERT_MESSAGES = reused(sa.insert(messages))
+# A writer holds its thread's row lock, so it knows the thread's count: new messages take
+# the positions after it, and the count becomes the last one. On PostgreSQL the messages and
+# the count are one statement (a data-modifying CTE, run for each row with the same values);
+# SQLite has no data-modifying CTEs.
+_SET_COUNT = (
+    sa.update(threads)
+    .where(_T.owner_id == sa.bindparam("count_o"), _T.id == sa.bindparam("count_t"))
+    .values(
+        message_count=sa.bindparam("count"),
+        update_time=sa.bindparam("count_now", type_=UtcDateTime),
+    )
+)
+_INSERT_MESSAGES = sa.insert(messages)
+# Parameters named apart from every column (m_<column>), so none is read as a column of the
+# other table when the statement is compiled for the given parameter names.
+_INSERT_COUNTED_MESSAGES = reused(
+    sa.insert(messages)
+    .values({c: sa.bindparam(f"m_{c.name}", type_=c.type) for c in messages.c})
+    .add_cte(_SET_COUNT.cte("counted"))
+)
 
 
 async def messages_by_id(
@@ -396,11 +398,27 @@ async def messages_by_id(
 
 
 async def insert_messages(
-    conn: Conn, stamped: Sequence[tuple[Message, bytes]]
+    conn: Conn,
+    owner_id: str,
+    thread_id: str,
+    stamped: Sequence[tuple[Message, bytes]],
+    *,
+    count: int,
+    now: datetime,
 ) -> None:
-    """Insert messages with their serving copies (see the migration)."""
-    if stamped:
-        await conn.execute(_INSERT_MESSAGES, [message_row(m, w) for m, w in stamped])
+    """Insert messages with their serving copies (see the migration) into a thread whose row
+    the caller has locked, and set its message count to `count` and its update time."""
+    if not stamped:
+        return
+    counted = {"count_o": owner_id, "count_t": thread_id, "count": count, "count_now": now}
+    if conn.dialect.name == "postgresql":
+        rows = [
+            {**{f"m_{k}": v for k, v in message_row(m, w).items()}, **counted} for m, w in stamped
+        ]
+        await conn.execute(_INSERT_COUNTED_MESSAGES, rows)
+        return
+    await conn.execute(_SET_COUNT, counted)
+    await conn.execute(_INSERT_MESSAGES, [message_row(m, w) for m, w in stamped])
 
 
 async def history_page(
