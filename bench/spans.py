@@ -1,15 +1,16 @@
-"""Where an unloaded chat run's time goes, from the suite's own traces: every service exports
-its spans (shared/telemetry.py) to a small OTLP collector in this process while one client
-drives runs one at a time.
+"""Where a chat run's time goes, from the suite's own traces: every service exports its spans
+(shared/telemetry.py) to a small OTLP collector in this process while clients drive runs,
+one at a time by default, or --concurrency at once (where the time goes under load).
 
-    python -m bench.spans [--backend postgres|embedded] [--duration 10] [--out results]
+    python -m bench.spans [--backend postgres|embedded] [--duration 10] [--concurrency 1]
+                          [--out results]
 
 One trace per run, rooted at the gateway's HTTP span. For each run the timeline is taken
 relative to the root's start: every RPC of the pipeline (StartRun, BeginRun, Route, Execute,
 FinishRun) with its client span, its server span and their difference (the gRPC hop and
 queueing), and the gaps between them on the critical path (gateway and orchestrator work
 outside any RPC: request handling, event-log writes, relaying the stream). Writes
-<out>/spans-c1.json and <out>/spans-c1.md and prints the table.
+<out>/spans-c<concurrency>.json and .md and prints the table.
 """
 
 from __future__ import annotations
@@ -397,7 +398,7 @@ def markdown(rows: Sequence[Row]) -> str:
 # ---- the measurement ----------------------------------------------------------------
 
 
-def measure(backend: str, duration: float) -> dict[str, Any]:
+def measure(backend: str, duration: float, concurrency: int = 1) -> dict[str, Any]:
     from bench.suite import load, start_suite
 
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-spans-{backend}-"))
@@ -412,9 +413,10 @@ def measure(backend: str, duration: float) -> dict[str, Any]:
         }
         suite = start_suite(backend, tmp, prefix, env)
         try:
-            load(suite, 1, 2, 1)  # warm-up
+            processes = 1 if concurrency == 1 else 2
+            load(suite, concurrency, 2, processes)  # warm-up
             since = time.time_ns()
-            result = load(suite, 1, duration, 1)
+            result = load(suite, concurrency, duration, processes)
         finally:
             # Stopping flushes every process's exporter into the collector.
             suite.stop()
@@ -426,21 +428,23 @@ def measure(backend: str, duration: float) -> dict[str, Any]:
     finally:
         collector.stop()
     analysis = analyse(collector.spans, since)
-    return {"backend": backend, "concurrency": 1, "load": result, **analysis}
+    return {"backend": backend, "concurrency": concurrency, "load": result, **analysis}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.spans")
     parser.add_argument("--backend", choices=("postgres", "embedded"), default="postgres")
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
-    result = measure(args.backend, args.duration)
+    result = measure(args.backend, args.duration, args.concurrency)
     rows = table_rows(result)
     load = result["load"]
     text = "\n".join(
         [
-            f"Where a run's time goes ({args.backend}, concurrency 1, {result['runs']} traced runs;"
+            f"Where a run's time goes ({args.backend}, concurrency {args.concurrency},"
+            f" {result['runs']} traced runs;"
             f" client-measured under tracing: first event p50 {load['first_event']['p50_ms']} ms,"
             f" run finished p50 {load['run_finished']['p50_ms']} ms). Medians do not add up.",
             "",
@@ -453,8 +457,9 @@ def main() -> None:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spans-c1.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    (out / "spans-c1.md").write_text(text)
+    name = f"spans-c{args.concurrency}"
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    (out / f"{name}.md").write_text(text)
     print(text)
     print("propagation:", json.dumps(result["propagation"]))
     if result["other_traces"] or result["incomplete_runs"]:
