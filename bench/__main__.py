@@ -276,7 +276,8 @@ def main() -> None:
         "--breakdown",
         action="store_true",
         help="also where a run's time goes on PostgreSQL + Redis: CPU per run by service at "
-        "c=32 (bench.cpu) and the c=1 timeline of every RPC from the suite's traces (bench.spans)",
+        "c=32 (bench.cpu) and the timeline of every RPC from the suite's traces at c=1 and c=32 "
+        "(bench.spans)",
     )
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
@@ -299,10 +300,13 @@ def main() -> None:
     if args.scheduler:
         subprocess.run([sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"], cwd=ROOT, env=env, check=False)
     if args.breakdown:
-        for module, backend in (("bench.cpu", "--backends"), ("bench.spans", "--backend")):
+        for command in (
+            ["bench.cpu", "--backends", "postgres"],
+            ["bench.spans", "--backend", "postgres"],
+            ["bench.spans", "--backend", "postgres", "--concurrency", "32"],
+        ):
             subprocess.run(
-                [sys.executable, "-m", module, backend, "postgres", "--out", str(out_dir)],
-                cwd=ROOT, env=env, check=False,
+                [sys.executable, "-m", *command, "--out", str(out_dir)], cwd=ROOT, env=env, check=False
             )
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
