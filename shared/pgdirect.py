@@ -126,7 +126,7 @@ class Result:
 
 class Connection:
     """A unit of work's connection: `reused` statements run on asyncpg, others through
-    SQLAlchemy (`sa`), on the same connection."""
+    SQLAlchemy's connection `sa`, on the same database connection."""
 
     def __init__(self, sa: AsyncConnection, raw: asyncpg.Connection) -> None:
         self._sa = sa

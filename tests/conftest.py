@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from shared import db
 from shared.settings import Settings
 
 BACKEND = os.environ.get("AGENTMESH_TEST_BACKEND", "embedded")
@@ -73,6 +77,19 @@ async def settings(tmp_path: os.PathLike[str], schema_prefix: str) -> AsyncItera
     yield s
     if USES_POSTGRES:
         await drop_schemas(schema_prefix)
+
+
+@asynccontextmanager
+async def migrated_engine(
+    settings: Settings, service: str, migrations: Path
+) -> AsyncIterator[AsyncEngine]:
+    """`service`'s database engine on the backend under test, its migrations applied."""
+    engine = db.create_engine(settings, service)
+    try:
+        await db.migrate(engine, migrations, settings.schema_for(service))
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

@@ -263,6 +263,8 @@ _LOCK_THREAD = reused(
     .values(message_count=_T.message_count)
     .returning(*_T)
 )
+
+
 def _open_thread_stmt(dialect: str) -> Any:
     # An existing thread takes the no-op update (its row lock); a missing one is created.
     # A concurrent creator is waited for, then its thread is locked: no retry needed.

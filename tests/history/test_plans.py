@@ -14,14 +14,13 @@ from services.history import store
 from services.history.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
+from tests.conftest import migrated_engine
 
 
 @pytest.fixture
 async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(settings, "history")
-    await db.migrate(engine, MIGRATIONS, settings.schema_for("history"))
-    yield engine
-    await engine.dispose()
+    async with migrated_engine(settings, "history", MIGRATIONS) as engine:
+        yield engine
 
 
 async def test_begin_run_looks_up_runs_by_index(engine: AsyncEngine) -> None:

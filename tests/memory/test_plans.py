@@ -17,14 +17,13 @@ from services.memory import store
 from services.memory.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
+from tests.conftest import migrated_engine
 
 
 @pytest.fixture
 async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(settings, "memory")
-    await db.migrate(engine, MIGRATIONS, settings.schema_for("memory"))
-    yield engine
-    await engine.dispose()
+    async with migrated_engine(settings, "memory", MIGRATIONS) as engine:
+        yield engine
 
 
 async def query_sent(
