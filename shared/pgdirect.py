@@ -58,7 +58,9 @@ def _broke(err: Exception, raw: asyncpg.Connection) -> bool:
 
 
 def reused(stmt: S) -> S:
-    """Mark a statement built once (bound parameters only) to run directly on PostgreSQL."""
+    """Mark a statement built once (bound parameters only) to run directly on PostgreSQL.
+    An IN list, even of literals, is rendered anew on every call (SQLAlchemy renders IN at
+    execution time): hot statements use comparisons or `= ANY(array)` instead."""
     _REUSED[id(stmt)] = stmt
     return stmt
 
