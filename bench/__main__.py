@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench import floor
+from bench import floor, skeleton
 from bench.stats import median_of_runs
 from bench.suite import load, long_stream, rss_mb, start_suite
 
@@ -61,6 +61,56 @@ def _median_metric(samples: list[dict[str, Any]], path: tuple[str, ...]) -> dict
     return median_of_runs(values)
 
 
+def level(concurrency: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians (min, max) of repeated loads (bench.suite.load) at one concurrency."""
+    result = {
+        "concurrency": concurrency,
+        "runs_per_s": _median_metric(samples, ("runs_per_s",)),
+        "first_event_p50_ms": _median_metric(samples, ("first_event", "p50_ms")),
+        "first_event_p99_ms": _median_metric(samples, ("first_event", "p99_ms")),
+        "run_finished_p50_ms": _median_metric(samples, ("run_finished", "p50_ms")),
+        "run_finished_p99_ms": _median_metric(samples, ("run_finished", "p99_ms")),
+        "errors": sum(s["errors"] for s in samples),
+        "error_samples": [e for s in samples for e in s["error_samples"]][:3],
+    }
+    if "suite_cpu_ms_per_run" in samples[0]:
+        result["cpu_ms_per_run"] = _median_metric(samples, ("suite_cpu_ms_per_run",))
+    return result
+
+
+def skeleton_median(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The pipeline's own floor (bench/skeleton.py) at c=1 and c=32, --repeats times."""
+    runs = [
+        skeleton.measure([1, 32], args.duration, args.processes)["runs"] for _ in range(args.repeats)
+    ]
+    return [level(c, [r[i] for r in runs]) for i, c in enumerate((1, 32))]
+
+
+def skeleton_lines(results: dict[str, Any]) -> list[str]:
+    """The skeleton's table (absent from results written before it was measured)."""
+    if "skeleton" not in results:
+        return []
+    lines = [
+        "",
+        "Skeleton: the suite's five processes and its calls and messages with nothing inside "
+        "(canned bytes; no database, event log, protobuf, interceptors or authentication; "
+        "`python -m bench.skeleton`), driven by the same clients: the ceiling of this "
+        "architecture on this machine.",
+        "",
+        "| concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | CPU ms per run (5 processes) |",
+        "|---|---|---|---|---|",
+    ]
+    for lv in results["skeleton"]:
+        rps = lv["runs_per_s"]
+        lines.append(
+            f"| {lv['concurrency']} | {rps['median']} ({rps['min']}–{rps['max']}) "
+            f"| {lv['first_event_p50_ms']['median']} / {lv['first_event_p99_ms']['median']} "
+            f"| {lv['run_finished_p50_ms']['median']} / {lv['run_finished_p99_ms']['median']} "
+            f"| {lv['cpu_ms_per_run']['median']} |"
+        )
+    return lines
+
+
 def profile_orchestrator(suite: Any, out_dir: Path, seconds: int, processes: int) -> str | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -88,18 +138,7 @@ def bench_backend(backend: str, args: argparse.Namespace, out_dir: Path) -> dict
         levels = []
         for c in args.concurrency:
             samples = [load(suite, c, args.duration, args.processes) for _ in range(args.repeats)]
-            levels.append(
-                {
-                    "concurrency": c,
-                    "runs_per_s": _median_metric(samples, ("runs_per_s",)),
-                    "first_event_p50_ms": _median_metric(samples, ("first_event", "p50_ms")),
-                    "first_event_p99_ms": _median_metric(samples, ("first_event", "p99_ms")),
-                    "run_finished_p50_ms": _median_metric(samples, ("run_finished", "p50_ms")),
-                    "run_finished_p99_ms": _median_metric(samples, ("run_finished", "p99_ms")),
-                    "errors": sum(s["errors"] for s in samples),
-                    "error_samples": [e for s in samples for e in s["error_samples"]][:3],
-                }
-            )
+            levels.append(level(c, samples))
             print(f"[{backend}] c={c}: {levels[-1]['runs_per_s']['median']} runs/s", flush=True)
         result["levels"] = levels
         streams = [long_stream(suite, args.long_words) for _ in range(args.repeats)]
@@ -204,6 +243,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{fl['grpc_unary_rps_c32']['median']} calls/s at c=32, server stream {fl['grpc_stream_msgs_per_s']['median']} msgs/s; "
         f"bare SSE {fl['sse_events_per_s']['median']} events/s, first event p50 {fl['sse_first_event_p50_ms']['median']} ms.",
         *floor_cpu_lines(fl, results["machine"]["cpus"]),
+        *skeleton_lines(results),
         "",
         "| backend | concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | per-run cost in bare gRPC round trips | errors |",
         "|---|---|---|---|---|---|---|",
@@ -293,6 +333,8 @@ def main() -> None:
     }
     results["floor"] = floor_median(args.repeats)
     print("floor:", json.dumps(results["floor"]), flush=True)
+    results["skeleton"] = skeleton_median(args)
+    print("skeleton:", json.dumps(results["skeleton"]), flush=True)
     results["backends"] = [bench_backend(b, args, out_dir) for b in args.backends.split(",") if b]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'protos'}")
     if args.history:
