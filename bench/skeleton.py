@@ -19,7 +19,6 @@ the cores' sharing between seven busy processes).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -51,7 +50,10 @@ _TEXT = ',"messageId":"m-0123456789abcdef0123456789abcdef"'
 # The suite's StartRun messages for one run, in order; the fourth is relayed from Execute.
 RUN_STARTED = [_event("RUN_STARTED")]
 ROUTER_STARTED = [_event("STEP_STARTED", ',"stepName":"router"')]
-ROUTED = [_event("STEP_FINISHED", ',"stepName":"router"'), _event("STEP_STARTED", ',"stepName":"worker"')]
+ROUTED = [
+    _event("STEP_FINISHED", ',"stepName":"router"'),
+    _event("STEP_STARTED", ',"stepName":"worker"'),
+]
 REPLY = [
     _event("TEXT_MESSAGE_START", _TEXT + ',"role":"assistant"'),
     *(_event("TEXT_MESSAGE_CONTENT", _TEXT + f',"delta":"w{i} "') for i in range(11)),
