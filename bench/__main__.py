@@ -75,6 +75,10 @@ def level(concurrency: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if "suite_cpu_ms_per_run" in samples[0]:
         result["cpu_ms_per_run"] = _median_metric(samples, ("suite_cpu_ms_per_run",))
+        result["cpu_ms_per_run_by_process"] = {
+            name: _median_metric(samples, ("cpu_ms_per_run", name))
+            for name in samples[0]["cpu_ms_per_run"]
+        }
     return result
 
 
@@ -97,16 +101,19 @@ def skeleton_lines(results: dict[str, Any]) -> list[str]:
         "`python -m bench.skeleton`), driven by the same clients: the ceiling of this "
         "architecture on this machine.",
         "",
-        "| concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | CPU ms per run (5 processes) |",
-        "|---|---|---|---|---|",
+        "| concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | CPU ms per run, all 5 processes | by process |",
+        "|---|---|---|---|---|---|",
     ]
     for lv in results["skeleton"]:
         rps = lv["runs_per_s"]
+        by_process = ", ".join(
+            f"{name} {cpu['median']}" for name, cpu in lv["cpu_ms_per_run_by_process"].items()
+        )
         lines.append(
             f"| {lv['concurrency']} | {rps['median']} ({rps['min']}–{rps['max']}) "
             f"| {lv['first_event_p50_ms']['median']} / {lv['first_event_p99_ms']['median']} "
             f"| {lv['run_finished_p50_ms']['median']} / {lv['run_finished_p99_ms']['median']} "
-            f"| {lv['cpu_ms_per_run']['median']} |"
+            f"| {lv['cpu_ms_per_run']['median']} | {by_process} |"
         )
     return lines
 

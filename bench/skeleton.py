@@ -30,8 +30,6 @@ from typing import Any
 
 import grpc
 
-from bench.cpu import cpu_seconds
-from bench.suite import load
 from services.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,11 +197,15 @@ class Skeleton:
             proc.wait(timeout=10)
 
     def cpu(self) -> dict[str, float]:
+        from bench.cpu import cpu_seconds
+
         return {role: cpu_seconds(proc.pid) for role, proc in self.procs.items()}
 
 
 def measure(concurrency: list[int], duration: float, processes: int) -> dict[str, Any]:
     """Runs/s, latencies and CPU per run of the skeleton at each concurrency."""
+    from bench.suite import load  # aiohttp: the bench extra
+
     skeleton = Skeleton()
     skeleton.start()
     try:
