@@ -191,14 +191,40 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         lease = timedelta(seconds=core.lease_seconds(request.lease_seconds))
         now = self._clock()
 
+        def new_run(state: RunState) -> Run:
+            return Run(
+                owner_id=owner,
+                id=run_id,
+                thread_id=thread_id,
+                state=state,
+                origin=mode,
+                profile=profile,
+                create_time=now,
+                start_time=now if state is RunState.RUNNING else None,
+                finish_time=None,
+                lease_holder=request.lease_holder,
+                lease_expire_time=now + lease,
+            )
+
         async def admit(
             conn: Conn, check_ids: bool
         ) -> tuple[Thread, Run, list[Run], list[Message]]:
             ahead: list[Run] = []
             ctx: list[Message] = []
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
-            run, active = await store.begin_lookup(conn, owner, thread_id, run_id)
-            if run is not None:
+            # A new run on an idle thread, the common case, is admitted by its INSERT alone
+            # (any strategy runs it at once). Otherwise, and when the unit runs again
+            # because an id was taken, the lookup decides.
+            fresh = None if check_ids else await store.insert_run_if_idle(
+                conn, new_run(RunState.RUNNING)
+            )
+            stored, active = (
+                (None, []) if fresh else await store.begin_lookup(conn, owner, thread_id, run_id)
+            )
+            if fresh is not None:
+                run = fresh
+            elif stored is not None:
+                run = stored
                 check_ids = True  # called again: its input is probably stored
                 core.check_run_retry(run, thread_id)
                 if run.state is RunState.QUEUED and not run.cancel_requested:
@@ -220,20 +246,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 )
                 if admission.rollback:
                     await store.hide_run_messages(conn, owner, admission.cancel)
-                run = Run(
-                    owner_id=owner,
-                    id=run_id,
-                    thread_id=thread_id,
-                    state=admission.state,
-                    origin=mode,
-                    profile=profile,
-                    create_time=now,
-                    start_time=now if admission.state is RunState.RUNNING else None,
-                    finish_time=None,
-                    lease_holder=request.lease_holder,
-                    lease_expire_time=now + lease,
-                )
-                run = await store.insert_run(conn, run)
+                run = await store.insert_run(conn, new_run(admission.state))
                 ahead = [r for r in active if r.id != run_id]
             # A queued run stores its input when it starts: the reply of the run before it
             # comes first in the thread, as the conversation happened.

@@ -629,12 +629,33 @@ _BEGIN_LOOKUP = reused(
 )
 # thread_seq: the run's place in its thread, computed by the INSERT itself (the caller holds
 # the thread row lock, so no other run of the thread is inserted meanwhile).
-_INSERT_RUN = reused(
+_NEXT_THREAD_SEQ = (
+    sa.select(sa.func.coalesce(sa.func.max(_R.thread_seq), 0) + 1)
+    .where(_R.owner_id == sa.bindparam("seq_o"), _R.thread_id == sa.bindparam("seq_t"))
+    .scalar_subquery()
+)
+_INSERT_RUN = reused(sa.insert(runs).values(thread_seq=_NEXT_THREAD_SEQ).returning(_R.thread_seq))
+# The same, only if the run id is unused and the thread has no queued or running run: what
+# begin_lookup would have found, asked in the INSERT (one round trip for a run on an idle
+# thread, the common case). Two NOT EXISTS: one with an OR would read every run of the owner
+# on SQLite, as _BEGIN_LOOKUP's comment says.
+_RUN_VALUES = [c for c in runs.c if c.key != "thread_seq"]
+_INSERT_RUN_IF_IDLE = reused(
     sa.insert(runs)
-    .values(
-        thread_seq=sa.select(sa.func.coalesce(sa.func.max(_R.thread_seq), 0) + 1)
-        .where(_R.owner_id == sa.bindparam("seq_o"), _R.thread_id == sa.bindparam("seq_t"))
-        .scalar_subquery()
+    .from_select(
+        [*_RUN_VALUES, _R.thread_seq],
+        sa.select(
+            *(sa.bindparam(c.key, type_=c.type) for c in _RUN_VALUES), _NEXT_THREAD_SEQ
+        ).where(
+            ~sa.exists().where(
+                _R.owner_id == sa.bindparam("id_o"), _R.id == sa.bindparam("id_r")
+            ),
+            ~sa.exists().where(
+                _R.owner_id == sa.bindparam("active_o"),
+                _R.thread_id == sa.bindparam("active_t"),
+                _IS_ACTIVE,
+            ),
+        ),
     )
     .returning(_R.thread_seq)
 )
@@ -682,34 +703,44 @@ async def begin_lookup(
     return run, [r for r in found if r.active and r.thread_id == thread_id]
 
 
+def _run_values(run: Run) -> dict[str, Any]:
+    """The parameters of _INSERT_RUN and _INSERT_RUN_IF_IDLE for `run`."""
+    return {
+        "owner_id": run.owner_id,
+        "id": run.id,
+        "thread_id": run.thread_id,
+        "seq_o": run.owner_id,
+        "seq_t": run.thread_id,
+        "state": run.state.value,
+        "origin": run.origin.value,
+        "profile": run.profile.model_dump(mode="json"),
+        "profile_name": run.profile.name,
+        "create_time": run.create_time,
+        "start_time": run.start_time,
+        "finish_time": run.finish_time,
+        "error_code": run.error_code,
+        "error_message": run.error_message,
+        "cancel_requested": run.cancel_requested,
+        "rolled_back": run.rolled_back,
+        "lease_holder": run.lease_holder,
+        "lease_expire_time": run.lease_expire_time,
+    }
+
+
 async def insert_run(conn: Conn, run: Run) -> Run:
     """Store a new run (its thread row locked by the caller); returns it with its thread_seq."""
-    seq = (
-        await conn.execute(
-            _INSERT_RUN,
-            {
-                "owner_id": run.owner_id,
-                "id": run.id,
-                "thread_id": run.thread_id,
-                "seq_o": run.owner_id,
-                "seq_t": run.thread_id,
-                "state": run.state.value,
-                "origin": run.origin.value,
-                "profile": run.profile.model_dump(mode="json"),
-                "profile_name": run.profile.name,
-                "create_time": run.create_time,
-                "start_time": run.start_time,
-                "finish_time": run.finish_time,
-                "error_code": run.error_code,
-                "error_message": run.error_message,
-                "cancel_requested": run.cancel_requested,
-                "rolled_back": run.rolled_back,
-                "lease_holder": run.lease_holder,
-                "lease_expire_time": run.lease_expire_time,
-            },
-        )
-    ).scalar_one()
+    seq = (await conn.execute(_INSERT_RUN, _run_values(run))).scalar_one()
     return replace(run, thread_seq=seq)
+
+
+async def insert_run_if_idle(conn: Conn, run: Run) -> Run | None:
+    """Store a new run (its thread row locked by the caller) if its id is unused and its
+    thread has no queued or running run; returns it with its thread_seq, or None (nothing
+    stored: begin_lookup then finds why)."""
+    params = _run_values(run)
+    params.update(id_o=run.owner_id, id_r=run.id, active_o=run.owner_id, active_t=run.thread_id)
+    row = (await conn.execute(_INSERT_RUN_IF_IDLE, params)).first()
+    return None if row is None else replace(run, thread_seq=row[0])
 
 
 async def finish_active_run(
