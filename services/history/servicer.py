@@ -297,10 +297,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         async def finish(conn: Conn, check_ids: bool) -> Run:
             # Locks in the order BeginRun takes them (thread, then run), so the two never
             # deadlock; the run's state is then changed only if it is still active.
-            thread = await store.lock_run_thread(conn, owner, run_id)
-            if thread is None:
-                raise NotFound(f"run {run_id} not found")
-            finished = await store.finish_active_run(
+            thread, finished = await store.lock_thread_finish_run(
                 conn,
                 owner,
                 run_id,
@@ -309,6 +306,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 error_code=request.error_code,
                 error_message=request.error_message[:10_000],
             )
+            if thread is None:
+                raise NotFound(f"run {run_id} not found")
             if finished is None:
                 # It ended meanwhile (or before): a retry of the same end, or a conflict.
                 current = await store.get_run(conn, owner, run_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -670,6 +671,33 @@ _FINISH_ACTIVE_RUN = reused(
     )
     .returning(*_R)
 )
+# PostgreSQL: lock the run's thread and finish the run in one statement. The run's UPDATE
+# waits for the thread's (its EXISTS reads the locked row first), so the locks are taken in
+# BeginRun's order (thread, then run) as with two statements; each row, if another
+# transaction changed it meanwhile, is read again at its newest version before it changes.
+_LOCKED_THREAD = (
+    sa.update(threads)
+    .where(
+        _T.owner_id == sa.bindparam("o"),
+        _T.id
+        == sa.select(_R.thread_id)
+        .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
+        .scalar_subquery(),
+    )
+    .values(message_count=_T.message_count)
+    .returning(*_T)
+    .cte("locked_thread")
+)
+_FINISHED_RUN = (
+    _FINISH_ACTIVE_RUN.where(sa.exists(sa.select(1).select_from(_LOCKED_THREAD)))
+    .cte("finished_run")
+)
+_LOCK_THREAD_FINISH_RUN = reused(
+    sa.select(
+        *(c.label(f"t_{c.key}") for c in _LOCKED_THREAD.c),
+        *(c.label(f"r_{c.key}") for c in _FINISHED_RUN.c),
+    ).select_from(_LOCKED_THREAD.outerjoin(_FINISHED_RUN, sa.true()))
+)
 _RENEW_LEASE = reused(
     sa.update(runs)
     .where(
@@ -743,7 +771,14 @@ async def insert_run_if_idle(conn: Conn, run: Run) -> Run | None:
     return None if row is None else replace(run, thread_seq=row[0])
 
 
-async def finish_active_run(
+def _part(row: Row[Any], prefix: str) -> SimpleNamespace:
+    """The columns of `row` labelled `prefix`<name>, by name."""
+    return SimpleNamespace(
+        **{k[len(prefix) :]: v for k, v in row._asdict().items() if k.startswith(prefix)}
+    )
+
+
+async def lock_thread_finish_run(
     conn: Conn,
     owner_id: str,
     run_id: str,
@@ -752,16 +787,23 @@ async def finish_active_run(
     now: datetime,
     error_code: str,
     error_message: str,
-) -> Run | None:
-    """Finish the run if it is queued or running; None if it is not (or does not exist)."""
-    row = (
-        await conn.execute(
-            _FINISH_ACTIVE_RUN,
-            {"o": owner_id, "r": run_id, "state": state.value, "now": now,
-             "code": error_code, "message": error_message},
-        )
-    ).first()
-    return _run(row) if row else None
+) -> tuple[Thread | None, Run | None]:
+    """lock_run_thread, then finish_active_run: (the run's thread, row-locked, or None if
+    the run does not exist; the run finished, or None if it was not queued or running).
+    One round trip on PostgreSQL."""
+    params = {"o": owner_id, "r": run_id, "state": state.value, "now": now,
+              "code": error_code, "message": error_message}
+    if conn.dialect.name != "postgresql":
+        thread = await lock_run_thread(conn, owner_id, run_id)
+        if thread is None:
+            return None, None
+        row = (await conn.execute(_FINISH_ACTIVE_RUN, params)).first()
+        return thread, _run(row) if row else None
+    row = (await conn.execute(_LOCK_THREAD_FINISH_RUN, params)).first()
+    if row is None:
+        return None, None
+    finished = _part(row, "r_")
+    return _thread(_part(row, "t_")), _run(finished) if finished.id is not None else None
 
 
 async def renew_lease(

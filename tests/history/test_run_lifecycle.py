@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
+import sqlalchemy as sa
 from agentmesh.history.v1 import history_service_pb2 as pb
 
+from services.history.service import MIGRATIONS
+from shared import db
+from shared.settings import Settings
+from tests.conftest import migrated_engine
 from tests.history.conftest import REPLY, History, chat_profile, finish, text_msg
 from tests.history.test_service import history_of, rpc_error
 
@@ -138,3 +145,38 @@ async def test_expire_run_leases_needs_the_admin_scope(history: History) -> None
         history.stub.ExpireRunLeases(pb.ExpireRunLeasesRequest(), metadata=history.md())
     )
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_finish_run_waits_for_the_thread_before_it_holds_the_run(
+    history: History, settings: Settings
+) -> None:
+    """FinishRun takes the thread's lock, then the run's, as BeginRun does (one statement on
+    PostgreSQL): while another transaction holds the thread, a waiting FinishRun holds
+    nothing of the run, so the two can never deadlock; once the thread is free it finishes."""
+    await begin(history, "t1", "r1", "m1")
+    async with migrated_engine(settings, "history", MIGRATIONS) as engine:
+        async with engine.connect() as holder:
+            await holder.begin()
+            await holder.execute(
+                sa.text(
+                    "UPDATE threads SET message_count = message_count "
+                    "WHERE owner_id = 'alice' AND id = 't1'"
+                )
+            )
+            finishing = asyncio.create_task(finish(history, "r1", [text_msg("a1", REPLY)]))
+            await asyncio.sleep(0.5)
+            assert not finishing.done()  # it waits for the thread
+            if db.is_postgres(engine):
+                # The run is not locked by the waiting FinishRun (SQLite has one lock for
+                # every writer, so there the question does not arise).
+                async with engine.connect() as other, other.begin():
+                    await other.execute(
+                        sa.text(
+                            "SELECT 1 FROM runs WHERE owner_id = 'alice' AND id = 'r1' "
+                            "FOR UPDATE NOWAIT"
+                        )
+                    )
+            await holder.rollback()
+            finished = await asyncio.wait_for(finishing, 10)
+    assert finished.run.state == pb.RUN_STATE_SUCCEEDED
+    assert await history_of(history, "t1") == ["m1", "a1"]
