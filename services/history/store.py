@@ -788,9 +788,9 @@ async def lock_thread_finish_run(
     error_code: str,
     error_message: str,
 ) -> tuple[Thread | None, Run | None]:
-    """lock_run_thread, then finish_active_run: (the run's thread, row-locked, or None if
-    the run does not exist; the run finished, or None if it was not queued or running).
-    One round trip on PostgreSQL."""
+    """lock_run_thread, then finish the run if it is queued or running: (the run's thread,
+    row-locked, or None if the run does not exist; the run finished, or None if it was not
+    queued or running, and then left as it was). One round trip on PostgreSQL."""
     params = {"o": owner_id, "r": run_id, "state": state.value, "now": now,
               "code": error_code, "message": error_message}
     if conn.dialect.name != "postgresql":
