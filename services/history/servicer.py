@@ -219,7 +219,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 conn, new_run(RunState.RUNNING)
             )
             stored, active = (
-                (None, []) if fresh else await store.begin_lookup(conn, owner, thread_id, run_id)
+                (None, [])
+                if fresh is not None
+                else await store.begin_lookup(conn, owner, thread_id, run_id)
             )
             if fresh is not None:
                 run = fresh
