@@ -675,19 +675,7 @@ _FINISH_ACTIVE_RUN = reused(
 # waits for the thread's (its EXISTS reads the locked row first), so the locks are taken in
 # BeginRun's order (thread, then run) as with two statements; each row, if another
 # transaction changed it meanwhile, is read again at its newest version before it changes.
-_LOCKED_THREAD = (
-    sa.update(threads)
-    .where(
-        _T.owner_id == sa.bindparam("o"),
-        _T.id
-        == sa.select(_R.thread_id)
-        .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"))
-        .scalar_subquery(),
-    )
-    .values(message_count=_T.message_count)
-    .returning(*_T)
-    .cte("locked_thread")
-)
+_LOCKED_THREAD = _LOCK_RUN_THREAD.cte("locked_thread")
 _FINISHED_RUN = (
     _FINISH_ACTIVE_RUN.where(sa.exists(sa.select(1).select_from(_LOCKED_THREAD)))
     .cte("finished_run")
