@@ -171,10 +171,16 @@ class Skeleton:
             if role == "gateway":
                 args.append(f"127.0.0.1:{self.ports['orchestrator']}")
             self.procs[role] = subprocess.Popen(args, cwd=ROOT, env=env)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_ready(self, timeout: float = 60) -> None:
-        import urllib.error
+        """Until one run goes through. While a process is still starting, a run fails:
+        refused, or cut off mid-stream when a peer of the orchestrator is not up yet."""
+        import http.client
         import urllib.request
 
         deadline = time.monotonic() + timeout
@@ -184,7 +190,7 @@ class Skeleton:
                 with urllib.request.urlopen(req, timeout=5) as resp:
                     if b"RUN_FINISHED" in resp.read():
                         return
-            except (OSError, urllib.error.URLError):
+            except (OSError, http.client.HTTPException):
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError("the skeleton did not start")
@@ -194,7 +200,11 @@ class Skeleton:
         for proc in self.procs.values():
             proc.terminate()
         for proc in self.procs.values():
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def cpu(self) -> dict[str, float]:
         from bench.cpu import cpu_seconds
