@@ -45,23 +45,29 @@ def _event(kind: str, extra: str = "") -> bytes:
 
 
 _TEXT = ',"messageId":"m-0123456789abcdef0123456789abcdef"'
-# The suite's StartRun messages for one run, in order; the fourth is relayed from Execute.
-RUN_STARTED = [_event("RUN_STARTED")]
-ROUTER_STARTED = [_event("STEP_STARTED", ',"stepName":"router"')]
-ROUTED = [
-    _event("STEP_FINISHED", ',"stepName":"router"'),
-    _event("STEP_STARTED", ',"stepName":"worker"'),
-]
-REPLY = [
-    _event("TEXT_MESSAGE_START", _TEXT + ',"role":"assistant"'),
-    *(_event("TEXT_MESSAGE_CONTENT", _TEXT + f',"delta":"w{i} "') for i in range(11)),
-    _event("TEXT_MESSAGE_END", _TEXT),
-]
-WORKER_FINISHED = [_event("STEP_FINISHED", ',"stepName":"worker"')]
-RUN_FINISHED = [_event("RUN_FINISHED", ',"outcome":"success"')]
 SEP = b"\x1e"
 # History's answers carry the run record and the stored messages: a few hundred bytes.
 RECORD = b"r" * 400
+# The suite's StartRun messages for one run, in order, as the bytes sent (events joined by
+# SEP); the fourth is relayed from Execute's answer, which also carries the step's result.
+RUN_STARTED = _event("RUN_STARTED")
+ROUTER_STARTED = _event("STEP_STARTED", ',"stepName":"router"')
+ROUTED = SEP.join(
+    [
+        _event("STEP_FINISHED", ',"stepName":"router"'),
+        _event("STEP_STARTED", ',"stepName":"worker"'),
+    ]
+)
+EXECUTED = SEP.join(
+    [
+        _event("TEXT_MESSAGE_START", _TEXT + ',"role":"assistant"'),
+        *(_event("TEXT_MESSAGE_CONTENT", _TEXT + f',"delta":"w{i} "') for i in range(11)),
+        _event("TEXT_MESSAGE_END", _TEXT),
+        RECORD,
+    ]
+)
+WORKER_FINISHED = _event("STEP_FINISHED", ',"stepName":"worker"')
+RUN_FINISHED = _event("RUN_FINISHED", ',"outcome":"success"')
 
 
 def _service(port: int, methods: dict[str, grpc.RpcMethodHandler]) -> grpc.aio.Server:
@@ -78,7 +84,7 @@ async def _serve_leaf(role: str, port: int) -> None:
     async def execute(request: bytes, _ctx: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         # The worker's model turn: its text and the step's result, in one batch (a model at
         # zero latency has produced every item before the first is sent).
-        yield SEP.join([*REPLY, RECORD])
+        yield EXECUTED
 
     methods = {
         "history": {"BeginRun": unary, "FinishRun": unary},
@@ -106,17 +112,17 @@ async def _serve_orchestrator(port: int, peers: dict[str, str]) -> None:
     execute = channels["executor"].unary_stream("/skeleton.S/Execute")
 
     async def start_run(request: bytes, _ctx: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        yield SEP.join(RUN_STARTED)
+        yield RUN_STARTED
         await begin_run(request)
-        yield SEP.join(ROUTER_STARTED)
+        yield ROUTER_STARTED
         await route(request)
-        yield SEP.join(ROUTED)
+        yield ROUTED
         async for batch in execute(request):
             # The text is streamed on; the step's result is not.
             yield SEP.join(item for item in batch.split(SEP) if item.startswith(b"{"))
-        yield SEP.join(WORKER_FINISHED)
+        yield WORKER_FINISHED
         await finish_run(request)
-        yield SEP.join(RUN_FINISHED)
+        yield RUN_FINISHED
 
     server = _service(port, {"StartRun": grpc.unary_stream_rpc_method_handler(start_run)})
     await server.start()
