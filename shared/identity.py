@@ -6,25 +6,17 @@ other services inside the deployment can reach them.
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import grpc
 
 from shared.errors import PermissionDenied, Unauthenticated
+from shared.ids import is_owner_id
 
 OWNER_KEY = "x-agentmesh-owner"
 SCOPE_KEY = "x-agentmesh-scope"
 REQUEST_ID_KEY = "x-request-id"
 ADMIN_SCOPE = "admin"
-
-# Owner ids are opaque strings chosen by the identity provider; bound their shape.
-_OWNER_RE = re.compile(r"^[A-Za-z0-9._:@|-]{1,128}$")
-
-
-def valid_owner_id(value: str) -> bool:
-    return bool(_OWNER_RE.match(value))
-
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
@@ -33,7 +25,7 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
 def owner_id(context: grpc.aio.ServicerContext) -> str:
     """The caller's owner id; UNAUTHENTICATED when absent or malformed."""
     value = _metadata(context).get(OWNER_KEY, "")
-    if not valid_owner_id(value):
+    if not is_owner_id(value):
         raise Unauthenticated("the call carries no valid owner identity")
     return value
 

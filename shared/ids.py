@@ -12,6 +12,8 @@ import functools
 import re
 import zoneinfo
 
+from shared.errors import InvalidArgument
+
 MAX_ID_CHARS = 128
 
 # Thread, run, message, job, memory and tool-call ids: printable ASCII without spaces, and
@@ -43,6 +45,19 @@ def id_problem(value: str) -> str | None:
     return None if is_identifier(value) else ID_RULE
 
 
+def check_identifier(value: str, field: str) -> str:
+    """`value` when it is an id; InvalidArgument naming `field` otherwise."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise InvalidArgument(field, problem)
+    return value
+
+
+def optional_identifier(value: str, field: str) -> str:
+    """An id, or "" for an unset field."""
+    return check_identifier(value, field) if value else ""
+
+
 def is_owner_id(value: str) -> bool:
     return _OWNER_RE.fullmatch(value) is not None
 
@@ -64,3 +79,12 @@ def is_time_zone(name: str) -> bool:
 def time_zone(name: str) -> zoneinfo.ZoneInfo | None:
     """The zone called `name`, or None when it is not a zone name."""
     return zoneinfo.ZoneInfo(name) if is_time_zone(name) else None
+
+
+def check_time_zone(name: str, field: str) -> zoneinfo.ZoneInfo:
+    """The zone called `name`; InvalidArgument naming `field` when it is not a zone name."""
+    zone = time_zone(name)
+    if zone is None:
+        # The name is not echoed whole: it may be long, or hold what a log line should not.
+        raise InvalidArgument(field, f"{name[:MAX_TIME_ZONE_CHARS]!r} is not an IANA time zone")
+    return zone

@@ -12,21 +12,20 @@ from services.executor.events import (
     StepItem,
     StepResult,
     TextDelta,
-    ToolDenied,
     TextEnd,
     TextStart,
     ToolCallArgs,
     ToolCallEnd,
     ToolCallResult,
     ToolCallStart,
+    ToolDenied,
 )
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
+from shared.ids import check_identifier
 from shared.messages import Msg, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import profile_from_pb
-
-MAX_ID_CHARS = 128
 
 
 def tool_spec_from_pb(value: message_pb2.ToolSpec, field: str) -> ToolSpec:
@@ -47,8 +46,7 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         raise InvalidArgument("executor", "must be worker or memory")
     for name in ("run_id", "thread_id", "reply_message_id"):
         value = getattr(request, name)
-        if not value or len(value) > MAX_ID_CHARS:
-            raise InvalidArgument(name, f"must be 1 to {MAX_ID_CHARS} characters")
+        check_identifier(value, name)
     if not request.HasField("input_message"):
         raise InvalidArgument("input_message", "is required")
     return StepRequest(

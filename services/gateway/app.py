@@ -7,7 +7,6 @@ start-up (lifespan) and closes them at shutdown; clients passed in belong to the
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,13 +30,12 @@ from services.gateway import (
 from services.gateway.clients import Clients, open_clients
 from services.gateway.errors import ApiError, internal, invalid
 from shared import metrics, telemetry
+from shared.ids import is_request_id
 from shared.logs import request_id_var
 from shared.server import VERSION
 from shared.settings import Settings
 
 log = logging.getLogger("agentmesh.gateway")
-
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 _HTTP_CODES = {
     400: "INVALID_ARGUMENT",
@@ -67,7 +65,7 @@ class RequestContext:
         for key, value in scope["headers"]:
             if key == b"x-request-id":
                 incoming = value.decode("latin-1")
-        rid = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        rid = incoming if is_request_id(incoming) else uuid.uuid4().hex
         token = request_id_var.set(rid)
         started = time.perf_counter()
         status = 0

@@ -14,7 +14,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.gateway.errors import ApiError, unauthenticated
-from shared.identity import ADMIN_SCOPE, valid_owner_id
+from shared.identity import ADMIN_SCOPE
+from shared.ids import is_owner_id
 from shared.settings import Settings
 
 ALGORITHM = "HS256"
@@ -33,7 +34,7 @@ def issue_token(
     settings: Settings, sub: str, *, admin: bool = False, ttl_seconds: int = DEFAULT_TTL_SECONDS
 ) -> str:
     """A bearer token for `sub` (development and tests; production tokens come from the IdP)."""
-    if not valid_owner_id(sub):
+    if not is_owner_id(sub):
         raise ValueError(f"{sub!r} is not a valid owner id")
     now = int(time.time())
     claims: dict[str, object] = {"sub": sub, "iat": now, "exp": now + ttl_seconds}
@@ -63,7 +64,7 @@ def verify_token(settings: Settings, token: str) -> Caller:
     except jwt.InvalidTokenError:
         raise unauthenticated("the bearer token is not valid") from None
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not valid_owner_id(sub):
+    if not isinstance(sub, str) or not is_owner_id(sub):
         raise unauthenticated("the bearer token's subject is not a valid owner id")
     return Caller(owner=sub, admin=_has_admin_scope(claims.get("scope")))
 

@@ -5,11 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 from services.gateway.auth import Caller, caller
 from services.gateway.errors import invalid
+from shared.ids import MAX_ID_CHARS, id_problem
 from shared.pagination import MAX_PAGE_SIZE
+
+
+def _identifier(value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        # A custom error's message is the description as is (no "Value error, " prefix).
+        raise PydanticCustomError("identifier", problem)
+    return value
+
+
+# Checks a parameter against the id rule (shared.ids): a 400 naming it otherwise.
+IDENTIFIER = AfterValidator(_identifier)
+# A path parameter holding an id.
+IdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), IDENTIFIER]
 
 PageSize = Annotated[
     int,

@@ -11,14 +11,17 @@ from services.gateway import jobs
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
-from services.gateway.params import PageSize, PageToken, only_params
+from services.gateway.params import IDENTIFIER, PageSize, PageToken, only_params
 from services.gateway.routes_runs import read_body
+from shared.ids import MAX_ID_CHARS
 from shared.settings import Settings
 
 router = APIRouter()
 
 JOBS = "/api/v1/automation/jobs"
-JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's id")]
+JobId = Annotated[
+    str, Path(min_length=1, max_length=MAX_ID_CHARS, description="The job's id"), IDENTIFIER
+]
 IdempotencyKey = Annotated[
     str | None,
     Header(

@@ -7,19 +7,18 @@ from typing import Annotated, Any, Literal
 
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from services.gateway import convert
 from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import invalid
-from services.gateway.params import PageSize, PageToken, only_params
-from shared.identity import valid_owner_id
+from services.gateway.params import IdPath, PageSize, PageToken, only_params
+from shared.ids import OWNER_RULE, is_owner_id
 from shared.settings import Settings
 
 router = APIRouter()
 
-IdPath = Annotated[str, Path(min_length=1, max_length=128)]
 
 _DIRECTIONS = {
     "forward": history_service_pb2.DIRECTION_FORWARD,
@@ -154,8 +153,8 @@ async def list_audit(
     page_size: PageSize = 0,
     page_token: PageToken = "",
 ) -> dict[str, Any]:
-    if not valid_owner_id(owner_id):
-        raise invalid("owner_id", "is not a valid owner id")
+    if not is_owner_id(owner_id):
+        raise invalid("owner_id", OWNER_RULE)
     start, end = _utc(start_time), _utc(end_time)
     if start is not None and end is not None and end <= start:
         raise invalid("end_time", "must be after start_time")

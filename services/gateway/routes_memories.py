@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from agentmesh.memory.v1 import memory_service_pb2
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from services.gateway import convert
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
-from services.gateway.params import PageSize, PageToken, only_params
+from services.gateway.params import IdPath, PageSize, PageToken, only_params
 from shared.settings import Settings
 
 router = APIRouter()
@@ -64,7 +64,7 @@ async def list_memories(
 )
 async def forget_memory(
     request: Request,
-    memory_id: Annotated[str, Path(min_length=1, max_length=128)],
+    memory_id: IdPath,
     who: Caller = Depends(caller),
 ) -> Response:
     clients: Clients = request.app.state.clients

@@ -14,13 +14,14 @@ import grpc
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2
 from agentmesh.type.v1 import run_event_pb2
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from services.gateway import sse
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
+from services.gateway.params import IdPath
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -43,7 +44,7 @@ log = logging.getLogger("agentmesh.gateway")
 router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-RunPath = Annotated[str, Path(min_length=1, max_length=128)]
+RunPath = IdPath
 
 # Cancels sent for clients that went away (cancelOnDisconnect); kept until they finish.
 _background: set[asyncio.Task[None]] = set()

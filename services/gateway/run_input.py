@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
-import zoneinfo
 from typing import Any
 
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2
@@ -21,10 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from services.gateway.errors import ApiError, invalid
+from shared.ids import id_problem, is_time_zone
 
-MAX_ID_CHARS = 128
-# Ids travel in URL paths (/threads/{id}/history) and logs: no whitespace, controls or "/".
-_ID_RE = re.compile(r"^[^\s/\\\x00-\x1f\x7f]+$")
 _MEDIA_PARTS = ("image", "audio", "video", "document")
 
 
@@ -69,12 +65,9 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 
 
 def _check_id(field: str, value: str) -> None:
-    if not value:
-        raise invalid(field, "must not be empty")
-    if len(value) > MAX_ID_CHARS:
-        raise invalid(field, f"must be at most {MAX_ID_CHARS} characters")
-    if not _ID_RE.match(value):
-        raise invalid(field, "must not contain whitespace, control characters, '/' or '\\'")
+    problem = id_problem(value)
+    if problem is not None:
+        raise invalid(field, problem)
 
 
 def parse_body(body: bytes) -> RunAgentInputIn:
@@ -210,13 +203,7 @@ def _json_value(field: str, value: Any) -> struct_pb2.Value:
 
 def time_zone(header: str | None) -> str:
     """The IANA zone of X-Timezone, or "" (the services' default) when absent or unknown."""
-    if not header or len(header) > 64:
-        return ""
-    try:
-        zoneinfo.ZoneInfo(header)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return ""
-    return header
+    return header if header and is_time_zone(header) else ""
 
 
 PROFILE_FIELD = "forwardedProps.agentmesh.profile"

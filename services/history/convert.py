@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import calendar
 import json
-import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,10 +34,9 @@ from shared.domain import (
     message_kind_from_pb,
 )
 from shared.errors import InvalidArgument
+from shared.ids import check_identifier, optional_identifier
 from shared.profiles import profile_to_pb
 
-# Ids are chosen by callers (AG-UI clients, the orchestrator): printable ASCII, no spaces.
-_ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_NAME = 200
 
 ROLE_FROM_PB = {
@@ -62,14 +60,8 @@ RUN_STATE_FROM_PB = {v: k for k, v in RUN_STATE_TO_PB.items()}
 # --- validation of scalar fields ----------------------------------------------------------
 
 
-def identifier(value: str, field: str) -> str:
-    if not _ID_RE.match(value):
-        raise InvalidArgument(field, "must be 1 to 200 printable ASCII characters without spaces")
-    return value
-
-
-def optional_identifier(value: str, field: str) -> str:
-    return identifier(value, field) if value else ""
+# Ids are chosen by callers (AG-UI clients, the orchestrator): the one rule of shared.ids.
+identifier = check_identifier
 
 
 def optional_mode(value: int, field: str) -> RuntimeMode | None:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from shared.ids import check_time_zone
 from shared.profiles import WINDOW_RE, ExecutionProfile
 from shared.visibility import in_history, visibility_mask_for
 
@@ -385,10 +386,7 @@ def parse_window(text: str, field: str = "context.window") -> Window:
 
 
 def parse_zone(name: str, field: str = "context.time_zone") -> ZoneInfo:
-    try:
-        return ZoneInfo(name or DEFAULT_TIME_ZONE)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgument(field, f"{name!r} is not an IANA time zone") from None
+    return check_time_zone(name or DEFAULT_TIME_ZONE, field)
 
 
 def yesterday_start(now: datetime, zone: ZoneInfo) -> datetime:

@@ -21,7 +21,8 @@ from shared import pgdirect
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, InvalidArgument, NotFound
-from shared.identity import owner_id, require_admin, valid_owner_id
+from shared.identity import owner_id, require_admin
+from shared.ids import OWNER_RULE, is_owner_id
 from shared.pagination import decode_token, encode_token, page_size
 from shared.pgdirect import Conn
 from shared.profiles import profile_from_pb
@@ -580,9 +581,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def ListAudit(
         self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListAuditResponse:
+        # The operator is a caller like any other (UNAUTHENTICATED without an identity);
+        # the admin scope then lets them read the owner they name.
+        owner_id(context)
         require_admin(context)
-        if not valid_owner_id(request.owner_id):
-            raise InvalidArgument("owner_id", "must be a valid owner id")
+        if not is_owner_id(request.owner_id):
+            raise InvalidArgument("owner_id", OWNER_RULE)
         flt = _audit_filter(request.filter)
         size = page_size(request.page_size)
         scope = ["audit", request.owner_id, dataclasses.asdict(flt)]

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.errors import InvalidArgument
+from shared.ids import check_identifier, id_problem, optional_identifier
 
 MAX_CONTENT_CHARS = 2000
 MAX_QUERY_CHARS = 2000
-MAX_ID_CHARS = 128
 MAX_SOURCE_MESSAGE_IDS = 100
 # A memory rewritten by many runs keeps its most recent sources only.
 KEPT_SOURCE_MESSAGE_IDS = 100
@@ -140,17 +140,15 @@ def validate_write(
         raise InvalidArgument("content", "must contain more than punctuation")
     if kind and kind not in KINDS:
         raise InvalidArgument("kind", f"must be one of {', '.join(sorted(KINDS))}")
-    if len(source_run_id) > MAX_ID_CHARS:
-        raise InvalidArgument("source_run_id", f"must be at most {MAX_ID_CHARS} characters")
+    optional_identifier(source_run_id, "source_run_id")
     if len(source_message_ids) > MAX_SOURCE_MESSAGE_IDS:
         raise InvalidArgument(
             "source_message_ids", f"must hold at most {MAX_SOURCE_MESSAGE_IDS} ids"
         )
     for message_id in source_message_ids:
-        if not message_id or len(message_id) > MAX_ID_CHARS:
-            raise InvalidArgument(
-                "source_message_ids", f"each id must have 1 to {MAX_ID_CHARS} characters"
-            )
+        problem = id_problem(message_id)
+        if problem is not None:
+            raise InvalidArgument("source_message_ids", f"each id {problem}")
     return MemoryWrite(
         content=text,
         content_key=key,
@@ -178,11 +176,7 @@ def validate_query(field: str, query: str) -> str:
 
 
 def validate_id(field: str, value: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "must not be empty")
-    if len(value) > MAX_ID_CHARS:
-        raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
-    return value
+    return check_identifier(value, field)
 
 
 def watermark_name(name: str) -> str:

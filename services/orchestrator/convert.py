@@ -7,7 +7,6 @@ import dataclasses
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
@@ -19,6 +18,7 @@ from services.orchestrator import core
 from services.orchestrator.core import OpenSpans, RunPlan
 from shared.domain import EXECUTOR_TO_PB, RUNTIME_MODE_TO_PB, MessageKind, runtime_mode_from_pb
 from shared.errors import InvalidArgument
+from shared.ids import check_time_zone
 from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
@@ -31,10 +31,7 @@ OWNER_WINDOW_PAGE = 500
 
 def _time_zone(value: str, default: str) -> str:
     zone = value or default
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgument("time_zone", f"unknown IANA time zone {zone!r}") from None
+    check_time_zone(zone, "time_zone")
     return zone
 
 

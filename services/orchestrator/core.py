@@ -4,7 +4,6 @@ No I/O."""
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,12 +23,12 @@ from shared.errors import (
     Unauthenticated,
     Unavailable,
 )
+from shared.ids import check_identifier
 from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.tools import REGISTERED_TOOLS, effective_tools
 
-MAX_ID_CHARS = 128
 ROUTER_STEP = "router"
 
 
@@ -97,16 +96,6 @@ class RunPlan:
 
 
 # ---- validation ---------------------------------------------------------------------
-
-
-def check_identifier(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "must not be empty")
-    if len(value) > MAX_ID_CHARS:
-        raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
-    if any(ch.isspace() or unicodedata.category(ch).startswith("C") for ch in value):
-        raise InvalidArgument(field, "must not contain spaces or control characters")
-    return value
 
 
 def input_kind(msg: Msg, field: str) -> MessageKind:

@@ -23,9 +23,11 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
+
+from shared.ids import MAX_TIME_ZONE_CHARS, time_zone
 
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 
@@ -66,12 +68,10 @@ class Schedule:
 
 def zone(name: str) -> ZoneInfo:
     """The IANA zone `name`; ScheduleError for anything else (empty, unknown, a path)."""
-    if not name or name.startswith(("/", ".")) or ".." in name:
-        raise ScheduleError("timezone", f"{name!r} is not an IANA time zone")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError("timezone", f"{name!r} is not an IANA time zone") from None
+    tz = time_zone(name)
+    if tz is None:
+        raise ScheduleError("timezone", f"{name[:MAX_TIME_ZONE_CHARS]!r} is not an IANA time zone")
+    return tz
 
 
 def require_aware(value: datetime, field: str = "datetime") -> datetime:

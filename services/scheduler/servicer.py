@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id
+from shared.ids import check_identifier
 from shared.pagination import decode_token, encode_token, page_size
 
 from services.scheduler import core, store
@@ -26,9 +27,7 @@ _MAX_REQUEST_ID = 128
 
 
 def _job_id(value: str, field: str = "job_id") -> str:
-    if not value:
-        raise InvalidArgument(field, "is required")
-    return value
+    return check_identifier(value, field)
 
 
 def _position(token: str, scope: object) -> tuple[datetime, str] | None:

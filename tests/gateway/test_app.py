@@ -136,3 +136,22 @@ async def test_app_without_clients_opens_its_own_channels(
     s = gateway_settings(base_settings, peers.addrs)
     async with serve_app(create_app(s)) as url, httpx.AsyncClient(base_url=url) as c:
         assert (await c.get("/readyz")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [
+        ("GET", "/api/v1/agent/threads/{}/history", "thread_id"),
+        ("GET", "/api/v1/agent/runs/{}", "run_id"),
+        ("POST", "/api/v1/agent/runs/{}:cancel", "run_id"),
+        ("DELETE", "/api/v1/memories/{}", "memory_id"),
+        ("GET", "/api/v1/automation/jobs/{}", "job_id"),
+    ],
+)
+@pytest.mark.parametrize("bad", ["a%00b", "a%0A", "a%20b", "%E7%BA%BF", "x" * 129])
+async def test_a_path_id_outside_the_id_rule_is_400_naming_it(
+    method: str, path: str, field: str, bad: str, http: httpx.AsyncClient, auth: dict[str, str],
+) -> None:
+    resp = await http.request(method, path.format(bad), headers=auth)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["details"][0]["field"] == field

@@ -83,6 +83,15 @@ async def test_token_with_an_invalid_subject_is_401(
     _assert_401(await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims)))
 
 
+@pytest.mark.parametrize("sub", ["alice\n", "alice\r\n", "x" * 129, "", "ålice"])
+@pytest.mark.parametrize("path", ["/api/v1/agent/threads", "/api/v1/admin/audit?owner_id=alice"])
+async def test_a_signed_token_whose_subject_breaks_the_owner_rule_is_401(
+    sub: str, path: str, http: httpx.AsyncClient, gw_settings: Settings,
+) -> None:
+    claims = {"sub": sub, "exp": int(time.time()) + 60, "scope": "admin"}
+    _assert_401(await http.get(path, headers=_token(gw_settings, claims)))
+
+
 async def test_token_with_another_algorithm_is_401(
     http: httpx.AsyncClient, gw_settings: Settings,
 ) -> None:

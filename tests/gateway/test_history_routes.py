@@ -157,7 +157,8 @@ async def test_audit_lists_hidden_messages_with_admin_scope_and_filters(
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("", "owner_id"), ("owner_id=a%20b", "owner_id"), ("owner_id=hana&origin=email", "origin"),
+    [("", "owner_id"), ("owner_id=a%20b", "owner_id"), ("owner_id=hana%0A", "owner_id"),
+     ("owner_id=hana&origin=email", "origin"),
      ("owner_id=hana&executor=planner", "executor"), (
          "owner_id=hana&start_time=yesterday", "start_time"
      ),

@@ -7,7 +7,7 @@ import pytest
 from services.orchestrator import core
 from shared.domain import MessageKind, RuntimeMode
 from shared.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
-from shared.identity import valid_owner_id
+from shared.ids import is_owner_id
 from shared.messages import ToolResultBlock, assistant, user
 from shared.profiles import (
     AUTOMATION_MEMORY_DEFAULT,
@@ -133,7 +133,7 @@ def test_metadata_hides_only_automation_input() -> None:
 def test_event_log_key_separates_owners() -> None:
     assert core.event_log_key("alice", "run-1") != core.event_log_key("bob", "run-1")
     # The key is unambiguous because an owner id never contains the separator.
-    assert not valid_owner_id("alice/x")
+    assert not is_owner_id("alice/x")
 
 
 def test_sequence_numbers_are_dense_from_one() -> None:
