@@ -60,6 +60,9 @@ class Settings(BaseSettings):
 
     # HS256 secret of the gateway's bearer tokens.
     jwt_secret: str = "agentmesh-development-secret-change-me"
+    # HMAC-SHA256 key of the page tokens of history, memory and scheduler (shared/pagination.py);
+    # every replica of a service must have the same one.
+    page_token_secret: str = Field(default="agentmesh-development-page-tokens-change-me", min_length=1)
     # Graceful shutdown: in-flight calls and streams get this long to finish.
     grace_seconds: float = 10.0
     # Deadline of one internal unary call.

@@ -9,6 +9,7 @@ from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
 
 from services.history.servicer import Clock, HistoryServicer, utc_now
 from shared import db
+from shared.pagination import PageTokens
 from shared.server import ServiceParts
 from shared.settings import Settings
 
@@ -28,7 +29,9 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     """The service's parts; `clock` lets tests decide when messages are stored."""
     engine = db.create_engine(settings, "history")
     await db.migrate(engine, MIGRATIONS, settings.schema_for("history"))
-    servicer = HistoryServicer(engine, clock=clock)
+    servicer = HistoryServicer(
+        engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
+    )
 
     def register(server: grpc.aio.Server) -> None:
         history_service_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, server)

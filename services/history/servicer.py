@@ -23,9 +23,19 @@ from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
 from shared.ids import OWNER_RULE, is_owner_id
-from shared.pagination import decode_token, encode_token, page_size
+from shared.pagination import (
+    PageTokens,
+    bad_token,
+    page_size,
+    position_dict,
+    position_int,
+    position_list,
+    position_str,
+    position_time,
+)
 from shared.pgdirect import Conn
 from shared.profiles import profile_from_pb
+from shared.settings import Settings
 from shared.visibility import CONTEXT_ASSEMBLY
 
 Clock = Callable[[], datetime]
@@ -36,23 +46,13 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _bad_token() -> InvalidArgument:
-    return InvalidArgument("page_token", "is not a page token this service issued")
-
-
 def _key_to_token(key: ContextKey) -> list[Any]:
     return [key.created_at.isoformat(), key.thread_id, key.position]
 
 
 def _key_from_token(raw: Any) -> ContextKey:
-    try:
-        created, thread_id, position = raw
-        key = ContextKey(datetime.fromisoformat(created), str(thread_id), int(position))
-    except (TypeError, ValueError):
-        raise _bad_token() from None
-    if key.created_at.tzinfo is None:
-        raise _bad_token()
-    return key
+    created, thread_id, position = position_list(raw, 3)
+    return ContextKey(position_time(created), position_str(thread_id), position_int(position))
 
 
 def _context_key(m: Message) -> ContextKey:
@@ -60,9 +60,12 @@ def _context_key(m: Message) -> ContextKey:
 
 
 class HistoryServicer(pb_grpc.HistoryServiceServicer):
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, clock: Clock = utc_now, tokens: PageTokens | None = None
+    ) -> None:
         self._engine = engine
         self._clock = clock
+        self._tokens = tokens or PageTokens(Settings().page_token_secret)
         self._postgres = is_postgres(engine)
 
     @asynccontextmanager
@@ -381,9 +384,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
         backward = request.direction == pb.DIRECTION_BACKWARD
         scope = ["history", thread_id, "backward" if backward else "forward"]
-        after = decode_token(request.page_token, scope)
-        if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
-            raise _bad_token()
+        raw = self._tokens.decode(request.page_token, scope)
+        after = None if raw is None else position_int(raw)
         async with self._read() as conn:
             rows = await store.history_page(
                 conn, owner, thread_id, after=after, backward=backward, limit=size + 1
@@ -395,7 +397,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         response = pb.ListHistoryResponse()
         convert.add_serialized(response, "messages", [wire for _, wire in page])
         if len(rows) > size:
-            response.next_page_token = encode_token(page[-1][0], scope)
+            response.next_page_token = self._tokens.encode(page[-1][0], scope)
         return response
 
     async def LoadContext(
@@ -410,20 +412,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         size = page_size(request.page_size)
         scope = ["context", thread_id, across, request.context.window or "all", zone.key, max_chars]
         # A paged context is a snapshot: later pages use the first page's time and end.
-        token = decode_token(request.page_token, scope)
+        token = self._tokens.decode(request.page_token, scope)
         after: ContextKey | None = None
         upto: int | None = None
         if token is None:
             now = self._clock()
         else:
-            try:
-                now = datetime.fromisoformat(token["n"])
-                upto = int(token["u"])
-                after = _key_from_token(token["a"])
-            except (TypeError, ValueError, KeyError):
-                raise _bad_token() from None
-            if now.tzinfo is None:
-                raise _bad_token()
+            token = position_dict(token, ("n", "u", "a"))
+            now = position_time(token["n"])
+            upto = position_int(token["u"])
+            after = _key_from_token(token["a"])
         response = pb.LoadContextResponse()
         async with self._read() as conn:
             if window == core.ALL and max_chars == 0:
@@ -463,7 +461,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 convert.add_serialized(response, "messages", [copies[m.id] for m in kept[:size]])
                 last = _context_key(kept[size - 1]) if len(kept) > size else None
         if last is not None:
-            response.next_page_token = encode_token(
+            response.next_page_token = self._tokens.encode(
                 {"a": _key_to_token(last), "u": upto or 0, "n": now.isoformat()}, scope
             )
         return response
@@ -490,21 +488,17 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = ["threads"]
-        raw = decode_token(request.page_token, scope)
+        raw = self._tokens.decode(request.page_token, scope)
         after = None
         if raw is not None:
-            try:
-                after = store.ThreadKey(datetime.fromisoformat(raw[0]), str(raw[1]))
-            except (TypeError, ValueError, IndexError, KeyError):
-                raise _bad_token() from None
-            if after.update_time.tzinfo is None:
-                raise _bad_token()
+            update_time, thread_id = position_list(raw, 2)
+            after = store.ThreadKey(position_time(update_time), position_str(thread_id))
         async with self._read() as conn:
             rows = await store.list_threads(conn, owner, after, size + 1)
         page = rows[:size]
         token = ""
         if len(rows) > size:
-            token = encode_token([page[-1].update_time.isoformat(), page[-1].id], scope)
+            token = self._tokens.encode([page[-1].update_time.isoformat(), page[-1].id], scope)
         return pb.ListThreadsResponse(
             threads=[convert.thread_to_pb(t) for t in page], next_page_token=token
         )
@@ -590,7 +584,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         flt = _audit_filter(request.filter)
         size = page_size(request.page_size)
         scope = ["audit", request.owner_id, dataclasses.asdict(flt)]
-        cursor = _AuditCursor.from_token(decode_token(request.page_token, scope))
+        cursor = _AuditCursor.from_token(self._tokens.decode(request.page_token, scope))
         messages: list[Message] = []
         denials: list[core.ToolDenial] = []
         async with self._read() as conn:
@@ -607,7 +601,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         messages, denials = messages[:size], denials[:size]
         token = ""
         if more_messages or more_denials:
-            token = encode_token(
+            token = self._tokens.encode(
                 _AuditCursor(
                     message=_context_key(messages[-1]) if more_messages else None,
                     messages_done=not more_messages,
@@ -650,21 +644,21 @@ class _AuditCursor:
     def from_token(cls, raw: Any) -> _AuditCursor:
         if raw is None:
             return cls()
-        try:
-            denial = None
-            if raw["d"] is not None:
-                created, run_id, call_id = raw["d"]
-                denial = store.DenialKey(datetime.fromisoformat(created), str(run_id), str(call_id))
-                if denial.created_at.tzinfo is None:
-                    raise _bad_token()
-            return cls(
-                message=_key_from_token(raw["m"]) if raw["m"] is not None else None,
-                messages_done=bool(raw["md"]),
-                denial=denial,
-                denials_done=bool(raw["dd"]),
+        raw = position_dict(raw, ("m", "md", "d", "dd"))
+        if not isinstance(raw["md"], bool) or not isinstance(raw["dd"], bool):
+            raise bad_token()
+        denial = None
+        if raw["d"] is not None:
+            created, run_id, call_id = position_list(raw["d"], 3)
+            denial = store.DenialKey(
+                position_time(created), position_str(run_id), position_str(call_id)
             )
-        except (TypeError, ValueError, KeyError):
-            raise _bad_token() from None
+        return cls(
+            message=_key_from_token(raw["m"]) if raw["m"] is not None else None,
+            messages_done=raw["md"],
+            denial=denial,
+            denials_done=raw["dd"],
+        )
 
 
 def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:

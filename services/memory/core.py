@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared import pagination
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, id_problem, optional_identifier
 
@@ -220,11 +221,6 @@ def page_position(memory: Memory) -> list[str]:
 
 
 def parse_page_position(position: object) -> tuple[datetime, str]:
-    try:
-        time, memory_id = position  # type: ignore[misc]
-        when = datetime.fromisoformat(time)
-    except (TypeError, ValueError):
-        raise InvalidArgument("page_token", "is not a page token this service issued") from None
-    if when.tzinfo is None or not isinstance(memory_id, str):
-        raise InvalidArgument("page_token", "is not a page token this service issued")
+    time, memory_id = pagination.position_list(position, 2)
+    when, memory_id = pagination.position_time(time), pagination.position_str(memory_id)
     return when, memory_id

@@ -9,6 +9,7 @@ import grpc
 from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from services.memory.servicer import MemoryServicer
 from shared import db
+from shared.pagination import PageTokens
 from shared.server import ServiceParts
 from shared.settings import Settings
 
@@ -32,7 +33,7 @@ async def build(settings: Settings) -> ServiceParts:
     except BaseException:
         await engine.dispose()
         raise
-    servicer = MemoryServicer(engine)
+    servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret))
 
     def register(server: grpc.aio.Server) -> None:
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)

@@ -15,11 +15,13 @@ from services.memory import convert, core, store
 from shared import pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
+from shared.settings import Settings
 
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, tokens: pagination.PageTokens | None = None) -> None:
         self.engine = engine
+        self.tokens = tokens or pagination.PageTokens(Settings().page_token_secret)
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext
@@ -70,13 +72,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
         # The token is bound to the owner: another owner's token is rejected, not reused.
         scope = {"rpc": "ListMemories", "owner": owner}
-        position = pagination.decode_token(request.page_token, scope)
+        position = self.tokens.decode(request.page_token, scope)
         after = None if position is None else core.parse_page_position(position)
         async with self.engine.connect() as conn:
             page = await store.list_page(conn, owner, after, limit + 1)
         more = len(page) > limit
         page = page[:limit]
-        token = pagination.encode_token(core.page_position(page[-1]), scope) if more else ""
+        token = self.tokens.encode(core.page_position(page[-1]), scope) if more else ""
         return pb.ListMemoriesResponse(
             memories=[convert.memory_to_pb(m) for m in page], next_page_token=token
         )
@@ -108,7 +110,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             "expected_position", request.expected_position, required=False
         )
         position = core.validate_position("position", request.position, required=True)
-        time = convert.datetime_from(request.time) if request.HasField("time") else None
+        time = convert.datetime_from(request.time, "time") if request.HasField("time") else None
         async with self.engine.begin() as conn:
             watermark = await store.advance_watermark(
                 conn, owner, name, expected, position, time, store.utc_now()

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shared import db
 from shared.clients import open_channel
+from shared.pagination import PageTokens
 from shared.server import ServiceParts
 from shared.settings import Settings
 
@@ -39,7 +40,7 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     channel = open_channel(settings.addr("orchestrator"))
     dispatcher = Dispatcher(engine, channel, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
-    servicer = SchedulerServicer(engine, dispatcher, cfg)
+    servicer = SchedulerServicer(engine, dispatcher, cfg, PageTokens(settings.page_token_secret))
 
     def register(server: object) -> None:
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]

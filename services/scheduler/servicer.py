@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 import grpc
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
@@ -14,7 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id
 from shared.ids import check_identifier
-from shared.pagination import decode_token, encode_token, page_size
+from shared.pagination import (
+    PageTokens,
+    page_size,
+    position_list,
+    position_str,
+    position_time,
+)
+from shared.settings import Settings
 
 from services.scheduler import core, store
 from services.scheduler import schedule as sched
@@ -30,21 +38,25 @@ def _job_id(value: str, field: str = "job_id") -> str:
     return check_identifier(value, field)
 
 
-def _position(token: str, scope: object) -> tuple[datetime, str] | None:
-    position = decode_token(token, scope)
+def _position(position: Any) -> tuple[datetime, str] | None:
     if position is None:
         return None
-    try:
-        return datetime.fromisoformat(position[0]), str(position[1])
-    except (TypeError, ValueError, IndexError):
-        raise InvalidArgument("page_token", "is not a page token this service issued") from None
+    when, item_id = position_list(position, 2)
+    return position_time(when), position_str(item_id)
 
 
 class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
-    def __init__(self, engine: AsyncEngine, dispatcher: Dispatcher, cfg: SchedulerSettings) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        dispatcher: Dispatcher,
+        cfg: SchedulerSettings,
+        tokens: PageTokens | None = None,
+    ) -> None:
         self._engine = engine
         self._dispatcher = dispatcher
         self._cfg = cfg
+        self._tokens = tokens or PageTokens(Settings().page_token_secret)
 
     async def _job(self, conn: AsyncConnection, owner: str, job_id: str) -> Job:
         job = await store.get_job(conn, owner, _job_id(job_id))
@@ -97,13 +109,13 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "jobs", "owner": owner}
-        after = _position(request.page_token, scope)
+        after = _position(self._tokens.decode(request.page_token, scope))
         async with self._engine.connect() as conn:
             found = await store.list_jobs(conn, owner, after, size + 1)
         token = ""
         if len(found) > size:
             last = found[size - 1]
-            token = encode_token([last.create_time.isoformat(), last.id], scope)
+            token = self._tokens.encode([last.create_time.isoformat(), last.id], scope)
         return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in found[:size]], next_page_token=token)
 
     async def UpdateJob(self, request: pb.UpdateJobRequest, context: grpc.aio.ServicerContext) -> pb.UpdateJobResponse:
@@ -192,14 +204,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "job_runs", "owner": owner, "job": request.job_id}
-        after = _position(request.page_token, scope)
+        after = _position(self._tokens.decode(request.page_token, scope))
         async with self._engine.connect() as conn:
             await self._job(conn, owner, request.job_id)
             found = await store.list_runs(conn, owner, request.job_id, after, size + 1)
         token = ""
         if len(found) > size:
             last = found[size - 1]
-            token = encode_token([last.scheduled_slot.isoformat(), last.id], scope)
+            token = self._tokens.encode([last.scheduled_slot.isoformat(), last.id], scope)
         return pb.ListJobRunsResponse(job_runs=[run_to_pb(r) for r in found[:size]], next_page_token=token)
 
     async def EnsureDefaultJobs(
