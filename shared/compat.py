@@ -1,13 +1,21 @@
-"""Tolerating what a newer peer may send.
+"""Tolerating what a newer peer may send, and refusing what cannot be honoured.
 
 Unknown fields are kept by protobuf and ignored. An enum value this build does not know
-(a newer peer added it) is read as UNSPECIFIED (0) with a log line, never a crash: the
-server interceptor applies `unknown_enums_to_unspecified` to every request before the
-servicer sees it, so each service handles the value as it handles an unset field.
+(a newer peer added it, or a caller sent a stray number) is handled by where it sits:
+
+- in the data a request carries (a Message and its content blocks, which a service stores
+  or relays), it is read as UNSPECIFIED (0) with a log line, never a crash, so an older
+  service keeps storing what a newer one writes;
+- anywhere else it is a choice the caller made (a direction, a strategy, a policy, a
+  filter), and reading it as UNSPECIFIED would silently do what the caller did not ask
+  for (the default): it is refused, INVALID_ARGUMENT naming the field.
+
+The server interceptor applies `check_enums` to every request before the servicer sees it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -15,6 +23,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 _ENUM = FieldDescriptor.TYPE_ENUM
 _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _HAS_ENUMS: dict[str, bool] = {}
+# Message types that are stored or relayed data: an unknown enum below them reads as unset.
+DATA_TYPES = frozenset({"agentmesh.type.v1.Message"})
 
 
 def _has_enums(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -> bool:
@@ -27,8 +37,7 @@ def _has_enums(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -
         return False  # the cycle adds nothing the other paths do not find
     inner = visiting | {name}
     found = any(
-        fd.type == _ENUM
-        or (fd.type == _MESSAGE and _has_enums(fd.message_type, inner))
+        fd.type == _ENUM or (fd.type == _MESSAGE and _has_enums(fd.message_type, inner))
         for fd in descriptor.fields
     )
     if found or not visiting:
@@ -36,30 +45,52 @@ def _has_enums(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -
     return found
 
 
-def unknown_enums_to_unspecified(message: Any, prefix: str = "") -> list[str]:
-    """Reset every enum value `message` does not know to 0; returns the fields reset.
+@dataclass
+class EnumCheck:
+    """What `check_enums` found: values refused (field, number) and data fields reset."""
+
+    refused: list[tuple[str, int]] = field(default_factory=list)
+    reset: list[str] = field(default_factory=list)
+
+
+def is_known(fd: FieldDescriptor, value: int) -> bool:
+    """Whether `value` is a number of the enum of field `fd`."""
+    return value in fd.enum_type.values_by_number
+
+
+def check_enums(message: Any, prefix: str = "", *, data: bool = False) -> EnumCheck:
+    """Find every enum value `message` does not know: reset those in data to 0, list the
+    others as refused.
 
     Walks only the fields that are set (ListFields, in C) and only into message types that
     can hold an enum, so a request without enums below costs next to nothing."""
-    reset: list[str] = []
+    out = EnumCheck()
+    data = data or message.DESCRIPTOR.full_name in DATA_TYPES
     for fd, value in message.ListFields():
         kind = fd.type
         if kind == _ENUM:
-            known = fd.enum_type.values_by_number
-            if fd.is_repeated:
-                for i, item in enumerate(value):
-                    if item not in known:
-                        value[i] = 0
-                        reset.append(f"{prefix}{fd.name}[{i}]")
-            elif value not in known:
-                setattr(message, fd.name, 0)
-                reset.append(f"{prefix}{fd.name}")
+            items = list(enumerate(value)) if fd.is_repeated else [(None, value)]
+            for i, item in items:
+                if is_known(fd, item):
+                    continue
+                name = f"{prefix}{fd.name}" + ("" if i is None else f"[{i}]")
+                if not data:
+                    out.refused.append((name, item))
+                elif i is None:
+                    setattr(message, fd.name, 0)
+                    out.reset.append(name)
+                else:
+                    value[i] = 0
+                    out.reset.append(name)
         elif kind == _MESSAGE and _has_enums(fd.message_type):
             if fd.is_repeated:
                 if fd.message_type.GetOptions().map_entry:
                     continue
-                for i, item in enumerate(value):
-                    reset.extend(unknown_enums_to_unspecified(item, f"{prefix}{fd.name}[{i}]."))
+                inner = [(f"{prefix}{fd.name}[{i}].", item) for i, item in enumerate(value)]
             else:
-                reset.extend(unknown_enums_to_unspecified(value, f"{prefix}{fd.name}."))
-    return reset
+                inner = [(f"{prefix}{fd.name}.", value)]
+            for path, item in inner:
+                found = check_enums(item, path, data=data)
+                out.refused.extend(found.refused)
+                out.reset.extend(found.reset)
+    return out

@@ -366,9 +366,18 @@ class RedisEventLog:
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         k = self._key(key)
         raw = await self.redis.xrange(k, min=f"({max(after, 0)}-0" if after > 0 else "-")
-        if not raw and not await self.redis.exists(k):
-            raise KeyError(key)
+        if not raw:
+            # Nothing after `after`, not even the end marker, whose id (a time) is below a
+            # large enough `after`: whether the log exists and is closed is its last entry.
+            return [], await self._closed(k, key)
         return self._decode(raw)
+
+    async def _closed(self, k: str, key: str) -> bool:
+        """Whether stream `k` ends with the end marker; KeyError when it does not exist."""
+        top = await self.redis.xrevrange(k, count=1)
+        if not top:
+            raise KeyError(key)
+        return _END in top[0][1]
 
     async def follow(self, key: str, after: int) -> AsyncIterator[Entry]:
         async for batch in self.follow_batches(key, after):
@@ -386,8 +395,10 @@ class RedisEventLog:
         while True:
             response = await self._followers.xread({k: last_id}, block=5000, count=500)
             if not response:
-                if not await self.redis.exists(k):
-                    raise KeyError(key)
+                # An end marker below `last_id` (a follower that asked past the last event)
+                # is never read: the log's last entry tells.
+                if await self._closed(k, key):
+                    return
                 continue
             for _stream, raw in response:
                 if raw:

@@ -21,9 +21,10 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from shared import compat, identity, logs, metrics, telemetry
-from shared.errors import DomainError, Internal
+from shared.errors import DomainError, Internal, InvalidArgument
 from shared.logs import request_id_var, run_id_var, thread_id_var
 
 log = logging.getLogger("agentmesh.rpc")
@@ -115,15 +116,57 @@ def _reset(var: ContextVar[str], token: Token[str]) -> None:
         var.set("")
 
 
-def _tolerate_newer_peer(request: Any, method: str) -> None:
+class _Undecodable:
+    """What a method receives for request bytes that do not parse as its request message.
+
+    gRPC answers UNKNOWN when a deserializer raises; handing the handler this marker instead
+    lets `_admit` answer INVALID_ARGUMENT like any other bad request."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"<undecodable request: {self.error}>"
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except DecodeError as exc:
+            return _Undecodable(str(exc)[:200])
+
+    return deserialize
+
+
+def _admit(request: Any, method: str) -> None:
+    """Refuse what the servicer cannot be handed: undecodable bytes, and enum values this
+    build does not know outside stored data (shared/compat.py; those inside are reset)."""
+    if isinstance(request, _Undecodable):
+        raise InvalidArgument(
+            "request", f"is not an encoding of this method's request ({request.error})"
+        )
     if request is None or not hasattr(request, "DESCRIPTOR"):
         return
-    reset = compat.unknown_enums_to_unspecified(request)
-    if reset:
+    found = compat.check_enums(request)
+    if found.refused:
+        name, number = found.refused[0]
+        raise InvalidArgument(name, f"{number} is not a value this server knows")
+    if found.reset:
         log.warning(
             "unknown enum values read as UNSPECIFIED",
-            extra={"fields": {"method": method, "enum_fields": reset}},
+            extra={"fields": {"method": method, "enum_fields": found.reset}},
         )
+
+
+def _decoded(request: Any) -> Any:
+    """The request as the call's bookkeeping may read it (None when it did not decode)."""
+    return None if isinstance(request, _Undecodable) else request
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
@@ -167,10 +210,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             inner_uu = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                call = _Call(self, method, request, context)
+                call = _Call(self, method, _decoded(request), context)
                 try:
                     self._mark_version(context)
-                    _tolerate_newer_peer(request, method)
+                    _admit(request, method)
                     return await inner_uu(request, context)
                 except (asyncio.CancelledError, grpc.aio.AbortError) as exc:
                     call.failed(exc, context)
@@ -183,7 +226,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
 
@@ -193,10 +236,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             async def unary_stream(
                 request: Any, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                call = _Call(self, method, request, context)
+                call = _Call(self, method, _decoded(request), context)
                 try:
                     self._mark_version(context)
-                    _tolerate_newer_peer(request, method)
+                    _admit(request, method)
                     async for item in inner_us(request, context):
                         yield item
                 except (asyncio.CancelledError, grpc.aio.AbortError) as exc:
@@ -210,7 +253,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
 

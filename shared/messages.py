@@ -64,6 +64,7 @@ from shared.domain import (
     MessageKind,
     RuntimeMode,
 )
+from shared import timestamps
 from shared.errors import InvalidArgument
 
 
@@ -493,7 +494,11 @@ def msg_from_pb(pb: message_pb2.Message, field: str = "message") -> Msg:
             content.append(block_from_pb(b))
         except ValueError as e:
             raise InvalidArgument(f"{field}.content[{i}]", str(e)) from None
-    created = pb.created_at.ToDatetime(tzinfo=UTC) if pb.HasField("created_at") else datetime.now(UTC)
+    created = (
+        timestamps.from_pb(pb.created_at, f"{field}.created_at")
+        if pb.HasField("created_at")
+        else datetime.now(UTC)
+    )
     try:
         return Msg(
             id=pb.id,

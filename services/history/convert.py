@@ -5,7 +5,7 @@ from __future__ import annotations
 import calendar
 import json
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as pb
@@ -22,7 +22,7 @@ from services.history.core import (
     Thread,
     ToolDenial,
 )
-from shared import wire
+from shared import timestamps, wire
 from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
@@ -90,10 +90,7 @@ def run_state(value: int, field: str = "state") -> RunState:
 
 
 def timestamp(ts: timestamp_pb2.Timestamp, field: str) -> datetime:
-    try:
-        return ts.ToDatetime(tzinfo=UTC)
-    except (ValueError, OverflowError):
-        raise InvalidArgument(field, "is not a valid timestamp") from None
+    return timestamps.from_pb(ts, field)
 
 
 # --- messages -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ field names as in the .proto), which is also how it is stored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
@@ -140,6 +141,9 @@ def runs_ahead(run: Run, active: Sequence[Run]) -> list[Run]:
 
 
 def lease_seconds(requested: float) -> float:
+    """The lease to grant: 0 asks for the default; a finite request is held to the bounds."""
+    if not math.isfinite(requested) or requested < 0:
+        raise InvalidArgument("lease_seconds", "must be a finite number of seconds, 0 or more")
     return min(max(requested or DEFAULT_LEASE_SECONDS, MIN_LEASE_SECONDS), MAX_LEASE_SECONDS)
 
 

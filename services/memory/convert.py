@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from google.protobuf import timestamp_pb2
 
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from services.memory.core import Memory, Watermark
+from shared import timestamps
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
@@ -16,8 +17,8 @@ def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     return ts
 
 
-def datetime_from(ts: timestamp_pb2.Timestamp) -> datetime:
-    return ts.ToDatetime(tzinfo=UTC)
+def datetime_from(ts: timestamp_pb2.Timestamp, field: str) -> datetime:
+    return timestamps.from_pb(ts, field)
 
 
 def memory_to_pb(memory: Memory) -> pb.Memory:

@@ -203,6 +203,11 @@ def event_log_key(owner: str, run_id: str) -> str:
     return f"{owner}/{run_id}"
 
 
+# Sequence numbers stay JSON-safe integers (SSE ids, AG-UI clients in JavaScript); a resume
+# past this is not a position any run reaches.
+MAX_SEQUENCE = 2**53 - 1
+
+
 @dataclass
 class Sequencer:
     """Per-run sequence numbers: 1, 2, 3, ... with no gap."""

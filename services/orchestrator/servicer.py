@@ -12,7 +12,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 from services.orchestrator import convert, core
 from services.orchestrator.runs import RunManager
 from shared import telemetry, wire
-from shared.errors import DomainError, NotFound, Unavailable
+from shared.errors import DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
 from shared.profiles import ProfileRegistry
@@ -78,6 +78,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
     ) -> AsyncIterator[pb.StreamRunResponse]:
         owner = owner_id(context)
         run_id = core.check_identifier(request.run_id, "run_id")
+        if request.after_sequence > core.MAX_SEQUENCE:
+            raise InvalidArgument("after_sequence", f"must be at most {core.MAX_SEQUENCE}")
         async for batch in self._follow(owner, run_id, request.after_sequence):
             for data in batch:
                 yield pb.StreamRunResponse.FromString(wire.repeated(_EVENT, [data]))

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from google.protobuf import timestamp_pb2
 
+from shared import timestamps
 from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_from_pb, profile_to_pb
 
@@ -67,7 +68,11 @@ def spec_from_pb(job: pb.Job) -> JobSpec:
     if job.schedule.type not in SCHEDULE_TYPE_FROM_PB:
         raise InvalidArgument("job.schedule.type", "must be once, daily, weekly or cron")
     kind = SCHEDULE_TYPE_FROM_PB[job.schedule.type]  # type: ignore[index]
-    run_at = job.schedule.run_at.ToDatetime(tzinfo=UTC) if job.schedule.HasField("run_at") else None
+    run_at = (
+        timestamps.from_pb(job.schedule.run_at, "job.schedule.run_at")
+        if job.schedule.HasField("run_at")
+        else None
+    )
     if job.catch_up_policy == pb.CATCH_UP_POLICY_UNSPECIFIED:
         policy = CatchUpPolicy.LATEST
     elif job.catch_up_policy in CATCH_UP_FROM_PB:

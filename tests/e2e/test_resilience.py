@@ -368,8 +368,21 @@ async def test_resume_is_owner_scoped_and_a_finished_stream_is_204(cluster: Clus
             f"{cluster.gw_a}/api/v1/agent/runs/{run_id}/events",
             headers={**auth("scoped-a"), "Last-Event-ID": str(last)},
         )
+        # Past the end by any amount (the Redis end marker's id is a time, about 1.8e12):
+        # the same 204, at once.
+        far = [
+            await client.get(
+                f"{cluster.gw_a}/api/v1/agent/runs/{run_id}/events",
+                headers={**auth("scoped-a"), "Last-Event-ID": "999999999999999999"}, timeout=10,
+            ),
+            await client.get(
+                f"{cluster.gw_a}/api/v1/agent/runs/{run_id}/events",
+                params={"after": str(10**30)}, headers=auth("scoped-a"), timeout=10,
+            ),
+        ]
     assert other.status_code == 404
     assert done.status_code == 204
+    assert [r.status_code for r in far] == [204, 204]
 
 
 # ---- 2. double-texting: two concurrent requests on one thread ------------------------------

@@ -1,10 +1,10 @@
 """Contracts across independent deploys: every service tolerates what a newer peer may send.
 
 A newer client may set fields this server does not know (they arrive as unknown tags) and
-enum values added after this server was built (they arrive as plain numbers, and the server
-interceptor reads them as UNSPECIFIED with a log line: shared/compat.py). Each service must
-then answer as for an unset field, normally or with a clean INVALID_ARGUMENT naming the
-field: never INTERNAL, never a crash. Requests go through a raw generic call, bytes in and bytes out, so the
+enum values added after this server was built (they arrive as plain numbers: the server
+interceptor reads them as UNSPECIFIED inside a message's data and refuses them elsewhere:
+shared/compat.py). Each service must then answer normally or with a clean INVALID_ARGUMENT
+naming the field: never INTERNAL, never a crash. Requests go through a raw generic call, bytes in and bytes out, so the
 unknown tags reach the server exactly as a newer peer would send them.
 """
 

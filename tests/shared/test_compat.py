@@ -1,18 +1,34 @@
-"""Enum values from a newer peer are read as UNSPECIFIED, wherever they sit in a request."""
+"""Unknown enum values: read as UNSPECIFIED inside the data a request carries (a message and
+its content blocks), refused anywhere else (a choice the caller made)."""
 
 from __future__ import annotations
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
-from agentmesh.type.v1 import content_pb2, message_pb2
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_pb
+from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 
-from shared.compat import unknown_enums_to_unspecified
+from shared.compat import check_enums
 
 
-def test_unknown_top_level_enum_becomes_unspecified() -> None:
+def test_an_unknown_choice_is_refused_naming_the_field_and_left_as_sent() -> None:
     request = history_pb.ListHistoryRequest(thread_id="t")
     request.direction = 77
-    assert unknown_enums_to_unspecified(request) == ["direction"]
-    assert request.direction == history_pb.DIRECTION_UNSPECIFIED
+    found = check_enums(request)
+    assert found.refused == [("direction", 77)]
+    assert found.reset == []
+    assert request.direction == 77
+
+
+def test_unknown_choices_deep_in_a_request_are_named_by_their_path() -> None:
+    profile = execution_profile_pb2.ExecutionProfile(name="p")
+    profile.tool_policy.mode = 99
+    request = orchestrator_pb.StartRunRequest(run_id="r", profile=profile)
+    request.multitask_strategy = 99
+    assert sorted(check_enums(request).refused) == [
+        ("multitask_strategy", 99), ("profile.tool_policy.mode", 99),
+    ]
+    audit = history_pb.ListAuditRequest(owner_id="a", filter=history_pb.AuditFilter(origin=9))
+    assert check_enums(audit).refused == [("filter.origin", 9)]
 
 
 def test_unknown_enums_deep_in_repeated_and_recursive_messages_are_reset() -> None:
@@ -25,9 +41,10 @@ def test_unknown_enums_deep_in_repeated_and_recursive_messages_are_reset() -> No
     message.kind = 9
     request = history_pb.AppendMessagesRequest(thread_id="t", messages=[message])
 
-    reset = unknown_enums_to_unspecified(request)
+    found = check_enums(request)
 
-    assert sorted(reset) == [
+    assert found.refused == []
+    assert sorted(found.reset) == [
         "messages[0].content[0].tool_result.blocks.blocks[0].tool_call.state",
         "messages[0].kind",
     ]
@@ -39,5 +56,7 @@ def test_unknown_enums_deep_in_repeated_and_recursive_messages_are_reset() -> No
 
 def test_known_values_are_left_alone() -> None:
     request = history_pb.ListHistoryRequest(thread_id="t", direction=history_pb.DIRECTION_BACKWARD)
-    assert unknown_enums_to_unspecified(request) == []
+    found = check_enums(request)
+    assert (found.refused, found.reset) == ([], [])
     assert request.direction == history_pb.DIRECTION_BACKWARD
+

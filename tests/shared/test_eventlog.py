@@ -114,6 +114,22 @@ async def test_a_follower_sees_every_event_then_the_end_of_a_closing_append(
     assert await asyncio.wait_for(follower, 5) == EVENTS
 
 
+@pytest.mark.parametrize("after", [len(EVENTS) + 1, 10**13, 2**53, 2**63 - 1])
+async def test_following_a_closed_log_from_past_its_end_ends_at_once(
+    log: EventLog, after: int
+) -> None:
+    # On Redis the end marker's id is a time (about 1.8e12 ms): a resume past it must still
+    # see that the log is closed, not wait for events that never come.
+    key = new_key()
+    await log.append(key, EVENTS, close=True)
+    assert await log.read(key, after) == ([], True)
+
+    async def follow() -> list[Entry]:
+        return [entry async for entry in log.follow(key, after)]
+
+    assert await asyncio.wait_for(follow(), 2) == []
+
+
 @pytest.mark.parametrize("events", [EVENTS[4:5], EVENTS[3:]], ids=["one event", "events"])
 async def test_a_closing_append_to_a_lost_log_raises_log_lost_and_leaves_no_log(
     log: EventLog, events: list[Entry]
