@@ -291,3 +291,38 @@ async def test_scheduler_lists_refuse_tampered_tokens(settings: Settings) -> Non
             await jobs(jobs_token)
             await runs(runs_token)
     assert failures == []
+
+
+async def test_the_gateway_answers_a_tampered_token_with_400_naming_page_token(
+    settings: Settings,
+) -> None:
+    from services.gateway.auth import issue_token
+    from tests.observability.suite import gateway
+
+    async with running_service("history", build_history, settings) as address:
+        async with channel(address) as ch:
+            stub = history_grpc.HistoryServiceStub(ch)
+            for run in ("r-1", "r-2"):
+                await stub.BeginRun(history_pb.BeginRunRequest(
+                    thread_id="t-1", run_id=run, runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                    profile=profile_to_pb(CHAT_DEFAULT), input_messages=[_msg(f"{run}-m")],
+                ), metadata=ALICE)
+                await stub.FinishRun(history_pb.FinishRunRequest(
+                    run_id=run, state=history_pb.RUN_STATE_SUCCEEDED), metadata=ALICE)
+        peers = settings.model_copy(update={"history_addr": address})
+        auth = {"Authorization": f"Bearer {issue_token(peers, 'alice')}"}
+        path = "/api/v1/agent/threads/t-1/history"
+        async with gateway(peers) as http:
+            first = await http.get(path, params={"page_size": 1}, headers=auth)
+            token = first.json()["nextPageToken"]
+            # The issue's 500: a real token whose position was made 10**30.
+            crafted = _signed(settings.page_token_secret, {**_payload(token), "p": 10**30})
+            changed = f"{_b64({**_payload(token), 'p': 10**30})}.{token.split('.')[1]}"
+            answers = [
+                await http.get(path, params={"page_size": 1, "page_token": bad}, headers=auth)
+                for bad in (crafted, changed, token[:-2])
+            ]
+            assert (await http.get(path, params={"page_token": token}, headers=auth)).status_code == 200
+    for resp in answers:
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["details"][0]["field"] == "page_token"
