@@ -25,7 +25,8 @@ def test_unknown_choices_deep_in_a_request_are_named_by_their_path() -> None:
     request = orchestrator_pb.StartRunRequest(run_id="r", profile=profile)
     request.multitask_strategy = 99
     assert sorted(check_enums(request).refused) == [
-        ("multitask_strategy", 99), ("profile.tool_policy.mode", 99),
+        ("multitask_strategy", 99),
+        ("profile.tool_policy.mode", 99),
     ]
     audit = history_pb.ListAuditRequest(owner_id="a", filter=history_pb.AuditFilter(origin=9))
     assert check_enums(audit).refused == [("filter.origin", 9)]
@@ -35,7 +36,9 @@ def test_unknown_enums_deep_in_repeated_and_recursive_messages_are_reset() -> No
     call = content_pb2.ContentBlock(tool_call=content_pb2.ToolCallBlock(id="c", name="x"))
     call.tool_call.state = 42
     nested = content_pb2.ContentBlock(
-        tool_result=content_pb2.ToolResultBlock(id="c", blocks=content_pb2.ContentBlocks(blocks=[call]))
+        tool_result=content_pb2.ToolResultBlock(
+            id="c", blocks=content_pb2.ContentBlocks(blocks=[call])
+        )
     )
     message = message_pb2.Message(id="m", role=message_pb2.ROLE_USER, content=[nested])
     message.kind = 9
@@ -59,4 +62,3 @@ def test_known_values_are_left_alone() -> None:
     found = check_enums(request)
     assert (found.refused, found.reset) == ([], [])
     assert request.direction == history_pb.DIRECTION_BACKWARD
-

@@ -82,7 +82,11 @@ async def _outcome(ch: grpc.aio.Channel, row: Row) -> str | None:
                 await ch.unary_unary(row.method)(payload, metadata=row.metadata, timeout=DEADLINE)
             ]
     except grpc.aio.AioRpcError as err:
-        want = grpc.StatusCode.UNAUTHENTICATED if row.field is None else grpc.StatusCode.INVALID_ARGUMENT
+        want = (
+            grpc.StatusCode.UNAUTHENTICATED
+            if row.field is None
+            else grpc.StatusCode.INVALID_ARGUMENT
+        )
         if err.code() is not want:
             return f"{err.code().name}: {err.details()}"
         if row.field is None:
@@ -154,56 +158,128 @@ def _history_rows() -> list[Row]:
     svc = "/agentmesh.history.v1.HistoryService/"
     rows = _undecodable(svc, [("ListHistory", False), ("BeginRun", False), ("ListAudit", False)])
     for lease in BAD_LEASES:
-        rows.append(Row(f"BeginRun lease {lease}", svc + "BeginRun",
-                        _raw(_begin(lease_seconds=lease)), "lease_seconds"))
-        rows.append(Row(
-            f"RenewRunLease lease {lease}", svc + "RenewRunLease",
-            _raw(history_pb.RenewRunLeaseRequest(run_id="r-1", lease_holder="o", lease_seconds=lease)),
-            "lease_seconds",
-        ))
+        rows.append(
+            Row(
+                f"BeginRun lease {lease}",
+                svc + "BeginRun",
+                _raw(_begin(lease_seconds=lease)),
+                "lease_seconds",
+            )
+        )
+        rows.append(
+            Row(
+                f"RenewRunLease lease {lease}",
+                svc + "RenewRunLease",
+                _raw(
+                    history_pb.RenewRunLeaseRequest(
+                        run_id="r-1", lease_holder="o", lease_seconds=lease
+                    )
+                ),
+                "lease_seconds",
+            )
+        )
     for i, ts in enumerate(BAD_TIMESTAMPS):
         for name in ("start_time", "end_time"):
             flt = history_pb.AuditFilter()
             getattr(flt, name).CopyFrom(ts)
-            rows.append(Row(
-                f"ListAudit {name} {i}", svc + "ListAudit",
-                _raw(history_pb.ListAuditRequest(owner_id="alice", filter=flt)),
-                f"filter.{name}", metadata=ADMIN,
-            ))
+            rows.append(
+                Row(
+                    f"ListAudit {name} {i}",
+                    svc + "ListAudit",
+                    _raw(history_pb.ListAuditRequest(owner_id="alice", filter=flt)),
+                    f"filter.{name}",
+                    metadata=ADMIN,
+                )
+            )
     for zone in BAD_ZONES:
-        rows.append(Row(
-            f"LoadContext zone {zone[:20]}", svc + "LoadContext",
-            _raw(history_pb.LoadContextRequest(
-                thread_id="t-1", context=history_pb.ContextOptions(time_zone=zone)
-            )),
-            "context.time_zone",
-        ))
-        rows.append(Row(
-            f"BeginRun zone {zone[:20]}", svc + "BeginRun",
-            _raw(_begin(context=history_pb.ContextOptions(time_zone=zone))), "context.time_zone",
-        ))
+        rows.append(
+            Row(
+                f"LoadContext zone {zone[:20]}",
+                svc + "LoadContext",
+                _raw(
+                    history_pb.LoadContextRequest(
+                        thread_id="t-1", context=history_pb.ContextOptions(time_zone=zone)
+                    )
+                ),
+                "context.time_zone",
+            )
+        )
+        rows.append(
+            Row(
+                f"BeginRun zone {zone[:20]}",
+                svc + "BeginRun",
+                _raw(_begin(context=history_pb.ContextOptions(time_zone=zone))),
+                "context.time_zone",
+            )
+        )
     rows += [
-        Row("ListHistory direction 99", svc + "ListHistory",
-            _raw(history_pb.ListHistoryRequest(thread_id="t-1", direction=UNKNOWN_ENUM)), "direction"),  # type: ignore[arg-type]
-        Row("BeginRun multitask_strategy 99", svc + "BeginRun",
-            _raw(_begin(multitask_strategy=UNKNOWN_ENUM)), "multitask_strategy"),
-        Row("BeginRun tool_policy.mode 99", svc + "BeginRun",
-            _raw(_begin(profile=_tool_policy_mode(UNKNOWN_ENUM))), "profile.tool_policy.mode"),
-        Row("ListAudit origin 99", svc + "ListAudit",
-            _raw(history_pb.ListAuditRequest(owner_id="alice", filter=history_pb.AuditFilter(origin=UNKNOWN_ENUM))),  # type: ignore[arg-type]
-            "filter.origin", metadata=ADMIN),
-        Row("ListAudit executor 99", svc + "ListAudit",
-            _raw(history_pb.ListAuditRequest(owner_id="alice", filter=history_pb.AuditFilter(executor=UNKNOWN_ENUM))),  # type: ignore[arg-type]
-            "filter.executor", metadata=ADMIN),
-        Row("ListAudit owner_id with a newline", svc + "ListAudit",
-            _raw(history_pb.ListAuditRequest(owner_id="alice\n")), "owner_id", metadata=ADMIN),
-        Row("ListAudit without an owner", svc + "ListAudit",
-            _raw(history_pb.ListAuditRequest(owner_id="alice")), None,
-            metadata=(("x-agentmesh-scope", "admin"),)),
-        Row("ListHistory without an owner", svc + "ListHistory",
-            _raw(history_pb.ListHistoryRequest(thread_id="t-1")), None, metadata=()),
-        Row("ListHistory thread id with a newline", svc + "ListHistory",
-            _raw(history_pb.ListHistoryRequest(thread_id="t-1\n")), "thread_id"),
+        Row(
+            "ListHistory direction 99",
+            svc + "ListHistory",
+            _raw(history_pb.ListHistoryRequest(thread_id="t-1", direction=UNKNOWN_ENUM)),
+            "direction",
+        ),  # type: ignore[arg-type]
+        Row(
+            "BeginRun multitask_strategy 99",
+            svc + "BeginRun",
+            _raw(_begin(multitask_strategy=UNKNOWN_ENUM)),
+            "multitask_strategy",
+        ),
+        Row(
+            "BeginRun tool_policy.mode 99",
+            svc + "BeginRun",
+            _raw(_begin(profile=_tool_policy_mode(UNKNOWN_ENUM))),
+            "profile.tool_policy.mode",
+        ),
+        Row(
+            "ListAudit origin 99",
+            svc + "ListAudit",
+            _raw(
+                history_pb.ListAuditRequest(
+                    owner_id="alice", filter=history_pb.AuditFilter(origin=UNKNOWN_ENUM)
+                )
+            ),  # type: ignore[arg-type]
+            "filter.origin",
+            metadata=ADMIN,
+        ),
+        Row(
+            "ListAudit executor 99",
+            svc + "ListAudit",
+            _raw(
+                history_pb.ListAuditRequest(
+                    owner_id="alice", filter=history_pb.AuditFilter(executor=UNKNOWN_ENUM)
+                )
+            ),  # type: ignore[arg-type]
+            "filter.executor",
+            metadata=ADMIN,
+        ),
+        Row(
+            "ListAudit owner_id with a newline",
+            svc + "ListAudit",
+            _raw(history_pb.ListAuditRequest(owner_id="alice\n")),
+            "owner_id",
+            metadata=ADMIN,
+        ),
+        Row(
+            "ListAudit without an owner",
+            svc + "ListAudit",
+            _raw(history_pb.ListAuditRequest(owner_id="alice")),
+            None,
+            metadata=(("x-agentmesh-scope", "admin"),),
+        ),
+        Row(
+            "ListHistory without an owner",
+            svc + "ListHistory",
+            _raw(history_pb.ListHistoryRequest(thread_id="t-1")),
+            None,
+            metadata=(),
+        ),
+        Row(
+            "ListHistory thread id with a newline",
+            svc + "ListHistory",
+            _raw(history_pb.ListHistoryRequest(thread_id="t-1\n")),
+            "thread_id",
+        ),
         Row("BeginRun run id with a slash", svc + "BeginRun", _raw(_begin(run_id="a/b")), "run_id"),
     ]
     return rows
@@ -221,20 +297,44 @@ async def test_memory_edge(settings: Settings) -> None:
     svc = "/agentmesh.memory.v1.MemoryService/"
     rows = _undecodable(svc, [("ListMemories", False), ("WriteMemory", False)])
     for i, ts in enumerate(BAD_TIMESTAMPS):
-        rows.append(Row(
-            f"AdvanceWatermark time {i}", svc + "AdvanceWatermark",
-            _raw(memory_pb.AdvanceWatermarkRequest(position="p-1", time=ts)), "time",
-        ))
+        rows.append(
+            Row(
+                f"AdvanceWatermark time {i}",
+                svc + "AdvanceWatermark",
+                _raw(memory_pb.AdvanceWatermarkRequest(position="p-1", time=ts)),
+                "time",
+            )
+        )
     rows += [
-        Row("ForgetMemory id with a space", svc + "ForgetMemory",
-            _raw(memory_pb.ForgetMemoryRequest(id="a b")), "id"),
-        Row("GetMemory id with a newline", svc + "GetMemory",
-            _raw(memory_pb.GetMemoryRequest(id="m-1\n")), "id"),
-        Row("WriteMemory source id with a NUL", svc + "WriteMemory",
-            _raw(memory_pb.WriteMemoryRequest(content="User likes tea", source_message_ids=["a\x00b"])),
-            "source_message_ids"),
-        Row("ListMemories without an owner", svc + "ListMemories",
-            _raw(memory_pb.ListMemoriesRequest()), None, metadata=()),
+        Row(
+            "ForgetMemory id with a space",
+            svc + "ForgetMemory",
+            _raw(memory_pb.ForgetMemoryRequest(id="a b")),
+            "id",
+        ),
+        Row(
+            "GetMemory id with a newline",
+            svc + "GetMemory",
+            _raw(memory_pb.GetMemoryRequest(id="m-1\n")),
+            "id",
+        ),
+        Row(
+            "WriteMemory source id with a NUL",
+            svc + "WriteMemory",
+            _raw(
+                memory_pb.WriteMemoryRequest(
+                    content="User likes tea", source_message_ids=["a\x00b"]
+                )
+            ),
+            "source_message_ids",
+        ),
+        Row(
+            "ListMemories without an owner",
+            svc + "ListMemories",
+            _raw(memory_pb.ListMemoriesRequest()),
+            None,
+            metadata=(),
+        ),
     ]
     async with running_service("memory", build_memory, settings) as address:
         assert await _failures(address, rows) == []
@@ -246,7 +346,9 @@ async def test_memory_edge(settings: Settings) -> None:
 def _job(**fields: Any) -> scheduler_pb.Job:
     values: dict[str, Any] = {
         "title": "daily digest",
-        "schedule": scheduler_pb.Schedule(type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"),
+        "schedule": scheduler_pb.Schedule(
+            type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"
+        ),
         "timezone": "Europe/London",
         "config": scheduler_pb.JobConfig(prompt="summarise my day", tools=["memory_write"]),
         "execution_profile": profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
@@ -259,25 +361,58 @@ async def test_scheduler_edge(settings: Settings) -> None:
     svc = "/agentmesh.scheduler.v1.SchedulerService/"
     rows = _undecodable(svc, [("ListJobs", False), ("CreateJob", False)])
     for zone in BAD_ZONES:
-        rows.append(Row(f"CreateJob zone {zone[:20]}", svc + "CreateJob",
-                        _raw(scheduler_pb.CreateJobRequest(job=_job(timezone=zone))), "job.timezone"))
-        rows.append(Row(f"EnsureDefaultJobs zone {zone[:20]}", svc + "EnsureDefaultJobs",
-                        _raw(scheduler_pb.EnsureDefaultJobsRequest(timezone=zone)), "timezone"))
+        rows.append(
+            Row(
+                f"CreateJob zone {zone[:20]}",
+                svc + "CreateJob",
+                _raw(scheduler_pb.CreateJobRequest(job=_job(timezone=zone))),
+                "job.timezone",
+            )
+        )
+        rows.append(
+            Row(
+                f"EnsureDefaultJobs zone {zone[:20]}",
+                svc + "EnsureDefaultJobs",
+                _raw(scheduler_pb.EnsureDefaultJobsRequest(timezone=zone)),
+                "timezone",
+            )
+        )
     for i, ts in enumerate(BAD_TIMESTAMPS):
         once = scheduler_pb.Schedule(type=scheduler_pb.SCHEDULE_TYPE_ONCE, run_at=ts)
-        rows.append(Row(f"CreateJob run_at {i}", svc + "CreateJob",
-                        _raw(scheduler_pb.CreateJobRequest(job=_job(schedule=once))),
-                        "job.schedule.run_at"))
+        rows.append(
+            Row(
+                f"CreateJob run_at {i}",
+                svc + "CreateJob",
+                _raw(scheduler_pb.CreateJobRequest(job=_job(schedule=once))),
+                "job.schedule.run_at",
+            )
+        )
     rows += [
-        Row("CreateJob catch_up_policy 99", svc + "CreateJob",
+        Row(
+            "CreateJob catch_up_policy 99",
+            svc + "CreateJob",
             _raw(scheduler_pb.CreateJobRequest(job=_job(catch_up_policy=UNKNOWN_ENUM))),
-            "job.catch_up_policy"),
-        Row("GetJob id with a newline", svc + "GetJob",
-            _raw(scheduler_pb.GetJobRequest(job_id="j-1\n")), "job_id"),
-        Row("DeleteJob id with a slash", svc + "DeleteJob",
-            _raw(scheduler_pb.DeleteJobRequest(job_id="a/b")), "job_id"),
-        Row("ListJobs without an owner", svc + "ListJobs",
-            _raw(scheduler_pb.ListJobsRequest()), None, metadata=()),
+            "job.catch_up_policy",
+        ),
+        Row(
+            "GetJob id with a newline",
+            svc + "GetJob",
+            _raw(scheduler_pb.GetJobRequest(job_id="j-1\n")),
+            "job_id",
+        ),
+        Row(
+            "DeleteJob id with a slash",
+            svc + "DeleteJob",
+            _raw(scheduler_pb.DeleteJobRequest(job_id="a/b")),
+            "job_id",
+        ),
+        Row(
+            "ListJobs without an owner",
+            svc + "ListJobs",
+            _raw(scheduler_pb.ListJobsRequest()),
+            None,
+            metadata=(),
+        ),
     ]
     async with running_service("scheduler", build_scheduler, settings) as address:
         assert await _failures(address, rows) == []
@@ -289,12 +424,20 @@ async def test_scheduler_edge(settings: Settings) -> None:
 async def test_router_edge(settings: Settings) -> None:
     svc = "/agentmesh.router.v1.RouterService/"
     rows = _undecodable(svc, [("Route", False)])
-    rows.append(Row(
-        "Route tool_policy.mode 99", svc + "Route",
-        _raw(router_pb.RouteRequest(run_id="r-1", profile=_tool_policy_mode(UNKNOWN_ENUM),
-                                    input_message=msg_to_pb(user("hi")))),
-        "profile.tool_policy.mode",
-    ))
+    rows.append(
+        Row(
+            "Route tool_policy.mode 99",
+            svc + "Route",
+            _raw(
+                router_pb.RouteRequest(
+                    run_id="r-1",
+                    profile=_tool_policy_mode(UNKNOWN_ENUM),
+                    input_message=msg_to_pb(user("hi")),
+                )
+            ),
+            "profile.tool_policy.mode",
+        )
+    )
     async with running_service("router", build_router, settings) as address:
         assert await _failures(address, rows) == []
 
@@ -305,23 +448,39 @@ async def test_executor_edge(settings: Settings) -> None:
 
     def execute(**fields: Any) -> executor_pb.ExecuteRequest:
         values: dict[str, Any] = {
-            "run_id": run_id, "thread_id": thread_id,
-            "executor": execution_profile_pb2.EXECUTOR_WORKER, "profile": _profile(),
-            "input_message": msg_to_pb(user("hello executor")), "reply_message_id": "m-1",
+            "run_id": run_id,
+            "thread_id": thread_id,
+            "executor": execution_profile_pb2.EXECUTOR_WORKER,
+            "profile": _profile(),
+            "input_message": msg_to_pb(user("hello executor")),
+            "reply_message_id": "m-1",
         }
         values.update(fields)
         return executor_pb.ExecuteRequest(**values)
 
     rows = _undecodable(svc, [("Execute", True)])
     rows += [
-        Row("Execute thread id with a newline", svc + "Execute",
-            _raw(execute(thread_id="t\n")), "thread_id", streaming=True),
-        Row("Execute tool_policy.mode 99", svc + "Execute",
-            _raw(execute(profile=_tool_policy_mode(UNKNOWN_ENUM))), "profile.tool_policy.mode",
-            streaming=True),
-        Row("Execute input created_at 2^62", svc + "Execute",
+        Row(
+            "Execute thread id with a newline",
+            svc + "Execute",
+            _raw(execute(thread_id="t\n")),
+            "thread_id",
+            streaming=True,
+        ),
+        Row(
+            "Execute tool_policy.mode 99",
+            svc + "Execute",
+            _raw(execute(profile=_tool_policy_mode(UNKNOWN_ENUM))),
+            "profile.tool_policy.mode",
+            streaming=True,
+        ),
+        Row(
+            "Execute input created_at 2^62",
+            svc + "Execute",
             _raw(execute(input_message=_user_pb(created_at=BAD_TIMESTAMPS[0]))),
-            "input_message.created_at", streaming=True),
+            "input_message.created_at",
+            streaming=True,
+        ),
     ]
     async with running_service("executor", build_executor, settings) as address:
         assert await _failures(address, rows) == []
@@ -346,30 +505,75 @@ async def test_orchestrator_edge(settings: Settings) -> None:
     svc = "/agentmesh.orchestrator.v1.OrchestratorService/"
     rows = _undecodable(svc, [("StartRun", True), ("StreamRun", True), ("CancelRun", False)])
     for zone in BAD_ZONES:
-        rows.append(Row(f"StartRun zone {zone[:20]}", svc + "StartRun",
-                        _raw(_start(time_zone=zone)), "time_zone", streaming=True))
+        rows.append(
+            Row(
+                f"StartRun zone {zone[:20]}",
+                svc + "StartRun",
+                _raw(_start(time_zone=zone)),
+                "time_zone",
+                streaming=True,
+            )
+        )
     for i, ts in enumerate(BAD_TIMESTAMPS):
-        rows.append(Row(f"StartRun created_at {i}", svc + "StartRun",
-                        _raw(_start(messages=[_user_pb(created_at=ts)])),
-                        "messages[0].created_at", streaming=True))
+        rows.append(
+            Row(
+                f"StartRun created_at {i}",
+                svc + "StartRun",
+                _raw(_start(messages=[_user_pb(created_at=ts)])),
+                "messages[0].created_at",
+                streaming=True,
+            )
+        )
     rows += [
-        Row("StartRun multitask_strategy 99", svc + "StartRun",
-            _raw(_start(multitask_strategy=UNKNOWN_ENUM)), "multitask_strategy", streaming=True),
-        Row("StartRun tool_policy.mode 99", svc + "StartRun",
-            _raw(_start(profile=_tool_policy_mode(UNKNOWN_ENUM))), "profile.tool_policy.mode",
-            streaming=True),
-        Row("StartRun thread id with a newline", svc + "StartRun",
-            _raw(_start(thread_id="t\n")), "thread_id", streaming=True),
-        Row("StreamRun after_sequence 2^60", svc + "StreamRun",
+        Row(
+            "StartRun multitask_strategy 99",
+            svc + "StartRun",
+            _raw(_start(multitask_strategy=UNKNOWN_ENUM)),
+            "multitask_strategy",
+            streaming=True,
+        ),
+        Row(
+            "StartRun tool_policy.mode 99",
+            svc + "StartRun",
+            _raw(_start(profile=_tool_policy_mode(UNKNOWN_ENUM))),
+            "profile.tool_policy.mode",
+            streaming=True,
+        ),
+        Row(
+            "StartRun thread id with a newline",
+            svc + "StartRun",
+            _raw(_start(thread_id="t\n")),
+            "thread_id",
+            streaming=True,
+        ),
+        Row(
+            "StreamRun after_sequence 2^60",
+            svc + "StreamRun",
             _raw(orchestrator_pb.StreamRunRequest(run_id="r-1", after_sequence=2**60)),
-            "after_sequence", streaming=True),
-        Row("StreamRun after_sequence 2^64-1", svc + "StreamRun",
+            "after_sequence",
+            streaming=True,
+        ),
+        Row(
+            "StreamRun after_sequence 2^64-1",
+            svc + "StreamRun",
             _raw(orchestrator_pb.StreamRunRequest(run_id="r-1", after_sequence=2**64 - 1)),
-            "after_sequence", streaming=True),
-        Row("CancelRun run id with a NUL", svc + "CancelRun",
-            _raw(orchestrator_pb.CancelRunRequest(run_id="a\x00b")), "run_id"),
-        Row("StartRun without an owner", svc + "StartRun", _raw(_start()), None,
-            streaming=True, metadata=()),
+            "after_sequence",
+            streaming=True,
+        ),
+        Row(
+            "CancelRun run id with a NUL",
+            svc + "CancelRun",
+            _raw(orchestrator_pb.CancelRunRequest(run_id="a\x00b")),
+            "run_id",
+        ),
+        Row(
+            "StartRun without an owner",
+            svc + "StartRun",
+            _raw(_start()),
+            None,
+            streaming=True,
+            metadata=(),
+        ),
     ]
     async with running_suite(settings) as suite:
         address = suite.addrs["orchestrator"]
@@ -383,9 +587,14 @@ async def test_orchestrator_edge(settings: Settings) -> None:
             assert events
             follow = ch.unary_stream(svc + "StreamRun")
             for after in (10**13, 2**53 - 1):
-                request = orchestrator_pb.StreamRunRequest(run_id=start.run_id, after_sequence=after)
+                request = orchestrator_pb.StreamRunRequest(
+                    run_id=start.run_id, after_sequence=after
+                )
                 answers = [
-                    a async for a in follow(request.SerializeToString(), metadata=ALICE, timeout=DEADLINE)
+                    a
+                    async for a in follow(
+                        request.SerializeToString(), metadata=ALICE, timeout=DEADLINE
+                    )
                 ]
                 assert answers == []
 

@@ -46,7 +46,9 @@ def test_an_unset_optional_id_is_empty_and_a_set_one_is_checked() -> None:
         ids.optional_identifier("a b", "run_id")
 
 
-@pytest.mark.parametrize("value", ["alice", "auth0|5f7c", "user@example.com", "a:b.c_d-e", "x" * 128])
+@pytest.mark.parametrize(
+    "value", ["alice", "auth0|5f7c", "user@example.com", "a:b.c_d-e", "x" * 128]
+)
 def test_owner_ids_of_identity_providers_are_accepted(value: str) -> None:
     assert ids.is_owner_id(value)
 
@@ -57,13 +59,16 @@ def test_owner_ids_outside_the_rule_are_refused(value: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "ok"), [("req-1.a:b_c", True), ("", False), ("a\n", False), ("a b", False), ("x" * 129, False)]
+    ("value", "ok"),
+    [("req-1.a:b_c", True), ("", False), ("a\n", False), ("a b", False), ("x" * 129, False)],
 )
 def test_request_ids_are_short_and_plain(value: str, ok: bool) -> None:
     assert ids.is_request_id(value) is ok
 
 
-@pytest.mark.parametrize("name", ["Asia/Shanghai", "Europe/London", "UTC", "America/Argentina/Buenos_Aires"])
+@pytest.mark.parametrize(
+    "name", ["Asia/Shanghai", "Europe/London", "UTC", "America/Argentina/Buenos_Aires"]
+)
 def test_iana_zone_names_are_zones(name: str) -> None:
     assert ids.is_time_zone(name)
     zone = ids.check_time_zone(name, "timezone")
@@ -72,8 +77,18 @@ def test_iana_zone_names_are_zones(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "Europe", "America", "America/Argentina", "x" * 300, "/etc/localtime", "../etc/passwd",
-     "Europe/London\n", "Mars/Olympus", "Europe/Lon\x00don"],
+    [
+        "",
+        "Europe",
+        "America",
+        "America/Argentina",
+        "x" * 300,
+        "/etc/localtime",
+        "../etc/passwd",
+        "Europe/London\n",
+        "Mars/Olympus",
+        "Europe/Lon\x00don",
+    ],
 )
 def test_folders_paths_and_long_strings_are_not_zones(name: str) -> None:
     assert ids.time_zone(name) is None

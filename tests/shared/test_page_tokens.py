@@ -137,8 +137,18 @@ def test_the_secret_must_not_be_empty() -> None:
 # ---- every List RPC ----------------------------------------------------------------------
 
 # Positions no service issues: each must be refused even when signed with the real secret.
-CRAFTED = [{"a": 1}, 10**30, -1, "x", [], [10**30, "a"], ["not-a-time", "x"],
-           ["2024-01-01T00:00:00", "x"], [1, 2, 3], True]
+CRAFTED = [
+    {"a": 1},
+    10**30,
+    -1,
+    "x",
+    [],
+    [10**30, "a"],
+    ["not-a-time", "x"],
+    ["2024-01-01T00:00:00", "x"],
+    [1, 2, 3],
+    True,
+]
 
 List = Callable[[str], Awaitable[Any]]
 
@@ -154,7 +164,9 @@ async def _refuses(call: List, token: str) -> str | None:
     return "accepted"
 
 
-async def _tamper_failures(name: str, call: List, token: str, secret: str, foreign: str) -> list[str]:
+async def _tamper_failures(
+    name: str, call: List, token: str, secret: str, foreign: str
+) -> list[str]:
     """What `call` accepts or fails on among tamperings of its real `token`."""
     assert token, f"{name} gave no next page token"
     data = _payload(token)
@@ -179,7 +191,9 @@ async def _tamper_failures(name: str, call: List, token: str, secret: str, forei
 
 def _msg(mid: str) -> message_pb2.Message:
     return message_pb2.Message(
-        id=mid, role=message_pb2.ROLE_USER, kind=message_pb2.MESSAGE_KIND_USER_MESSAGE,
+        id=mid,
+        role=message_pb2.ROLE_USER,
+        kind=message_pb2.MESSAGE_KIND_USER_MESSAGE,
         content=[content_pb2.ContentBlock(text=content_pb2.TextBlock(text=f"hello {mid}"))],
     )
 
@@ -191,34 +205,58 @@ async def test_every_history_list_refuses_tampered_tokens(settings: Settings) ->
             stub = history_grpc.HistoryServiceStub(ch)
             for thread in ("t-1", "t-2"):
                 for run in ("r-1", "r-2"):
-                    await stub.BeginRun(history_pb.BeginRunRequest(
-                        thread_id=thread, run_id=f"{thread}-{run}",
-                        runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
-                        profile=profile_to_pb(CHAT_DEFAULT),
-                        input_messages=[_msg(f"{thread}-{run}-m")],
-                    ), metadata=ALICE)
-                    await stub.FinishRun(history_pb.FinishRunRequest(
-                        run_id=f"{thread}-{run}", state=history_pb.RUN_STATE_SUCCEEDED,
-                    ), metadata=ALICE)
+                    await stub.BeginRun(
+                        history_pb.BeginRunRequest(
+                            thread_id=thread,
+                            run_id=f"{thread}-{run}",
+                            runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                            profile=profile_to_pb(CHAT_DEFAULT),
+                            input_messages=[_msg(f"{thread}-{run}-m")],
+                        ),
+                        metadata=ALICE,
+                    )
+                    await stub.FinishRun(
+                        history_pb.FinishRunRequest(
+                            run_id=f"{thread}-{run}",
+                            state=history_pb.RUN_STATE_SUCCEEDED,
+                        ),
+                        metadata=ALICE,
+                    )
 
             async def history(token: str) -> Any:
-                return await stub.ListHistory(history_pb.ListHistoryRequest(
-                    thread_id="t-1", page_size=1, page_token=token), metadata=ALICE, timeout=5)
+                return await stub.ListHistory(
+                    history_pb.ListHistoryRequest(thread_id="t-1", page_size=1, page_token=token),
+                    metadata=ALICE,
+                    timeout=5,
+                )
 
             async def context(token: str) -> Any:
-                return await stub.LoadContext(history_pb.LoadContextRequest(
-                    thread_id="t-1", page_size=1, page_token=token), metadata=ALICE, timeout=5)
+                return await stub.LoadContext(
+                    history_pb.LoadContextRequest(thread_id="t-1", page_size=1, page_token=token),
+                    metadata=ALICE,
+                    timeout=5,
+                )
 
             async def threads(token: str) -> Any:
-                return await stub.ListThreads(history_pb.ListThreadsRequest(
-                    page_size=1, page_token=token), metadata=ALICE, timeout=5)
+                return await stub.ListThreads(
+                    history_pb.ListThreadsRequest(page_size=1, page_token=token),
+                    metadata=ALICE,
+                    timeout=5,
+                )
 
             async def audit(token: str) -> Any:
-                return await stub.ListAudit(history_pb.ListAuditRequest(
-                    owner_id="alice", page_size=1, page_token=token), metadata=ADMIN, timeout=5)
+                return await stub.ListAudit(
+                    history_pb.ListAuditRequest(owner_id="alice", page_size=1, page_token=token),
+                    metadata=ADMIN,
+                    timeout=5,
+                )
 
-            lists = {"ListHistory": history, "LoadContext": context, "ListThreads": threads,
-                     "ListAudit": audit}
+            lists = {
+                "ListHistory": history,
+                "LoadContext": context,
+                "ListThreads": threads,
+                "ListAudit": audit,
+            }
             tokens = {name: (await call("")).next_page_token for name, call in lists.items()}
             failures = []
             for name, call in lists.items():
@@ -235,18 +273,24 @@ async def test_memory_list_refuses_tampered_tokens(settings: Settings) -> None:
         async with channel(address) as ch:
             stub = memory_grpc.MemoryServiceStub(ch)
             for content in ("User likes green tea", "User lives in Lyon"):
-                await stub.WriteMemory(memory_pb.WriteMemoryRequest(content=content), metadata=ALICE)
+                await stub.WriteMemory(
+                    memory_pb.WriteMemoryRequest(content=content), metadata=ALICE
+                )
 
             async def memories(token: str, md: Any = ALICE) -> Any:
                 return await stub.ListMemories(
-                    memory_pb.ListMemoriesRequest(page_size=1, page_token=token), metadata=md, timeout=5
+                    memory_pb.ListMemoriesRequest(page_size=1, page_token=token),
+                    metadata=md,
+                    timeout=5,
                 )
 
             token = (await memories("")).next_page_token
-            await stub.WriteMemory(memory_pb.WriteMemoryRequest(content="Bob likes jazz"),
-                                   metadata=owner_md("bob"))
-            await stub.WriteMemory(memory_pb.WriteMemoryRequest(content="Bob likes rock"),
-                                   metadata=owner_md("bob"))
+            await stub.WriteMemory(
+                memory_pb.WriteMemoryRequest(content="Bob likes jazz"), metadata=owner_md("bob")
+            )
+            await stub.WriteMemory(
+                memory_pb.WriteMemoryRequest(content="Bob likes rock"), metadata=owner_md("bob")
+            )
             # Bob's token is bound to bob: for alice it is another request's.
             foreign = (await memories("", owner_md("bob"))).next_page_token
             failures = await _tamper_failures(
@@ -262,26 +306,45 @@ async def test_scheduler_lists_refuse_tampered_tokens(settings: Settings) -> Non
             stub = scheduler_grpc.SchedulerServiceStub(ch)
             job_ids = []
             for title in ("digest", "review"):
-                reply = await stub.CreateJob(scheduler_pb.CreateJobRequest(job=scheduler_pb.Job(
-                    title=title,
-                    schedule=scheduler_pb.Schedule(type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"),
-                    timezone="Europe/London",
-                    config=scheduler_pb.JobConfig(prompt="summarise my day", tools=["memory_write"]),
-                    execution_profile=profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
-                ), request_id=uuid.uuid4().hex), metadata=ALICE)
+                reply = await stub.CreateJob(
+                    scheduler_pb.CreateJobRequest(
+                        job=scheduler_pb.Job(
+                            title=title,
+                            schedule=scheduler_pb.Schedule(
+                                type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"
+                            ),
+                            timezone="Europe/London",
+                            config=scheduler_pb.JobConfig(
+                                prompt="summarise my day", tools=["memory_write"]
+                            ),
+                            execution_profile=profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
+                        ),
+                        request_id=uuid.uuid4().hex,
+                    ),
+                    metadata=ALICE,
+                )
                 job_ids.append(reply.job.id)
             for _ in range(2):
-                await stub.TriggerJob(scheduler_pb.TriggerJobRequest(job_id=job_ids[0]), metadata=ALICE)
+                await stub.TriggerJob(
+                    scheduler_pb.TriggerJobRequest(job_id=job_ids[0]), metadata=ALICE
+                )
                 await asyncio.sleep(0.01)  # two runs, not two at one instant
 
             async def jobs(token: str) -> Any:
                 return await stub.ListJobs(
-                    scheduler_pb.ListJobsRequest(page_size=1, page_token=token), metadata=ALICE, timeout=5
+                    scheduler_pb.ListJobsRequest(page_size=1, page_token=token),
+                    metadata=ALICE,
+                    timeout=5,
                 )
 
             async def runs(token: str) -> Any:
-                return await stub.ListJobRuns(scheduler_pb.ListJobRunsRequest(
-                    job_id=job_ids[0], page_size=1, page_token=token), metadata=ALICE, timeout=5)
+                return await stub.ListJobRuns(
+                    scheduler_pb.ListJobRunsRequest(
+                        job_id=job_ids[0], page_size=1, page_token=token
+                    ),
+                    metadata=ALICE,
+                    timeout=5,
+                )
 
             jobs_token = (await jobs("")).next_page_token
             runs_token = (await runs("")).next_page_token
@@ -303,12 +366,20 @@ async def test_the_gateway_answers_a_tampered_token_with_400_naming_page_token(
         async with channel(address) as ch:
             stub = history_grpc.HistoryServiceStub(ch)
             for run in ("r-1", "r-2"):
-                await stub.BeginRun(history_pb.BeginRunRequest(
-                    thread_id="t-1", run_id=run, runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
-                    profile=profile_to_pb(CHAT_DEFAULT), input_messages=[_msg(f"{run}-m")],
-                ), metadata=ALICE)
-                await stub.FinishRun(history_pb.FinishRunRequest(
-                    run_id=run, state=history_pb.RUN_STATE_SUCCEEDED), metadata=ALICE)
+                await stub.BeginRun(
+                    history_pb.BeginRunRequest(
+                        thread_id="t-1",
+                        run_id=run,
+                        runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                        profile=profile_to_pb(CHAT_DEFAULT),
+                        input_messages=[_msg(f"{run}-m")],
+                    ),
+                    metadata=ALICE,
+                )
+                await stub.FinishRun(
+                    history_pb.FinishRunRequest(run_id=run, state=history_pb.RUN_STATE_SUCCEEDED),
+                    metadata=ALICE,
+                )
         peers = settings.model_copy(update={"history_addr": address})
         auth = {"Authorization": f"Bearer {issue_token(peers, 'alice')}"}
         path = "/api/v1/agent/threads/t-1/history"
@@ -322,7 +393,9 @@ async def test_the_gateway_answers_a_tampered_token_with_400_naming_page_token(
                 await http.get(path, params={"page_size": 1, "page_token": bad}, headers=auth)
                 for bad in (crafted, changed, token[:-2])
             ]
-            assert (await http.get(path, params={"page_token": token}, headers=auth)).status_code == 200
+            assert (
+                await http.get(path, params={"page_token": token}, headers=auth)
+            ).status_code == 200
     for resp in answers:
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["details"][0]["field"] == "page_token"
