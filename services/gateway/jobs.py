@@ -81,6 +81,8 @@ _PROFILE_KEYS = {
     "toolPolicy": "tool_policy",
     "historyPolicy": "history_policy",
 }
+_PROFILE_JSON_KEYS = frozenset({"name", "executor", *_PROFILE_KEYS})
+_CAMEL = {snake: camel for camel, snake in _PROFILE_KEYS.items()}
 
 
 class _Strict(BaseModel):
@@ -171,7 +173,14 @@ def validate(model: type[M], data: Mapping[str, Any]) -> M:
 
 
 def _profile_pb(data: dict[str, Any]) -> execution_profile_pb2.ExecutionProfile:
-    """The profile by the one set of profile rules (shared.profiles), fields named in camelCase."""
+    """The profile by the one set of profile rules (shared.profiles), fields named in camelCase.
+
+    Only the camelCase spelling is a field of the JSON: `enable_router` beside `enableRouter`
+    would otherwise be a second name for one field (and both at once, one of them ignored)."""
+    for key in data:
+        if key not in _PROFILE_JSON_KEYS:
+            hint = f" (the JSON name is {_CAMEL[key]})" if key in _CAMEL else ""
+            raise invalid(f"executionProfile.{key}", f"is not a known field{hint}")
     snake = {_PROFILE_KEYS.get(k, k): v for k, v in data.items()}
     try:
         profile = parse_profile(snake, field="execution_profile")
