@@ -13,6 +13,7 @@ from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
 from services.gateway.params import PageSize, PageToken, only_params
 from services.gateway.routes_runs import read_body
+from services.gateway.strict import json_object
 from shared.settings import Settings
 
 router = APIRouter()
@@ -55,7 +56,7 @@ async def _scheduler(request: Request, who: Caller, method: str, message: Any) -
 
 async def _body(request: Request) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
-    return jobs.parse_object(await read_body(request, settings.max_request_bytes), "a job")
+    return json_object(await read_body(request, settings.max_request_bytes), "a job")
 
 
 def _version(data: dict[str, Any]) -> int:
