@@ -9,10 +9,12 @@ also checks that the answer is small and that nothing the caller owns changed.
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -407,6 +409,25 @@ def test_unknown_tools_error_names_a_few_of_them_briefly(client: httpx.Client) -
     assert description.startswith(
         "unknown tools: tool_0, tool_1, tool_2, tool_3, tool_4 and 15 more"
     )
+
+
+def test_a_header_with_a_control_character_gets_the_json_error_body(suite: Suite) -> None:
+    url = urlsplit(suite.gateway_url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(b"GET /api/v1/memories HTTP/1.1\r\nHost: x\r\nX-Timezone: a\x01b\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 400 Bad Request"
+    assert b"content-type: application/json" in lines
+    error = json.loads(body)["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert error["details"] == [
+        {"field": "request", "description": error["details"][0]["description"]}
+    ]
+    assert f"x-request-id: {error['requestId']}".encode() in lines
 
 
 def test_a_body_at_the_depth_limit_is_accepted(client: httpx.Client) -> None:
