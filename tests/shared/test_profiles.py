@@ -41,7 +41,10 @@ profiles:
         ({"enable_router": True, "executor": "worker", "tool_policy": {"allowlist": ["rm_rf"]}}, "p.tool_policy.allowlist"),
         ({"enable_router": True, "executor": "worker", "tool_policy": {"mode": "union"}}, "p.tool_policy.mode"),
         ({"enable_router": True, "executor": "worker", "history_policy": {"window": "forever"}}, "p.history_policy.window"),
-        ({"enable_router": True, "executor": "worker", "history_policy": {"window": "all\n"}}, "p.history_policy.window"),
+        (
+            {"enable_router": True, "executor": "worker", "history_policy": {"window": "all\n"}},
+            "p.history_policy.window",
+        ),
         # Seed 001 §6.2: a required boolean, not something that converts to one.
         ({"enable_router": "no", "executor": "memory"}, "p.enable_router"),
         ({"enable_router": 1, "executor": "memory"}, "p.enable_router"),
@@ -59,7 +62,10 @@ def test_no_router_and_no_executor_says_a_run_needs_an_executor() -> None:
         parse_profile({"enable_router": False}, field="p")
     # The message names only the field it is about (the sibling's name differs by edge).
     assert info.value.violations == (
-        ("p.executor", "is required when the router is off (a run needs an executor): worker or memory"),
+        (
+            "p.executor",
+            "is required when the router is off (a run needs an executor): worker or memory",
+        ),
     )
 
 
