@@ -16,6 +16,38 @@ from grpc_status import rpc_status
 
 DOMAIN = "agentmesh"
 
+# An error stays small wherever it goes. A status travels in the grpc-message and
+# grpc-status-details-bin trailers, and gRPC refuses trailers past its metadata limit (8 KiB
+# by default): a peer would see RESOURCE_EXHAUSTED "received metadata size exceeds hard
+# limit" instead of the error. So a status keeps its first MAX_VIOLATIONS violations, and
+# every text is cut to a bounded number of UTF-8 bytes (grpc-message percent-encodes
+# non-ASCII bytes, three characters each): at worst about 6 KiB in all.
+MAX_MESSAGE_BYTES = 400
+MAX_FIELD_BYTES = 128
+MAX_DESCRIPTION_BYTES = 200
+MAX_VIOLATIONS = 5
+MAX_METADATA_ENTRIES = 8
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_BYTES = 128
+_ELLIPSIS = "\u2026"
+
+
+def clip(text: str, max_bytes: int) -> str:
+    """`text` in at most `max_bytes` bytes of UTF-8, ending with an ellipsis when it was cut;
+    a character UTF-8 cannot carry (a lone surrogate) becomes "?"."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= max_bytes:
+        return data.decode("utf-8")
+    return data[: max_bytes - len(_ELLIPSIS.encode())].decode("utf-8", "ignore") + _ELLIPSIS
+
+
+def bounded_violations(violations: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The first MAX_VIOLATIONS (field, description) pairs, each text clipped."""
+    return tuple(
+        (clip(f, MAX_FIELD_BYTES), clip(d, MAX_DESCRIPTION_BYTES))
+        for f, d in violations[:MAX_VIOLATIONS]
+    )
+
 
 class DomainError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
@@ -29,11 +61,15 @@ class DomainError(Exception):
         violations: Sequence[tuple[str, str]] = (),
         metadata: Mapping[str, str] | None = None,
     ) -> None:
+        message = clip(message, MAX_MESSAGE_BYTES)
         super().__init__(message)
         self.message = message
         self.reason = reason or self.default_reason
-        self.violations = tuple(violations)
-        self.metadata = dict(metadata or {})
+        self.violations = bounded_violations(violations)
+        self.metadata = {
+            clip(k, MAX_METADATA_KEY_BYTES): clip(v, MAX_METADATA_BYTES)
+            for k, v in list((metadata or {}).items())[:MAX_METADATA_ENTRIES]
+        }
 
     def to_status(self) -> status_pb2.Status:
         details = []

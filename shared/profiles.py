@@ -10,12 +10,21 @@ from typing import Literal
 
 import yaml
 from agentmesh.type.v1 import execution_profile_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shared.domain import EXECUTOR_FROM_PB, EXECUTOR_TO_PB, ExecutorKind
 from shared.errors import InvalidArgument
 
-WINDOW_RE = re.compile(r"^(all|today_yesterday|last_n:[1-9][0-9]{0,5})$")
+# \Z, not $: "all\n" is not a window.
+WINDOW_RE = re.compile(r"^(all|today_yesterday|last_n:[1-9][0-9]{0,5})\Z")
 
 
 class ToolPolicy(BaseModel):
@@ -39,7 +48,8 @@ class HistoryPolicy(BaseModel):
 class ExecutionProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = Field(default="custom", min_length=1, max_length=100)
-    enable_router: bool
+    # Seed 001 §6.2: a required boolean; "no", 1 or "true" are not one.
+    enable_router: StrictBool
     executor: ExecutorKind
     tool_policy: ToolPolicy = ToolPolicy()
     history_policy: HistoryPolicy = HistoryPolicy()
@@ -51,7 +61,7 @@ class ExecutionProfile(BaseModel):
         # run, so that case gets its own message.
         if isinstance(data, dict) and data.get("executor") in (None, ""):
             if data.get("enable_router") is False:
-                raise _Missing("executor", "is required when enable_router is false (a run needs an executor): worker or memory")
+                raise _Missing("executor", "is required when the router is off (a run needs an executor): worker or memory")
             raise _Missing("executor", "is required: worker or memory")
         return data
 

@@ -30,6 +30,7 @@ class _Server(uvicorn.Server):
 
 def _serve() -> None:
     from services.gateway.app import create_app
+    from services.gateway.protocol import http_protocol
 
     settings = get_settings()
     logs.configure("gateway", settings.log_level)
@@ -44,6 +45,8 @@ def _serve() -> None:
         host=settings.host,
         port=settings.listen_port("gateway"),
         loop=loop,
+        # A request the HTTP parser refuses gets the JSON error body too.
+        http=http_protocol(),
         # SIGTERM/SIGINT: stop accepting, let open streams finish within the grace, then close.
         timeout_graceful_shutdown=settings.grace_seconds,
         log_config=None,

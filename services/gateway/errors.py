@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from starlette.responses import JSONResponse
 
-from shared.errors import from_rpc_error
+from shared.errors import bounded_violations, clip, from_rpc_error
 from shared.logs import request_id_var
 
 log = logging.getLogger("agentmesh.gateway")
@@ -53,6 +53,11 @@ _CLIENT_FACING = frozenset(
 )
 
 
+# An HTTP answer is not bound by gRPC's trailers: room for the gateway's own longer messages
+# (a 410 names two URLs), still bounded.
+MAX_MESSAGE_BYTES = 1024
+
+
 class ApiError(Exception):
     """An error answered to the HTTP caller as JSON."""
 
@@ -66,13 +71,16 @@ class ApiError(Exception):
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
+        # Bounded like a service's error (shared.errors): an answer never grows with the
+        # input it refuses, and never carries text UTF-8 cannot encode.
+        message = clip(message, MAX_MESSAGE_BYTES)
         super().__init__(message)
         # More members of the error object (e.g. activeRunId of a busy thread).
         self.extra = dict(extra or {})
         self.status = status
         self.code = code
         self.message = message
-        self.violations = tuple(violations)
+        self.violations = bounded_violations(violations)
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:

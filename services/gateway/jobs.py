@@ -8,7 +8,6 @@ checks the meaning (schedule, zone, prompt, tools, ranges), so each rule lives i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -27,6 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from services.gateway.convert import profile_json, timestamp
 from services.gateway.errors import ApiError, camel_field, invalid
+from services.gateway.strict import field_path, instant
 from shared.errors import InvalidArgument
 from shared.profiles import parse_profile, profile_to_pb
 
@@ -81,6 +81,8 @@ _PROFILE_KEYS = {
     "toolPolicy": "tool_policy",
     "historyPolicy": "history_policy",
 }
+_PROFILE_JSON_KEYS = frozenset({"name", "executor", *_PROFILE_KEYS})
+_CAMEL = {snake: camel for camel, snake in _PROFILE_KEYS.items()}
 
 
 class _Strict(BaseModel):
@@ -133,31 +135,11 @@ class RegisterIn(_Strict):
     timezone: StrictStr | None = Field(default=None, max_length=64)
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path
-
-
 _DESCRIPTIONS = {
     "missing": "is required",
     "extra_forbidden": "is not a known field",
     "timezone_aware": "needs a time zone offset (RFC 3339, e.g. 2025-01-02T10:00:00+08:00)",
 }
-
-
-def parse_object(body: bytes, what: str, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The body as a JSON object; 400 naming `body` otherwise."""
-    if allow_empty and not body.strip():
-        return {}
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise invalid("body", f"is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise invalid("body", f"must be a JSON object ({what})")
-    return data
 
 
 def validate(model: type[M], data: Mapping[str, Any]) -> M:
@@ -166,12 +148,19 @@ def validate(model: type[M], data: Mapping[str, Any]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = _field_path(tuple(first["loc"])) or "body"
+        field = field_path(tuple(first["loc"])) or "body"
         raise invalid(field, _DESCRIPTIONS.get(first["type"], first["msg"])) from None
 
 
 def _profile_pb(data: dict[str, Any]) -> execution_profile_pb2.ExecutionProfile:
-    """The profile by the one set of profile rules (shared.profiles), fields named in camelCase."""
+    """The profile by the one set of profile rules (shared.profiles), fields named in camelCase.
+
+    Only the camelCase spelling is a field of the JSON: `enable_router` beside `enableRouter`
+    would otherwise be a second name for one field (and both at once, one of them ignored)."""
+    for key in data:
+        if key not in _PROFILE_JSON_KEYS:
+            hint = f" (the JSON name is {_CAMEL[key]})" if key in _CAMEL else ""
+            raise invalid(f"executionProfile.{key}", f"is not a known field{hint}")
     snake = {_PROFILE_KEYS.get(k, k): v for k, v in data.items()}
     try:
         profile = parse_profile(snake, field="execution_profile")
@@ -199,7 +188,7 @@ def job_pb(job: JobIn, *, job_id: str = "", version: int = 0) -> pb.Job:
     out.schedule.weekday = s.weekday or 0
     out.schedule.cron = s.cron or ""
     if s.run_at is not None:
-        out.schedule.run_at.FromDatetime(s.run_at)
+        out.schedule.run_at.CopyFrom(instant("schedule.runAt", s.run_at))
     if job.execution_profile is not None:
         out.execution_profile.CopyFrom(_profile_pb(job.execution_profile))
     return out

@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 from services.gateway.auth import Caller, caller
 from services.gateway.errors import invalid
 from shared.ids import MAX_ID_CHARS, id_problem
+from services.gateway.strict import check_params
 from shared.pagination import MAX_PAGE_SIZE
 
 
@@ -39,7 +40,8 @@ PageToken = Annotated[
 
 def only_params(*names: str) -> Callable[[Request], Coroutine[Any, Any, None]]:
     """A dependency refusing query parameters the endpoint does not know (a typo in a filter
-    must not silently widen a listing)."""
+    must not silently widen a listing), and parameters that are not UTF-8 text without NUL
+    (strict.check_params)."""
     allowed = frozenset(names)
 
     # Depends on the caller so that authentication is checked (401) before parameters (400).
@@ -47,5 +49,6 @@ def only_params(*names: str) -> Callable[[Request], Coroutine[Any, Any, None]]:
         for key in request.query_params:
             if key not in allowed:
                 raise invalid(key, f"unknown query parameter (known: {', '.join(sorted(allowed))})")
+        check_params(request)
 
     return check

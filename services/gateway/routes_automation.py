@@ -14,6 +14,7 @@ from services.gateway.errors import ApiError, invalid
 from services.gateway.params import IDENTIFIER, PageSize, PageToken, only_params
 from services.gateway.routes_runs import read_body
 from shared.ids import MAX_ID_CHARS
+from services.gateway.strict import json_object
 from shared.settings import Settings
 
 router = APIRouter()
@@ -58,7 +59,7 @@ async def _scheduler(request: Request, who: Caller, method: str, message: Any) -
 
 async def _body(request: Request) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
-    return jobs.parse_object(await read_body(request, settings.max_request_bytes), "a job")
+    return json_object(await read_body(request, settings.max_request_bytes), "a job")
 
 
 def _version(data: dict[str, Any]) -> int:

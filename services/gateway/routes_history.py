@@ -14,6 +14,7 @@ from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import invalid
 from services.gateway.params import IdPath, PageSize, PageToken, only_params
+from services.gateway.strict import instant
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.settings import Settings
 
@@ -155,8 +156,13 @@ async def list_audit(
 ) -> dict[str, Any]:
     if not is_owner_id(owner_id):
         raise invalid("owner_id", OWNER_RULE)
+    # Each bound in the Timestamp range first: comparing instants past year 9999 overflows.
     start, end = _utc(start_time), _utc(end_time)
-    if start is not None and end is not None and end <= start:
+    start_ts = instant("start_time", start) if start is not None else None
+    end_ts = instant("end_time", end) if end is not None else None
+    if start_ts is not None and end_ts is not None and (
+        end_ts.ToNanoseconds() <= start_ts.ToNanoseconds()
+    ):
         raise invalid("end_time", "must be after start_time")
     flt = history_service_pb2.AuditFilter(
         origin=_ORIGINS.get(origin or "", message_pb2.RUNTIME_MODE_UNSPECIFIED),
@@ -164,10 +170,10 @@ async def list_audit(
         execution_profile_name=execution_profile_name,
         thread_id=thread_id,
     )
-    if start is not None:
-        flt.start_time.FromDatetime(start)
-    if end is not None:
-        flt.end_time.FromDatetime(end)
+    if start_ts is not None:
+        flt.start_time.CopyFrom(start_ts)
+    if end_ts is not None:
+        flt.end_time.CopyFrom(end_ts)
     clients, settings = _ctx(request)
     reply = await unary(
         clients.history.ListAudit,

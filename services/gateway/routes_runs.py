@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from services.gateway import sse
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
-from services.gateway.params import IdPath
+from services.gateway.params import IdPath, only_params
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -170,6 +171,7 @@ def _cancel_timeout(settings: Settings) -> float:
     },
     responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
     response_class=StreamingResponse,
+    dependencies=[Depends(only_params())],
 )
 async def start_run(request: Request, who: Caller = Depends(caller)) -> StreamingResponse:
     settings: Settings = request.app.state.settings
@@ -224,12 +226,20 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
     )
 
 
+# A sequence number: ASCII digits only (str.isdigit() also takes "²" and other digits that
+# int() refuses), at most 18 of them.
+_SEQUENCE_RE = re.compile(r"[0-9]{1,18}")
+MAX_SEQUENCE = 10**18 - 1
+
+
 def _resume_position(header: str | None, after: int | None) -> int:
     """Last-Event-ID (what an EventSource sends when it reconnects) wins over ?after=."""
     if header is not None and header.strip():
         value = header.strip()
-        if not value.isdigit() or len(value) > 18:
-            raise invalid("Last-Event-ID", "must be a sequence number (a non-negative integer)")
+        if not _SEQUENCE_RE.fullmatch(value):
+            raise invalid(
+                "Last-Event-ID", "must be a sequence number (0 to 999999999999999999, ASCII digits)"
+            )
         return int(value)
     return after or 0
 
@@ -267,11 +277,14 @@ async def _gone_or_missing(clients: Clients, settings: Settings, owner: str, run
         410: {"description": "the run's events are no longer kept; read its history"},
     },
     response_class=StreamingResponse,
+    dependencies=[Depends(only_params("after"))],
 )
 async def resume_run(
     request: Request,
     run_id: RunPath,
-    after: Annotated[int | None, Query(ge=0, description="resume after this sequence number")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_SEQUENCE, description="resume after this sequence number")
+    ] = None,
     who: Caller = Depends(caller),
 ) -> Response:
     settings: Settings = request.app.state.settings
@@ -337,6 +350,7 @@ async def resume_run(
     "/api/v1/agent/runs/{run_id}:cancel",
     summary="Cancel a run (from any replica); harmless when repeated",
     responses={409: {"description": "the run already finished otherwise"}},
+    dependencies=[Depends(only_params())],
 )
 async def cancel_run(request: Request, run_id: RunPath, who: Caller = Depends(caller)) -> dict[str, Any]:
     settings: Settings = request.app.state.settings

@@ -19,6 +19,7 @@ from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.params import only_params
 from services.gateway.routes_runs import read_body
+from services.gateway.strict import json_object
 from shared.settings import Settings
 
 router = APIRouter()
@@ -41,7 +42,7 @@ async def register_user(request: Request, who: Caller = Depends(caller)) -> dict
     clients: Clients = request.app.state.clients
     settings: Settings = request.app.state.settings
     body = await read_body(request, settings.max_request_bytes)
-    data = jobs.parse_object(body, "a registration", allow_empty=True)
+    data = json_object(body, "a registration", allow_empty=True)
     parsed = jobs.validate(jobs.RegisterIn, data)
     reply = await unary(
         clients.scheduler.EnsureDefaultJobs,

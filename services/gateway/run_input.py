@@ -19,14 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from services.gateway.errors import ApiError, invalid
+from services.gateway.strict import field_path, json_object
 from shared.ids import id_problem, is_time_zone
 
+# Client-side tools a run may declare (what model APIs accept in one request).
+MAX_TOOLS = 128
 _MEDIA_PARTS = ("image", "audio", "video", "document")
 
 
 class _Camel(BaseModel):
-    # Unknown keys are accepted (AG-UI grows; an old gateway must not reject a new client).
-    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=False)
+    # Unknown keys are accepted (AG-UI grows; an old gateway must not reject a new client);
+    # the known ones have their JSON type exactly (strict: no "1" for 1, no 1 for "1").
+    model_config = ConfigDict(
+        extra="allow", alias_generator=to_camel, populate_by_name=False, strict=True
+    )
 
 
 class ToolIn(_Camel):
@@ -50,18 +56,11 @@ class RunAgentInputIn(_Camel):
     )
     protocol_version: str | None = None
     parent_run_id: str | None = None
-    tools: list[ToolIn] | None = None
+    tools: list[ToolIn] | None = Field(default=None, max_length=MAX_TOOLS)
     context: list[ContextIn] | None = None
     state: Any = None
     forwarded_props: Any = None
     resume: list[Any] | None = None
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path
 
 
 def _check_id(field: str, value: str) -> None:
@@ -71,17 +70,12 @@ def _check_id(field: str, value: str) -> None:
 
 
 def parse_body(body: bytes) -> RunAgentInputIn:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise invalid("body", f"is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise invalid("body", "must be a JSON object (an AG-UI RunAgentInput)")
+    data = json_object(body, "an AG-UI RunAgentInput")
     try:
         parsed = RunAgentInputIn.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = _field_path(first["loc"]) or "body"
+        field = field_path(first["loc"]) or "body"
         description = "is required" if first["type"] == "missing" else first["msg"]
         raise invalid(field, description) from None
     _check_id("threadId", parsed.thread_id)

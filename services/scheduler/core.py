@@ -20,6 +20,9 @@ from shared.tools import REGISTERED_TOOLS
 MAX_PROMPT_CHARS = 2000
 MAX_TITLE_CHARS = 200
 MAX_JITTER_SECONDS = 86_400
+# Names in config.tools and in a profile's allowlist (each a registered tool, once).
+MAX_TOOLS = 32
+_SHOWN_UNKNOWN = 5
 DEFAULT_MEMORY_JOB_KEY = "daily_memory"
 DEFAULT_MEMORY_LOCAL_TIME = "10:00"
 
@@ -146,26 +149,41 @@ def thread_id(job_id: str) -> str:
 # --- validation -------------------------------------------------------------------------
 
 
+def _storable(field: str, text: str) -> None:
+    # PostgreSQL text and JSONB refuse NUL; SQLite would keep it: refused on both backends.
+    if "\x00" in text:
+        raise InvalidArgument(field, "must not contain NUL characters")
+
+
+def _tool_names(field: str, tools: Sequence[str], *, once: bool) -> None:
+    """At most MAX_TOOLS names, each a registered tool (and none twice when `once`). The
+    error lists a few unknown names, shortened: it travels in gRPC trailers, which are small."""
+    if len(tools) > MAX_TOOLS:
+        raise InvalidArgument(field, f"must list at most {MAX_TOOLS} tools")
+    unknown = [t for t in tools if t not in REGISTERED_TOOLS]
+    if unknown:
+        shown = ", ".join(t[:40] for t in unknown[:_SHOWN_UNKNOWN])
+        more = f" and {len(unknown) - _SHOWN_UNKNOWN} more" if len(unknown) > _SHOWN_UNKNOWN else ""
+        raise InvalidArgument(
+            field, f"unknown tools: {shown}{more} (registered: {', '.join(REGISTERED_TOOLS)})"
+        )
+    if once and len(set(tools)) != len(tools):
+        raise InvalidArgument(field, "must not repeat a tool")
+
+
 def validate_config(prompt: str, tools: Sequence[str], prefix: str = "job.config") -> JobConfig:
     if not prompt.strip():
         raise InvalidArgument(f"{prefix}.prompt", "is required and must not be blank")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise InvalidArgument(f"{prefix}.prompt", f"must be at most {MAX_PROMPT_CHARS} characters")
-    unknown = [t for t in tools if t not in REGISTERED_TOOLS]
-    if unknown:
-        raise InvalidArgument(
-            f"{prefix}.tools",
-            f"unknown tools: {', '.join(unknown)} (registered: {', '.join(REGISTERED_TOOLS)})",
-        )
-    if len(set(tools)) != len(tools):
-        raise InvalidArgument(f"{prefix}.tools", "must not repeat a tool")
+    _storable(f"{prefix}.prompt", prompt)
+    _tool_names(f"{prefix}.tools", tools, once=True)
     return JobConfig(prompt=prompt, tools=tuple(tools))
 
 
 def validate_profile(profile: ExecutionProfile, prefix: str = "job.execution_profile") -> ExecutionProfile:
-    unknown = [t for t in profile.tool_policy.allowlist if t not in REGISTERED_TOOLS]
-    if unknown:
-        raise InvalidArgument(f"{prefix}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
+    _storable(f"{prefix}.name", profile.name)
+    _tool_names(f"{prefix}.tool_policy.allowlist", profile.tool_policy.allowlist, once=False)
     return profile
 
 
@@ -176,6 +194,7 @@ def validate_spec(spec: JobSpec) -> JobSpec:
         raise InvalidArgument("job.title", "is required")
     if len(title) > MAX_TITLE_CHARS:
         raise InvalidArgument("job.title", f"must be at most {MAX_TITLE_CHARS} characters")
+    _storable("job.title", title)
     if not 0 <= spec.jitter_seconds <= MAX_JITTER_SECONDS:
         raise InvalidArgument("job.jitter_seconds", f"must be between 0 and {MAX_JITTER_SECONDS}")
     timezone = spec.timezone or sched.DEFAULT_TIMEZONE

@@ -31,7 +31,10 @@ from shared.ids import MAX_TIME_ZONE_CHARS, time_zone
 
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 
-_LOCAL_TIME_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+# Matched with fullmatch: a `$` would let "03:00\n" through.
+_LOCAL_TIME_RE = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+# The stored column's width; a longer expression is refused before croniter reads it.
+MAX_CRON_CHARS = 200
 # Enough to find the next slot of any valid five-field expression (croniter gives up on
 # expressions that never match, e.g. 30 February, by raising).
 _CRON_MAX_STEPS = 2_000
@@ -93,6 +96,8 @@ def validate(schedule: Schedule) -> Schedule:
                 raise ScheduleError("schedule.weekday", "must be 1 (Monday) to 7 (Sunday)")
             return Schedule(ScheduleType.WEEKLY, local_time=schedule.local_time, weekday=schedule.weekday)
         return Schedule(ScheduleType.DAILY, local_time=schedule.local_time)
+    if len(schedule.cron) > MAX_CRON_CHARS:
+        raise ScheduleError("schedule.cron", f"must be at most {MAX_CRON_CHARS} characters")
     expr = " ".join(schedule.cron.split())
     if len(expr.split(" ")) != 5 or not croniter.is_valid(expr):
         raise ScheduleError("schedule.cron", "must be a valid five-field cron expression")
@@ -104,7 +109,7 @@ def validate(schedule: Schedule) -> Schedule:
 
 
 def _parse_local_time(value: str) -> time:
-    match = _LOCAL_TIME_RE.match(value)
+    match = _LOCAL_TIME_RE.fullmatch(value)
     if not match:
         raise ScheduleError("schedule.local_time", "must be a local wall time HH:MM (00:00-23:59)")
     return time(int(match.group(1)), int(match.group(2)))

@@ -98,6 +98,18 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
         ({"schedule": pb.Schedule()}, "job.schedule.type"),
         ({"title": ""}, "job.title"),
         ({"jitter_seconds": -1}, "job.jitter_seconds"),
+        # The same limits as at the HTTP edge, whatever the backend (PostgreSQL refuses NUL
+        # and text longer than its column; SQLite would keep both).
+        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="03:00\n")}, "job.schedule.local_time"),
+        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_CRON, cron="0 0 * * " + ",".join(["1"] * 2496))}, "job.schedule.cron"),
+        ({"title": "a\x00b"}, "job.title"),
+        ({"config": pb.JobConfig(prompt="a\x00b")}, "job.config.prompt"),
+        ({"config": pb.JobConfig(prompt="p", tools=[f"t{i}" for i in range(10_000)])}, "job.config.tools"),
+        (
+            {"execution_profile": execution_profile_pb2.ExecutionProfile(
+                name="a\x00b", executor=execution_profile_pb2.EXECUTOR_MEMORY)},
+            "job.execution_profile.name",
+        ),
         ({"execution_profile": execution_profile_pb2.ExecutionProfile(enable_router=False)}, "job.execution_profile.executor"),
         (
             {"execution_profile": execution_profile_pb2.ExecutionProfile(

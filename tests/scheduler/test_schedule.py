@@ -115,6 +115,8 @@ def test_aware_non_utc_input_is_normalised() -> None:
     [
         (Schedule(ScheduleType.DAILY, local_time="24:00"), "schedule.local_time"),
         (Schedule(ScheduleType.DAILY, local_time="9:00"), "schedule.local_time"),
+        (Schedule(ScheduleType.DAILY, local_time="09:00\n"), "schedule.local_time"),
+        (Schedule(ScheduleType.CRON, cron="0 0 * * " + ",".join(["1"] * 100)), "schedule.cron"),
         (Schedule(ScheduleType.WEEKLY, local_time="09:00", weekday=8), "schedule.weekday"),
         (Schedule(ScheduleType.CRON, cron="0 9 * *"), "schedule.cron"),
         (Schedule(ScheduleType.CRON, cron="0 0 9 * * *"), "schedule.cron"),

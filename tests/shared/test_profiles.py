@@ -41,6 +41,14 @@ profiles:
         ({"enable_router": True, "executor": "worker", "tool_policy": {"allowlist": ["rm_rf"]}}, "p.tool_policy.allowlist"),
         ({"enable_router": True, "executor": "worker", "tool_policy": {"mode": "union"}}, "p.tool_policy.mode"),
         ({"enable_router": True, "executor": "worker", "history_policy": {"window": "forever"}}, "p.history_policy.window"),
+        (
+            {"enable_router": True, "executor": "worker", "history_policy": {"window": "all\n"}},
+            "p.history_policy.window",
+        ),
+        # Seed 001 §6.2: a required boolean, not something that converts to one.
+        ({"enable_router": "no", "executor": "memory"}, "p.enable_router"),
+        ({"enable_router": 1, "executor": "memory"}, "p.enable_router"),
+        ({"enable_router": "true", "executor": "memory"}, "p.enable_router"),
     ],
 )
 def test_bad_profile_is_refused_naming_the_field(data: dict[str, object], field: str) -> None:
@@ -52,7 +60,13 @@ def test_bad_profile_is_refused_naming_the_field(data: dict[str, object], field:
 def test_no_router_and_no_executor_says_a_run_needs_an_executor() -> None:
     with pytest.raises(InvalidArgument) as info:
         parse_profile({"enable_router": False}, field="p")
-    assert "enable_router is false" in info.value.message
+    # The message names only the field it is about (the sibling's name differs by edge).
+    assert info.value.violations == (
+        (
+            "p.executor",
+            "is required when the router is off (a run needs an executor): worker or memory",
+        ),
+    )
 
 
 def test_registry_adds_the_files_profiles_to_the_built_ins(tmp_path: Path) -> None:
