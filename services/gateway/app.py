@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
@@ -184,13 +185,15 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             await own.close()
             telemetry.shutdown()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from the pinned
+    # fastapi-offline package, served under /static-offline-docs: no CDN, so they work offline.
+    app = FastAPIOffline(
         title="agentmesh gateway",
         version=VERSION,
         description="AG-UI runs over SSE, history, audit and memories. "
         "See docs/protocols/agent/.",
         docs_url="/docs",
-        redoc_url=None,
+        redoc_url="/redoc",
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
