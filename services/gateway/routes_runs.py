@@ -86,21 +86,25 @@ async def _events(
     thread_id: str,
     run_id: str,
     *,
+    heartbeat: float,
     prefix: list[sse.Event] | None = None,
     on_abandon: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body: `prefix` (frames without id), then every mapped event of the run with
     its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
     is the first response already read, a read still pending (a Future), or None.
+    While no event comes for `heartbeat` seconds, an SSE comment goes out instead.
     `on_abandon` runs (in the background) when the client goes away before the end."""
     ended = False
+    response = first
     try:
         for event in prefix or ():
             yield sse.frame(event)
-        response = first
         while True:
             if isinstance(response, asyncio.Future):
-                response = await response
+                while not (await asyncio.wait({response}, timeout=heartbeat))[0]:
+                    yield sse.HEARTBEAT
+                response = response.result()
             if response is grpc.aio.EOF:
                 ended = True
                 log.error("run stream ended without RUN_FINISHED or RUN_ERROR")
@@ -121,7 +125,7 @@ async def _events(
                     yield b"".join(frames)
                 if ended:
                     return
-            response = await call.read()
+            response = asyncio.ensure_future(call.read())
     except grpc.RpcError as err:
         ended = True
         api = from_rpc(err, "orchestrator")
@@ -133,6 +137,8 @@ async def _events(
         api = internal()
         yield sse.frame(sse.run_error(api.message, api.code))
     finally:
+        if isinstance(response, asyncio.Future):
+            response.cancel()
         call.cancel()
         if not ended and on_abandon is not None:
             task = asyncio.create_task(on_abandon())
@@ -217,7 +223,14 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         else None
     )
     return StreamingResponse(
-        _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
+        _events(
+            call,
+            first,
+            req.thread_id,
+            req.run_id,
+            heartbeat=settings.sse_heartbeat_seconds,
+            on_abandon=on_abandon,
+        ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
@@ -326,7 +339,14 @@ async def resume_run(
         return Response(status_code=204, headers={"Cache-Control": "no-cache"})
     prefix = replay.prefix(thread_id, run_id) if position > 0 else []
     return StreamingResponse(
-        _events(call, pending, thread_id, run_id, prefix=prefix),
+        _events(
+            call,
+            pending,
+            thread_id,
+            run_id,
+            heartbeat=settings.sse_heartbeat_seconds,
+            prefix=prefix,
+        ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
