@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import (
+    openapi,
     routes_automation,
     routes_history,
     routes_memories,
@@ -157,7 +158,7 @@ def _health_routes(app: FastAPI) -> None:
         "/readyz",
         summary="Every service the gateway needs answers SERVING",
         tags=["health"],
-        responses={503: {"description": "Some service is not SERVING"}},
+        responses={503: {"model": openapi.ErrorBody, "description": "Some service is not SERVING"}},
     )
     async def readyz(request: Request) -> Response:
         clients: Clients = request.app.state.clients
@@ -212,11 +213,12 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.include_router(routes_runs.router, tags=["runs"])
-    app.include_router(routes_history.router, tags=["history"])
-    app.include_router(routes_memories.router, tags=["memories"])
-    app.include_router(routes_automation.router, tags=["automation"])
-    app.include_router(routes_users.router, tags=["users"])
+    app.include_router(routes_runs.router, tags=["runs"], responses=openapi.COMMON)
+    app.include_router(routes_history.router, tags=["history"], responses=openapi.COMMON)
+    app.include_router(routes_memories.router, tags=["memories"], responses=openapi.COMMON)
+    app.include_router(routes_automation.router, tags=["automation"], responses=openapi.COMMON)
+    app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
+    openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     if settings.cors_origins:

@@ -21,6 +21,7 @@ from services.gateway import sse
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
+from services.gateway.openapi import errors
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -173,7 +174,10 @@ def _cancel_timeout(settings: Settings) -> float:
             },
         }
     },
-    responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
+        **errors(409, 413),
+    },
     response_class=StreamingResponse,
 )
 async def start_run(request: Request, who: Caller = Depends(caller)) -> StreamingResponse:
@@ -276,7 +280,7 @@ async def _gone_or_missing(clients: Clients, settings: Settings, owner: str, run
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
         204: {"description": "the client already has the run's last event"},
-        410: {"description": "the run's events are no longer kept; read its history"},
+        **errors(404, 410),
     },
     response_class=StreamingResponse,
 )
@@ -355,7 +359,7 @@ async def resume_run(
 @router.post(
     "/api/v1/agent/runs/{run_id}:cancel",
     summary="Cancel a run (from any replica); harmless when repeated",
-    responses={409: {"description": "the run already finished otherwise"}},
+    responses=errors(404, 409),
 )
 async def cancel_run(request: Request, run_id: RunPath, who: Caller = Depends(caller)) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
