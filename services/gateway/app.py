@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import (
@@ -121,16 +122,36 @@ async def _api_error(_: Request, exc: Exception) -> Response:
     return exc.response()
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+def _allowed_methods(request: Request) -> str | None:
+    """The Allow header of a 405: every method the API serves at the path's template.
+
+    Starlette names only the methods of the first route whose path matches, and FastAPI
+    makes one route per method (OPTIONS /jobs/x said `Allow: GET`, not GET, PUT, PATCH,
+    DELETE). Where two templates match (/jobs/{job_id} and /jobs/{job_id}:pause), the one
+    with more literal characters is the resource the path names. None: not an API path."""
+    path = request.url.path
+    paths: dict[str, dict[str, Any]] = request.app.openapi()["paths"]
+    matching = [t for t in paths if compile_path(t)[0].match(path)]
+    if not matching:
+        return None
+    best = max(matching, key=lambda t: len(re.sub(r"{[^}]*}", "", t)))
+    return ", ".join(sorted(m.upper() for m in paths[best]))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "INTERNAL" if exc.status_code >= 500 else "ERROR")
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         message = "no such endpoint"
     elif exc.status_code == 405:
         message = "method not allowed on this endpoint"
+        allowed = _allowed_methods(request)
+        if allowed:
+            headers["Allow"] = allowed
     else:
         message = str(exc.detail)
-    return ApiError(exc.status_code, code, message, headers=exc.headers).response()
+    return ApiError(exc.status_code, code, message, headers=headers).response()
 
 
 def _loc_field(loc: tuple[Any, ...]) -> str:

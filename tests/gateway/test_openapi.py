@@ -129,3 +129,20 @@ def test_job_updates_declare_their_body_with_the_version(
     assert body["required"] is True
     schema = body["content"]["application/json"]["schema"]
     assert "version" in schema["required"] and "version" in schema["properties"]
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/api/v1/automation/jobs/j-1", "DELETE, GET, PATCH, PUT"),
+        ("/api/v1/automation/jobs/j-1:pause", "POST"),
+        ("/api/v1/automation/jobs", "GET, POST"),
+    ],
+)
+async def test_a_405_allows_every_method_the_resource_serves(
+    http: httpx.AsyncClient, auth: dict[str, str], path: str, allowed: str
+) -> None:
+    resp = await http.options(path, headers=auth)
+    assert resp.status_code == 405
+    assert resp.headers["allow"] == allowed
+    assert resp.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
