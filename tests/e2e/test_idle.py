@@ -13,20 +13,42 @@ is not. Slow by necessity: one test.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from services.launcher import ALL_SERVICES, Suite
-from tests.e2e.conftest import parse_sse, run_body, token
+from tests.conftest import USES_POSTGRES, drop_schemas
+from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, serves_runs, token
 
 pytestmark = pytest.mark.e2e
 
 # Longer than three client pings plus the server's strikes allowance: where the old settings
 # failed after about 90-120 s.
 IDLE_SECONDS = 180
+
+
+@pytest.fixture(scope="module")
+def quiet_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    """A suite of its own: no other test's jobs or runs make traffic while it idles."""
+    tmp = tmp_path_factory.mktemp("idle")
+    prefix = f"i{uuid.uuid4().hex[:10]}_"
+    s = make_suite(tmp, prefix)
+    try:
+        s.start(timeout=90)
+        serves_runs(s.gateway_url, in_a_row=1, within=60)
+    except RuntimeError:
+        s.stop()
+        _dump_logs(tmp / "logs")
+        raise
+    yield s
+    s.stop()
+    if USES_POSTGRES:
+        asyncio.run(drop_schemas(prefix))
 
 
 def _chat_run(suite: Suite) -> tuple[int, list[dict[str, object]], str]:
@@ -54,8 +76,9 @@ def _logged_since(suite: Suite, name: str, offset: int) -> str:
 
 
 def test_the_first_run_after_minutes_idle_succeeds_and_every_service_stays_ready(
-    suite: Suite,
+    quiet_suite: Suite,
 ) -> None:
+    suite = quiet_suite
     status, events, text = _chat_run(suite)
     assert status == 200 and events[-1]["type"] == "RUN_FINISHED", text
     offsets = _log_sizes(suite)
