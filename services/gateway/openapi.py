@@ -65,7 +65,11 @@ COMMON = errors(400, 401, 429, 503, 504)
 # PATCH: a JSON Merge Patch (RFC 7386) of the job's own fields onto the stored job, with the
 # version it is based on; null removes an optional field.
 _JOB = jobs.JobIn.model_json_schema(by_alias=True)
-_VERSION = {"type": "integer", "minimum": 1, "description": "the version this update is based on"}
+# JobIn's own rule for `version` (bounds included), so the document follows the server.
+_VERSION = {
+    **{k: v for k, v in _JOB["properties"]["version"].items() if k not in ("default", "title")},
+    "description": "the version this update is based on",
+}
 JOB_PUT = {**_JOB, "title": "JobPut", "required": [*_JOB.get("required", []), "version"]}
 JOB_PATCH = {
     "title": "JobPatch",
