@@ -25,8 +25,9 @@ $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 	@touch $@
 
 ## Start every service on localhost (SQLite, in-memory event log, scripted model); Ctrl-C stops all.
+## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
 run: install
-	$(BIN)/python -m services.launcher
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE))
 
 ## A development bearer token (make token SUB=alice).
 token: install

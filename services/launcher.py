@@ -11,6 +11,7 @@ The same class starts the suite for the end-to-end tests, on free ports.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import os
@@ -181,15 +182,60 @@ class Suite:
         return codes
 
 
+# The gRPC services' ports, as offsets from the first (the orchestrator's 50051).
+_GRPC_OFFSETS = {n: DEFAULT_PORTS[n] - DEFAULT_PORTS["orchestrator"] for n in GRPC_SERVICES}
+
+
+def launch_ports(gateway: int | None = None, grpc_base: int | None = None) -> dict[str, int]:
+    """The ports `make run` uses: DEFAULT_PORTS, with the gateway on `gateway` and the gRPC
+    services on `grpc_base` and the next five (in the default order: orchestrator, router,
+    executor, memory, history, scheduler). ValueError naming the option when a port is out of
+    range or two services would share one."""
+    ports = dict(DEFAULT_PORTS)
+    if gateway is not None:
+        ports["gateway"] = gateway
+    if grpc_base is not None:
+        ports.update({name: grpc_base + offset for name, offset in _GRPC_OFFSETS.items()})
+    for name, port in ports.items():
+        if not 1 <= port <= 65535:
+            option = "--port" if name == "gateway" else "--grpc-port-base"
+            raise ValueError(f"{option}: {name} would listen on {port}, not a port (1-65535)")
+    if len(set(ports.values())) < len(ports):
+        raise ValueError(
+            f"--port: the gateway's port {ports['gateway']} is one of the gRPC services' "
+            f"({min(ports[n] for n in GRPC_SERVICES)}-{max(ports[n] for n in GRPC_SERVICES)})"
+        )
+    return ports
+
+
+def _arguments(argv: list[str] | None) -> dict[str, int]:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.launcher", description="Start the whole suite on localhost."
+    )
+    parser.add_argument("--port", type=int, help="the gateway's HTTP port (default 8080)")
+    parser.add_argument(
+        "--grpc-port-base",
+        type=int,
+        help="the first of six consecutive gRPC ports (default 50051: orchestrator 50051 ... "
+        "scheduler 50056)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        return launch_ports(args.port, args.grpc_port_base)
+    except ValueError as err:
+        parser.error(str(err))
+
+
 def dev_token(settings: Settings, sub: str = "dev-user") -> str:
     from services.gateway.auth import issue_token
 
     return issue_token(settings, sub, ttl_seconds=30 * 86_400)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ports = _arguments(argv)
     settings = Settings()
-    suite = Suite(log_dir=settings.data_dir / "logs")
+    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs")
     stop = False
 
     def _on_signal(_signum: int, _frame: object) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import grpc
 
 from shared import telemetry
-from shared.server import MAX_MESSAGE_BYTES
+from shared.server import KEEPALIVE_CLIENT_OPTIONS, MAX_MESSAGE_BYTES
 
 
 def _service_config(idempotent_services: Sequence[str]) -> str:
@@ -45,9 +45,7 @@ def open_channel(address: str, *, idempotent_services: Sequence[str] = ()) -> gr
         options=[
             ("grpc.service_config", _service_config(idempotent_services)),
             ("grpc.enable_retries", 1),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
+            *KEEPALIVE_CLIENT_OPTIONS,
             # A peer that was down (starting, restarting) is tried again within 0.1 s, and
             # never more than 5 s apart (gRPC's defaults: 1 s, growing to 120 s), so calls
             # do not keep failing fast for minutes after it came back.

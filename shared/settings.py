@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     max_message_chars: int = 32_000
     # Largest accepted HTTP request body, in bytes.
     max_request_bytes: int = 1_000_000
+    # Gateway: an SSE comment every this many seconds while a run stream has nothing to
+    # send (a queued run, a long tool call), so proxies do not close it as idle (often 60 s).
+    sse_heartbeat_seconds: float = Field(default=15.0, gt=0, le=3600)
     # Default IANA time zone of an owner.
     default_timezone: str = "Asia/Shanghai"
     # Model provider: "scripted" (offline, deterministic).

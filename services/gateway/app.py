@@ -7,6 +7,7 @@ start-up (lifespan) and closes them at shutdown; clients passed in belong to the
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,12 +16,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import (
+    openapi,
     routes_automation,
     routes_history,
     routes_memories,
@@ -81,6 +86,15 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # The client went away before its body was complete (a stalled upload it gave
+            # up): nobody to answer, and not the server's fault. One line without a trace; a
+            # trace per dropped upload flooded the log. 499: nginx's "client closed request".
+            status = status or 499
+            log.info(
+                "client disconnected before sending its whole request",
+                extra={"fields": {"path": scope.get("path")}},
+            )
         except Exception:
             log.exception("unhandled error", extra={"fields": {"path": scope.get("path")}})
             if status == 0:
@@ -107,16 +121,36 @@ async def _api_error(_: Request, exc: Exception) -> Response:
     return exc.response()
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+def _allowed_methods(request: Request) -> str | None:
+    """The Allow header of a 405: every method the API serves at the path's template.
+
+    Starlette names only the methods of the first route whose path matches, and FastAPI
+    makes one route per method (OPTIONS /jobs/x said `Allow: GET`, not GET, PUT, PATCH,
+    DELETE). Where two templates match (/jobs/{job_id} and /jobs/{job_id}:pause), the one
+    with more literal characters is the resource the path names. None: not an API path."""
+    path = request.url.path
+    paths: dict[str, dict[str, Any]] = request.app.openapi()["paths"]
+    matching = [t for t in paths if compile_path(t)[0].match(path)]
+    if not matching:
+        return None
+    best = max(matching, key=lambda t: len(re.sub(r"{[^}]*}", "", t)))
+    return ", ".join(sorted(m.upper() for m in paths[best]))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "INTERNAL" if exc.status_code >= 500 else "ERROR")
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         message = "no such endpoint"
     elif exc.status_code == 405:
         message = "method not allowed on this endpoint"
+        allowed = _allowed_methods(request)
+        if allowed:
+            headers["Allow"] = allowed
     else:
         message = str(exc.detail)
-    return ApiError(exc.status_code, code, message, headers=exc.headers).response()
+    return ApiError(exc.status_code, code, message, headers=headers).response()
 
 
 def _loc_field(loc: tuple[Any, ...]) -> str:
@@ -144,7 +178,7 @@ def _health_routes(app: FastAPI) -> None:
         "/readyz",
         summary="Every service the gateway needs answers SERVING",
         tags=["health"],
-        responses={503: {"description": "Some service is not SERVING"}},
+        responses={503: {"model": openapi.ErrorBody, "description": "Some service is not SERVING"}},
     )
     async def readyz(request: Request) -> Response:
         clients: Clients = request.app.state.clients
@@ -182,13 +216,15 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             await own.close()
             telemetry.shutdown()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from the pinned
+    # fastapi-offline package, served under /static-offline-docs: no CDN, so they work offline.
+    app = FastAPIOffline(
         title="agentmesh gateway",
         version=VERSION,
         description="AG-UI runs over SSE, history, audit and memories. "
         "See docs/protocols/agent/.",
         docs_url="/docs",
-        redoc_url=None,
+        redoc_url="/redoc",
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
@@ -197,11 +233,12 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.include_router(routes_runs.router, tags=["runs"])
-    app.include_router(routes_history.router, tags=["history"])
-    app.include_router(routes_memories.router, tags=["memories"])
-    app.include_router(routes_automation.router, tags=["automation"])
-    app.include_router(routes_users.router, tags=["users"])
+    app.include_router(routes_runs.router, tags=["runs"], responses=openapi.COMMON)
+    app.include_router(routes_history.router, tags=["history"], responses=openapi.COMMON)
+    app.include_router(routes_memories.router, tags=["memories"], responses=openapi.COMMON)
+    app.include_router(routes_automation.router, tags=["automation"], responses=openapi.COMMON)
+    app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
+    openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     if settings.cors_origins:

@@ -11,8 +11,8 @@ from pydantic_core import PydanticCustomError
 
 from services.gateway.auth import Caller, caller
 from services.gateway.errors import invalid
-from shared.ids import MAX_ID_CHARS, id_problem
 from services.gateway.strict import check_params
+from shared.ids import MAX_ID_CHARS, id_problem
 from shared.pagination import MAX_PAGE_SIZE
 
 

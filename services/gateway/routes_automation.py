@@ -11,10 +11,11 @@ from services.gateway import jobs
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
+from services.gateway.openapi import JOB_PATCH, JOB_PUT, errors, json_body
 from services.gateway.params import IDENTIFIER, PageSize, PageToken, only_params
 from services.gateway.routes_runs import read_body
-from shared.ids import MAX_ID_CHARS
 from services.gateway.strict import json_object
+from shared.ids import MAX_ID_CHARS
 from shared.settings import Settings
 
 router = APIRouter()
@@ -77,6 +78,7 @@ def _version(data: dict[str, Any]) -> int:
 @router.post(
     JOBS,
     summary="Create an automation job",
+    responses=errors(409, 413),
     status_code=201,
     openapi_extra=_JOB_BODY,
     dependencies=[Depends(only_params())],
@@ -119,7 +121,10 @@ async def list_jobs(
 
 
 @router.get(
-    f"{JOBS}/{{job_id}}", summary="One automation job", dependencies=[Depends(only_params())]
+    f"{JOBS}/{{job_id}}",
+    summary="One automation job",
+    responses=errors(404),
+    dependencies=[Depends(only_params())],
 )
 async def get_job(
     request: Request, job_id: JobId, who: Caller = Depends(caller)
@@ -131,7 +136,8 @@ async def get_job(
 @router.put(
     f"{JOBS}/{{job_id}}",
     summary="Replace a job's settings (needs `version`; a stale one is 409)",
-    openapi_extra=_JOB_BODY,
+    responses=errors(404, 409, 413),
+    openapi_extra=json_body(JOB_PUT),
     dependencies=[Depends(only_params())],
 )
 async def replace_job(
@@ -152,6 +158,8 @@ async def replace_job(
 @router.patch(
     f"{JOBS}/{{job_id}}",
     summary="Change some of a job's settings (JSON Merge Patch; needs `version`)",
+    responses=errors(404, 409, 413),
+    openapi_extra=json_body(JOB_PATCH),
     dependencies=[Depends(only_params())],
 )
 async def patch_job(
@@ -176,6 +184,7 @@ async def patch_job(
 @router.delete(
     f"{JOBS}/{{job_id}}",
     summary="Delete a job (its runs go with it)",
+    responses=errors(404, 409),
     status_code=204,
     response_class=Response,
     dependencies=[Depends(only_params())],
@@ -190,6 +199,7 @@ async def delete_job(
 @router.post(
     f"{JOBS}/{{job_id}}:pause",
     summary="Pause a job: no slot runs until it is resumed",
+    responses=errors(404, 409),
     dependencies=[Depends(only_params())],
 )
 async def pause_job(
@@ -202,6 +212,7 @@ async def pause_job(
 @router.post(
     f"{JOBS}/{{job_id}}:resume",
     summary="Resume a paused job from now (slots passed while paused are not run)",
+    responses=errors(404, 409),
     dependencies=[Depends(only_params())],
 )
 async def resume_job(
@@ -214,6 +225,7 @@ async def resume_job(
 @router.post(
     f"{JOBS}/{{job_id}}:trigger",
     summary="Run a job now (its schedule is unchanged); answers the recorded job run",
+    responses=errors(404, 409),
     status_code=202,
     dependencies=[Depends(only_params())],
 )
@@ -227,6 +239,7 @@ async def trigger_job(
 @router.get(
     f"{JOBS}/{{job_id}}/runs",
     summary="A job's runs, newest slot first",
+    responses=errors(404),
     dependencies=[Depends(only_params("page_size", "page_token"))],
 )
 async def list_job_runs(

@@ -13,6 +13,7 @@ from services.gateway import convert
 from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import invalid
+from services.gateway.openapi import errors
 from services.gateway.params import IdPath, PageSize, PageToken, only_params
 from services.gateway.strict import instant
 from shared.ids import OWNER_RULE, is_owner_id
@@ -71,6 +72,7 @@ async def list_threads(
 @router.get(
     "/api/v1/agent/threads/{thread_id}/history",
     summary="A thread's messages visible in history (UI_HISTORY)",
+    responses=errors(404),
     dependencies=[Depends(only_params("page_size", "page_token", "direction"))],
 )
 async def list_history(
@@ -100,6 +102,7 @@ async def list_history(
 @router.get(
     "/api/v1/agent/runs/{run_id}",
     summary="One run record",
+    responses=errors(404),
     dependencies=[Depends(only_params())],
 )
 async def get_run(
@@ -125,6 +128,7 @@ def _utc(value: datetime | None) -> datetime | None:
 @router.get(
     "/api/v1/admin/audit",
     summary="Every message, tool call and refused tool call of an owner, hidden ones included (admin scope)",
+    responses=errors(403),
     dependencies=[
         Depends(
             only_params(

@@ -11,6 +11,7 @@ from services.gateway import convert
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
+from services.gateway.openapi import errors
 from services.gateway.params import IdPath, PageSize, PageToken, only_params
 from shared.settings import Settings
 
@@ -58,6 +59,7 @@ async def list_memories(
 @router.delete(
     "/api/v1/memories/{memory_id}",
     summary="Forget one of the caller's memories",
+    responses=errors(404, 409),
     status_code=204,
     response_class=Response,
     dependencies=[Depends(only_params())],

@@ -22,6 +22,7 @@ from services.gateway import sse
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
+from services.gateway.openapi import errors
 from services.gateway.params import IdPath, only_params
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
@@ -88,21 +89,25 @@ async def _events(
     thread_id: str,
     run_id: str,
     *,
+    heartbeat: float,
     prefix: list[sse.Event] | None = None,
     on_abandon: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body: `prefix` (frames without id), then every mapped event of the run with
     its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
     is the first response already read, a read still pending (a Future), or None.
+    While no event comes for `heartbeat` seconds, an SSE comment goes out instead.
     `on_abandon` runs (in the background) when the client goes away before the end."""
     ended = False
+    response = first
     try:
         for event in prefix or ():
             yield sse.frame(event)
-        response = first
         while True:
             if isinstance(response, asyncio.Future):
-                response = await response
+                while not (await asyncio.wait({response}, timeout=heartbeat))[0]:
+                    yield sse.HEARTBEAT
+                response = response.result()
             if response is grpc.aio.EOF:
                 ended = True
                 log.error("run stream ended without RUN_FINISHED or RUN_ERROR")
@@ -123,7 +128,7 @@ async def _events(
                     yield b"".join(frames)
                 if ended:
                     return
-            response = await call.read()
+            response = asyncio.ensure_future(call.read())
     except grpc.RpcError as err:
         ended = True
         api = from_rpc(err, "orchestrator")
@@ -135,6 +140,8 @@ async def _events(
         api = internal()
         yield sse.frame(sse.run_error(api.message, api.code))
     finally:
+        if isinstance(response, asyncio.Future):
+            response.cancel()
         call.cancel()
         if not ended and on_abandon is not None:
             task = asyncio.create_task(on_abandon())
@@ -169,7 +176,10 @@ def _cancel_timeout(settings: Settings) -> float:
             },
         }
     },
-    responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
+        **errors(409, 413),
+    },
     response_class=StreamingResponse,
     dependencies=[Depends(only_params())],
 )
@@ -220,7 +230,14 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         else None
     )
     return StreamingResponse(
-        _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
+        _events(
+            call,
+            first,
+            req.thread_id,
+            req.run_id,
+            heartbeat=settings.sse_heartbeat_seconds,
+            on_abandon=on_abandon,
+        ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
@@ -274,7 +291,7 @@ async def _gone_or_missing(clients: Clients, settings: Settings, owner: str, run
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
         204: {"description": "the client already has the run's last event"},
-        410: {"description": "the run's events are no longer kept; read its history"},
+        **errors(404, 410),
     },
     response_class=StreamingResponse,
     dependencies=[Depends(only_params("after"))],
@@ -340,7 +357,14 @@ async def resume_run(
         return Response(status_code=204, headers={"Cache-Control": "no-cache"})
     prefix = replay.prefix(thread_id, run_id) if position > 0 else []
     return StreamingResponse(
-        _events(call, pending, thread_id, run_id, prefix=prefix),
+        _events(
+            call,
+            pending,
+            thread_id,
+            run_id,
+            heartbeat=settings.sse_heartbeat_seconds,
+            prefix=prefix,
+        ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
@@ -349,7 +373,7 @@ async def resume_run(
 @router.post(
     "/api/v1/agent/runs/{run_id}:cancel",
     summary="Cancel a run (from any replica); harmless when repeated",
-    responses={409: {"description": "the run already finished otherwise"}},
+    responses=errors(404, 409),
     dependencies=[Depends(only_params())],
 )
 async def cancel_run(request: Request, run_id: RunPath, who: Caller = Depends(caller)) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from services.gateway import jobs
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients, unary
+from services.gateway.openapi import errors
 from services.gateway.params import only_params
 from services.gateway.routes_runs import read_body
 from services.gateway.strict import json_object
@@ -28,6 +29,7 @@ router = APIRouter()
 @router.post(
     "/api/v1/users",
     summary="Register the caller: their default automation jobs exist afterwards (idempotent)",
+    responses=errors(413),
     openapi_extra={
         "requestBody": {
             "required": False,

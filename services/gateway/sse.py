@@ -36,6 +36,10 @@ def frame(event: Event, sequence: int | None = None) -> bytes:
     return head + b"data: " + payload.encode() + b"\n\n"
 
 
+# An SSE comment line: EventSource and AG-UI clients skip it; proxies see traffic.
+HEARTBEAT = b": keepalive\n\n"
+
+
 def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
     p = ev.run_finished
     out: Event = {"type": "RUN_FINISHED", "threadId": ev.thread_id, "runId": ev.run_id}

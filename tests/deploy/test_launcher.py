@@ -1,9 +1,19 @@
 """The launcher's port picking: the e2e fixtures start several suites in one test run, each
-service on its own free port."""
+service on its own free port; `make run PORT=... GRPC_PORT_BASE=...` moves the suite."""
 
 from __future__ import annotations
 
-from services.launcher import free_port
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.launcher import ROOT, free_port, launch_ports, port_in_use
+from shared.settings import DEFAULT_PORTS
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:
@@ -11,3 +21,84 @@ def test_free_port_never_hands_out_a_port_twice() -> None:
     # given one port would collide when the second starts.
     ports = [free_port() for _ in range(2000)]
     assert len(set(ports)) == len(ports)
+
+
+def test_make_run_ports_default_to_the_documented_ones() -> None:
+    assert launch_ports() == DEFAULT_PORTS
+
+
+def test_make_run_moves_the_gateway_and_the_grpc_services_as_asked() -> None:
+    ports = launch_ports(gateway=9080, grpc_base=51051)
+    assert ports == {
+        "gateway": 9080,
+        "orchestrator": 51051,
+        "router": 51052,
+        "executor": 51053,
+        "memory": 51054,
+        "history": 51055,
+        "scheduler": 51056,
+    }
+    assert launch_ports(gateway=9080)["orchestrator"] == 50051
+
+
+@pytest.mark.parametrize(
+    ("gateway", "grpc_base", "option"),
+    [
+        (0, None, "--port"),
+        (70000, None, "--port"),
+        (None, 65533, "--grpc-port-base"),
+        (50053, None, "--port"),
+        (None, 8078, "--port"),
+    ],
+)
+def test_make_run_refuses_ports_out_of_range_or_shared(
+    gateway: int | None, grpc_base: int | None, option: str
+) -> None:
+    with pytest.raises(ValueError, match=option):
+        launch_ports(gateway, grpc_base)
+
+
+def _free_block(size: int) -> int:
+    """The first of `size` consecutive ports free now."""
+    while True:
+        base = free_port()
+        if base + size <= 65535 and not any(port_in_use(base + i) for i in range(size)):
+            return base
+
+
+def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
+    tmp_path: Path,
+) -> None:
+    gateway, base = free_port(), _free_block(6)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update(AGENTMESH_DATA_DIR=str(tmp_path), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.launcher",
+            "--port",
+            str(gateway),
+            "--grpc-port-base",
+            str(base),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.decode())
+            if "agentmesh is running" in lines[-1] or proc.poll() is not None:
+                break
+        assert any("agentmesh is running" in line for line in lines), "".join(lines)
+        assert httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).status_code == 200
+        assert all(port_in_use(base + i) for i in range(6))
+        assert not port_in_use(DEFAULT_PORTS["gateway"]) or DEFAULT_PORTS["gateway"] == gateway
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, out

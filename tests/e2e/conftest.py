@@ -71,6 +71,8 @@ def parse_sse(raw: bytes) -> list[dict[str, object]]:
     assert raw.endswith(b"\n\n"), "the stream must end with a complete frame"
     events = []
     for frame in raw.split(b"\n\n")[:-1]:
+        if frame == b": keepalive":
+            continue  # the heartbeat comment of a waiting stream, not an event
         lines = frame.split(b"\n")
         data = [line[len(b"data: ") :] for line in lines if line.startswith(b"data: ")]
         assert len(data) == 1, f"one data line per frame: {frame!r}"

@@ -159,6 +159,8 @@ def frames(raw: bytes) -> list[Frame]:
     assert b"\r" not in raw
     out: list[Frame] = []
     for chunk in raw.split(b"\n\n")[:-1]:
+        if chunk == b": keepalive":
+            continue  # the heartbeat comment of a waiting stream, not an event
         seq = None
         if chunk.startswith(b"id: "):
             head, _, chunk = chunk.partition(b"\n")

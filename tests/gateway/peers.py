@@ -87,11 +87,16 @@ def tools_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
     return _number(thread_id, run_id, payloads)
 
 
+# How long a "wait-" run is silent.
+WAIT_SECONDS = 1.0
+
+
 class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer):
     """Scripts by thread id prefix: "tools-", "reject-", "conflict-", "silent-", "eof-",
     "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "stopped-", "batch-" (three events per
-    response when the caller asks for batches, and "batch-after-end-"); anything else is a
-    chat run."""
+    response when the caller asks for batches, and "batch-after-end-"), "wait-" (silent for
+    WAIT_SECONDS after the worker step starts, as during a long tool call); anything else
+    is a chat run."""
 
     def __init__(self) -> None:
         self.calls: list[Recorded] = []
@@ -137,6 +142,8 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
         for ev in events:
             if tid.startswith("slow-"):
                 await asyncio.sleep(0.2)
+            if tid.startswith("wait-") and ev.HasField("text_message_start"):
+                await asyncio.sleep(WAIT_SECONDS)
             yield orchestrator_service_pb2.StartRunResponse(event=ev)
 
 

@@ -7,15 +7,21 @@ from typing import Any
 
 import httpx
 
+# The SSE comment the gateway sends while a stream has nothing to say.
+HEARTBEAT = b": keepalive"
+
 
 def parse_sequenced(raw: bytes) -> list[tuple[int | None, dict[str, Any]]]:
     """(id, event) of every frame. A frame is exactly `[id: <n>\\n]data: <json>\\n\\n`:
-    LF only, an optional id line of digits, one data line, nothing else."""
+    LF only, an optional id line of digits, one data line, nothing else; besides frames, the
+    stream may carry the heartbeat comment `: keepalive\\n\\n` (not an event)."""
     assert b"\r" not in raw, "CR in the stream"
     assert raw.endswith(b"\n\n"), "the stream does not end with a complete frame"
     frames = raw[:-2].split(b"\n\n")
     out: list[tuple[int | None, dict[str, Any]]] = []
     for f in frames:
+        if f == HEARTBEAT:
+            continue
         seq = None
         if f.startswith(b"id: "):
             head, _, f = f.partition(b"\n")
