@@ -14,8 +14,9 @@ Did this slot run? One rule (core.after_run), with history's run record as the a
   a take-over of an attempt whose holder died) first asks history about R1, R2, ... in
   order: a run still going is followed to its end (StreamRun while its event log lasts,
   then history's record), a run that succeeded is the slot's run, a run history does not
-  know is started under that same id. Only a run history recorded as failed moves the slot
-  on to the next id, so no second run of a slot can start while one of its runs is alive.
+  know is started under that same id. Only a run that is over without success (failed in
+  history, or its event log ended while history never admitted it) moves the slot on to
+  the next id, so no second run of a slot starts while one of its runs is alive.
 - A lost event stream is never a failure by itself: RUN_FINISHED is written only after
   history recorded the end, so it is the record's answer; anything else (RUN_ERROR, a
   stream that breaks, UNAVAILABLE "its result will be in the thread's history") makes the
@@ -23,7 +24,8 @@ Did this slot run? One rule (core.after_run), with history's run record as the a
   that says failed, or a run that never started, is retried.
 - Starting the same id again is safe: the orchestrator refuses a run id whose event log
   exists (ALREADY_EXISTS, then the run is followed) and history keeps one record, and one
-  stored reply, per run id.
+  stored reply, per run id. The one instant this cannot cover: a start whose event log was
+  lost before history admitted its run, retried within that same moment.
 """
 
 from __future__ import annotations
