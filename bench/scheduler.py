@@ -93,7 +93,7 @@ async def _claim_until_empty(url: str, prefix: str, batch: int, start_at: float)
     cfg = SchedulerSettings(batch_size=batch)
     # Claim only: the orders are not dispatched (phase 2 measures dispatch).
     channel = grpc.aio.insecure_channel("127.0.0.1:9")
-    dispatcher = Dispatcher(engine, channel, settings, cfg, f"bench-{os.getpid()}")
+    dispatcher = Dispatcher(engine, channel, channel, settings, cfg, f"bench-{os.getpid()}")
     loop = ClaimLoop(engine, dispatcher, cfg)
     await asyncio.sleep(max(0.0, start_at - time.time()))
     began = time.time()

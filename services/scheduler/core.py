@@ -136,10 +136,64 @@ def new_id() -> str:
 _RUN_ID_NAMESPACE = uuid.UUID("6b0f3c1e-5d55-4a55-9d0e-5c4f1a7e2b10")
 
 
-def orchestrator_run_id(job_run_id: str, attempt: int) -> str:
-    """The orchestrator run id of one attempt: the same (job run, attempt) always gives the
-    same id, so a replica that takes over an attempt can ask the orchestrator about it."""
-    return uuid.uuid5(_RUN_ID_NAMESPACE, f"{job_run_id}:{attempt}").hex
+def orchestrator_run_id(job_run_id: str, n: int) -> str:
+    """The n-th run id of a slot (1-based): the same (job run, n) always gives the same id.
+
+    A job run is one slot of one job (job_runs is unique on (job_id, scheduled_slot)), so
+    this is derived from the job and the slot; every replica computes the same ids without
+    reading anything. A 32-character hex string: within the shared id rule (shared/ids.py).
+    """
+    return uuid.uuid5(_RUN_ID_NAMESPACE, f"{job_run_id}:{n}").hex
+
+
+def slot_run_ids(job_run_id: str, attempt: int) -> tuple[str, ...]:
+    """The run ids attempt `attempt` of a job run may find or start, in order (see
+    `after_run`). Each attempt starts at most one new run, so before attempt k at most
+    k - 1 ids were used and one of the first k is still unused or not ended in failure."""
+    return tuple(orchestrator_run_id(job_run_id, n) for n in range(1, max(attempt, 1) + 1))
+
+
+class RunEnd(StrEnum):
+    """How one orchestrator run of a slot ended, as history's run record says."""
+
+    SUCCEEDED = "succeeded"  # also INTERRUPTED: the run ended, waiting on a client's tool
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    # History has no record of it: never started, or it ended before history admitted it.
+    ABSENT = "absent"
+    # Not known: still queued or running when the dispatcher stopped waiting (its run
+    # deadline), or history could not be asked.
+    UNKNOWN = "unknown"
+
+
+class Next(StrEnum):
+    """What a dispatch attempt does once it knows how one run id of its slot ended."""
+
+    DONE = "done"  # the slot ran: record the job run succeeded
+    GIVE_UP = "give_up"  # record the job run failed, no retry
+    RETRY = "retry"  # record this attempt failed; a later attempt goes on (with backoff)
+    NEXT_ID = "next_id"  # the run is spent and did nothing durable: try the next id now
+
+
+def after_run(end: RunEnd, *, found_ended: bool) -> Next:
+    """The one rule for "did this slot run" (what the dispatcher does with a run's end).
+
+    History's run record decides, never the event stream: a stream that is lost is no
+    answer, and the dispatcher asks history until the record ends (or its deadline). A run
+    id moves on to the next one only when the run it names is over without success: FAILED
+    in history or ABSENT after its event log ended. An attempt that saw the run end itself
+    (it started it, or followed it while it ran) records that as its own failure, with
+    backoff; a run already over when the attempt found it is skipped at once. A run that
+    was never started (StartRun refused, nothing in history) keeps its id: the retry starts
+    the same id again, so a start that did get through after all is found, not doubled.
+    """
+    if end is RunEnd.SUCCEEDED:
+        return Next.DONE
+    if end is RunEnd.CANCELLED:
+        return Next.GIVE_UP  # someone stopped it on purpose: running it again is not wanted
+    if end is RunEnd.UNKNOWN:
+        return Next.RETRY  # the next attempt asks history again before it starts anything
+    return Next.NEXT_ID if found_ended else Next.RETRY
 
 
 def thread_id(job_id: str) -> str:

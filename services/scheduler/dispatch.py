@@ -7,9 +7,25 @@ replica holds the run; one that expires (the replica died or stalled) is taken b
 replica with attempt + 1, and every completion write is fenced on the attempt, so a stale
 replica's late write changes nothing.
 
-Taking over an attempt whose outcome is unknown first asks the orchestrator for that
-attempt's run (StreamRun): a run the orchestrator already has is followed to its end
-instead of being started a second time.
+Did this slot run? One rule (core.after_run), with history's run record as the authority:
+
+- A slot's orchestrator runs have deterministic ids, R1, R2, ... (core.orchestrator_run_id
+  of the job run and n). Attempt 1, just claimed, starts R1. Any later attempt (a retry, or
+  a take-over of an attempt whose holder died) first asks history about R1, R2, ... in
+  order: a run still going is followed to its end (StreamRun while its event log lasts,
+  then history's record), a run that succeeded is the slot's run, a run history does not
+  know is started under that same id. Only a run that is over without success (failed in
+  history, or its event log ended while history never admitted it) moves the slot on to
+  the next id, so no second run of a slot starts while one of its runs is alive.
+- A lost event stream is never a failure by itself: RUN_FINISHED is written only after
+  history recorded the end, so it is the record's answer; anything else (RUN_ERROR, a
+  stream that breaks, UNAVAILABLE "its result will be in the thread's history") makes the
+  dispatcher read the run's record (history GetRun) until it has ended, and only a record
+  that says failed, or a run that never started, is retried.
+- Starting the same id again is safe: the orchestrator refuses a run id whose event log
+  exists (ALREADY_EXISTS, then the run is followed) and history keeps one record, and one
+  stored reply, per run id. The one instant this cannot cover: a start whose event log was
+  lost before history admitted its run, retried within that same moment.
 """
 
 from __future__ import annotations
@@ -27,13 +43,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
+from agentmesh.history.v1 import history_service_pb2 as hist_pb
+from agentmesh.history.v1 import history_service_pb2_grpc as hist_grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orch_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import content_pb2, message_pb2, run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.scheduler import core, store
-from services.scheduler.core import Job, JobRun, RunError, RunState
+from services.scheduler.core import Job, JobRun, Next, RunEnd, RunError, RunState
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.settings import SchedulerSettings
 from shared import metrics
@@ -73,14 +91,17 @@ class Order:
     run: JobRun
     job: Job
     # The previous attempt's outcome is unknown (its holder died or stalled mid-dispatch).
+    # Any attempt after the first asks history about the slot's runs before starting one.
     resume: bool = False
 
 
 class AttemptFailed(Exception):
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    def __init__(self, message: str, *, retryable: bool, run_id: str = "") -> None:
         super().__init__(message)
         self.message = message[:_MAX_ERROR_CHARS]
         self.retryable = retryable
+        # The orchestrator run the failure is about (recorded on the job run).
+        self.run_id = run_id
 
 
 def input_message(job: Job, run_id: str) -> message_pb2.Message:
@@ -102,6 +123,57 @@ def start_request(job: Job, run_id: str) -> orch_pb.StartRunRequest:
         time_zone=job.spec.timezone,
         declared_tools=list(job.spec.config.tools),
     )
+
+
+# History's run states, as the ends the dispatcher tells apart.
+_ENDS = {
+    hist_pb.RUN_STATE_SUCCEEDED: RunEnd.SUCCEEDED,
+    hist_pb.RUN_STATE_INTERRUPTED: RunEnd.SUCCEEDED,
+    hist_pb.RUN_STATE_CANCELLED: RunEnd.CANCELLED,
+    hist_pb.RUN_STATE_FAILED: RunEnd.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """How one run of the slot ended, as this attempt learnt it."""
+
+    end: RunEnd
+    # What went wrong, in words for the job run's errors (empty when it succeeded).
+    error: str = ""
+    # It was over when this attempt found it (the attempt did not start or watch it).
+    found_ended: bool = False
+
+
+def _seen_record(record: hist_pb.Run, *, found_ended: bool = False) -> _Seen | None:
+    """The end a run record says; None while the run is queued or running."""
+    end = _ENDS.get(record.state)
+    if end is None:
+        return None
+    error = ""
+    if end is RunEnd.FAILED:
+        error = f"{record.error_code or 'FAILED'}: {record.error_message or 'the run failed'}"
+    elif end is RunEnd.CANCELLED:
+        error = "the run was cancelled"
+    return _Seen(end, error, found_ended)
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """What reading a run's event stream told."""
+
+    # The end its events told (FAILED: a RUN_ERROR, which history confirms or not).
+    seen: _Seen | None
+    # Whether any event came.
+    streamed: bool
+    # The status that ended the call early.
+    error: grpc.aio.AioRpcError | None = None
+
+    @property
+    def problem(self) -> str:
+        if self.seen is not None:
+            return self.seen.error
+        return _status(self.error) if self.error is not None else _NO_END
 
 
 @dataclass
@@ -126,13 +198,16 @@ class Dispatcher:
     def __init__(
         self,
         engine: AsyncEngine,
-        channel: grpc.aio.Channel,
+        orchestrator: grpc.aio.Channel,
+        history: grpc.aio.Channel,
         settings: Settings,
         cfg: SchedulerSettings,
         lease_owner: str,
     ) -> None:
         self._engine = engine
-        self._stub = orch_grpc.OrchestratorServiceStub(channel)
+        self._stub = orch_grpc.OrchestratorServiceStub(orchestrator)
+        # Where the runs' records are: the authority on whether a slot's run happened.
+        self._history = hist_grpc.HistoryServiceStub(history)
         self._settings = settings
         self._cfg = cfg
         self.lease_owner = lease_owner
@@ -226,7 +301,7 @@ class Dispatcher:
 
     async def dispatch(self, order: Order) -> bool:
         """Dispatch one leased run and record the outcome; False when the lease was lost."""
-        run, job = order.run, order.job
+        run = order.run
         if run.id not in self._held:
             self._held[run.id] = (run.attempt, time.monotonic() + self._cfg.lease_seconds)
         if not self._lease_valid(run):
@@ -234,18 +309,16 @@ class Dispatcher:
             # own the run by now, so starting it here could run it twice.
             log.warning("job run %s attempt %d: lease not certain, left to its next holder", run.id, run.attempt)
             return False
-        run_id = core.orchestrator_run_id(run.id, run.attempt)
         started = datetime.now(UTC)
         metrics.observe_dispatch_lag((started - run.scheduled_slot).total_seconds())
         error: AttemptFailed | None = None
-        done_as = run_id
+        done_as = core.orchestrator_run_id(run.id, 1)
         try:
-            followed: str | None = None
-            if order.resume and run.attempt > 1:
-                followed = await self._follow(job, core.orchestrator_run_id(run.id, run.attempt - 1))
-            done_as = followed or await self._start(job, run_id)
+            done_as = await self._settle(order)
         except AttemptFailed as err:
             error = err
+            done_as = err.run_id or done_as
+        kill_point(self._cfg, "before_outcome")
         self._ensure_helpers()
         outcome = _Outcome(order, started, done_as, error, asyncio.get_running_loop().create_future())
         await self._outcomes.put(outcome)
@@ -254,57 +327,150 @@ class Dispatcher:
             log.warning("job run %s attempt %d lost its lease; its result is not recorded", run.id, run.attempt)
         return written
 
-    async def _start(self, job: Job, run_id: str) -> str:
-        call = self._stub.StartRun(
-            start_request(job, run_id),
-            metadata=call_metadata(job.owner_id),
-            timeout=self._settings.run_timeout_seconds,
-        )
-        try:
-            await self._consume(call)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.ALREADY_EXISTS:
-                # The orchestrator has this very attempt already: follow it instead.
-                followed = await self._follow(job, run_id)
-                if followed is not None:
-                    return followed
-            raise _failure(err) from None
-        return run_id
+    async def _settle(self, order: Order) -> str:
+        """Make sure the slot ran once: the id of its run that succeeded, or AttemptFailed.
 
-    async def _follow(self, job: Job, run_id: str) -> str | None:
-        """Follow an earlier run to its end; None when the orchestrator does not know it."""
-        call = self._stub.StreamRun(
-            orch_pb.StreamRunRequest(run_id=run_id, after_sequence=0),
-            metadata=call_metadata(job.owner_id),
-            timeout=self._settings.run_timeout_seconds,
-        )
+        Walks the slot's run ids in order (core.slot_run_ids, core.after_run): attempt 1,
+        claimed just now, starts the first; a later attempt asks history about each id and
+        follows a run that is going, takes one that succeeded, starts one history does not
+        know, and skips only one that is over without success.
+        """
+        run, job = order.run, order.job
+        deadline = time.monotonic() + self._settings.run_timeout_seconds
+        fresh = run.attempt == 1
+        for run_id in core.slot_run_ids(run.id, run.attempt):
+            try:
+                record = None if fresh else await self._record(job, run_id)
+            except grpc.aio.AioRpcError as err:
+                # Unknown whether the run exists: starting one could run the slot twice.
+                problem = f"cannot ask history about run {run_id}: {_status(err)}"
+                raise AttemptFailed(problem, retryable=True, run_id=run_id) from None
+            if record is None:
+                seen = await self._start(job, run_id, deadline)
+            else:
+                ended = _seen_record(record, found_ended=True)
+                seen = ended or await self._follow(job, run_id, deadline)
+            step = core.after_run(seen.end, found_ended=seen.found_ended)
+            if step is Next.DONE:
+                return run_id
+            if step is Next.NEXT_ID:
+                continue
+            retryable = step is Next.RETRY
+            raise AttemptFailed(f"{seen.error} (run {run_id})", retryable=retryable, run_id=run_id)
+        raise AttemptFailed("every run of the slot so far ended without success", retryable=True)
+
+    async def _record(self, job: Job, run_id: str) -> hist_pb.Run | None:
+        """History's record of the run; None when history has none."""
         try:
-            await self._consume(call)
+            reply = await self._history.GetRun(
+                hist_pb.GetRunRequest(run_id=run_id),
+                metadata=call_metadata(job.owner_id),
+                timeout=self._settings.rpc_timeout_seconds,
+            )
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.NOT_FOUND:
                 return None
-            raise _failure(err) from None
-        return run_id
+            raise
+        return reply.run
 
-    async def _consume(self, call: grpc.aio.UnaryStreamCall) -> None:  # type: ignore[type-arg]
-        """Read the run's events to the end; AttemptFailed unless it finished successfully."""
-        finished: run_event_pb2.RunFinished | None = None
-        first = True
-        async for response in call:
-            if first:
-                first = False
-                kill_point(self._cfg, "during_dispatch")
-            event = response.event
-            kind = event.WhichOneof("payload")
-            if kind == "run_error":
-                code = event.run_error.code or "RUN_ERROR"
-                raise AttemptFailed(f"{code}: {event.run_error.message}", retryable=True)
-            if kind == "run_finished":
-                finished = event.run_finished
-        if finished is None:
-            raise AttemptFailed("the run's event stream ended without RUN_FINISHED", retryable=True)
-        if finished.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED:
-            raise AttemptFailed("the run was cancelled", retryable=False)
+    async def _start(self, job: Job, run_id: str, deadline: float) -> _Seen:
+        """Start the run; how it ended. A run id the orchestrator has already is followed."""
+        call = self._stub.StartRun(
+            start_request(job, run_id),
+            metadata=call_metadata(job.owner_id),
+            timeout=_left(deadline),
+        )
+        read = await self._read(call, "during_dispatch")
+        err = read.error
+        if err is not None and err.code() == grpc.StatusCode.ALREADY_EXISTS:
+            # Another attempt started this id: follow it. Its log ended without a record in
+            # history means it is over and did nothing durable.
+            followed = await self._follow(job, run_id, deadline)
+            return _Seen(followed.end, followed.error, found_ended=followed.end is RunEnd.ABSENT)
+        if err is not None and err.code() in _PERMANENT_CODES and not read.streamed:
+            raise AttemptFailed(_status(err), retryable=False, run_id=run_id)
+        if read.seen is not None and read.seen.end is not RunEnd.FAILED:
+            return read.seen
+        if not read.streamed:
+            # Refused before anything came (or lost at once): one look at history says
+            # whether it started after all. Not knowing is not a failure of the run.
+            try:
+                record = await self._record(job, run_id)
+            except grpc.aio.AioRpcError as look:
+                return _Seen(RunEnd.UNKNOWN, f"{read.problem}; cannot ask history: {_status(look)}")
+            if record is None:
+                return _Seen(RunEnd.ABSENT, read.problem)
+            return _seen_record(record) or await self._follow(job, run_id, deadline)
+        # Lost mid-way or RUN_ERROR: history knows how it ended. The run is admitted by
+        # history right after its first event (the orchestrator's BeginRun, within its rpc
+        # deadline), so it gets that long to show up there.
+        grace = self._settings.rpc_timeout_seconds
+        return await self._until_ended(job, run_id, deadline, grace, read.problem)
+
+    async def _follow(self, job: Job, run_id: str, deadline: float) -> _Seen:
+        """Follow a run that is going to its end (its event stream while that lasts, then
+        history's record)."""
+        call = self._stub.StreamRun(
+            orch_pb.StreamRunRequest(run_id=run_id, after_sequence=0),
+            metadata=call_metadata(job.owner_id),
+            timeout=_left(deadline),
+        )
+        read = await self._read(call, "during_follow")
+        if read.seen is not None and read.seen.end is not RunEnd.FAILED:
+            return read.seen
+        # No log (lost, expired, never written), a broken stream or RUN_ERROR: history decides.
+        return await self._until_ended(job, run_id, deadline, 0.0, read.problem)
+
+    async def _read(self, call: grpc.aio.UnaryStreamCall, point: str) -> _Stream:  # type: ignore[type-arg]
+        """Read a run's events to the end, or to the error that ends the call.
+
+        RUN_FINISHED is the record's answer (the orchestrator writes it after history
+        recorded the end); RUN_ERROR is only a claim, checked with history (FAILED here).
+        """
+        streamed = False
+        try:
+            async for response in call:
+                if not streamed:
+                    streamed = True
+                    kill_point(self._cfg, point)
+                event = response.event
+                kind = event.WhichOneof("payload")
+                if kind == "run_error":
+                    code = event.run_error.code or "RUN_ERROR"
+                    claim = _Seen(RunEnd.FAILED, f"{code}: {event.run_error.message}")
+                    return _Stream(claim, streamed)
+                if kind == "run_finished":
+                    if event.run_finished.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED:
+                        return _Stream(_Seen(RunEnd.CANCELLED, "the run was cancelled"), streamed)
+                    return _Stream(_Seen(RunEnd.SUCCEEDED), streamed)
+        except grpc.aio.AioRpcError as err:
+            return _Stream(None, streamed, err)
+        return _Stream(None, streamed)
+
+    async def _until_ended(
+        self, job: Job, run_id: str, deadline: float, grace: float, error: str
+    ) -> _Seen:
+        """Read the run's record until it has ended: how it ended (UNKNOWN at the deadline;
+        ABSENT when history has no record of it after `grace` seconds)."""
+        absent_until = time.monotonic() + grace
+        unknown = error
+        while True:
+            try:
+                record = await self._record(job, run_id)
+            except grpc.aio.AioRpcError as err:
+                unknown = f"cannot ask history: {_status(err)}"  # history down: wait for it
+            else:
+                if record is None:
+                    if time.monotonic() >= absent_until:
+                        return _Seen(RunEnd.ABSENT, f"{error} (history has no record of the run)")
+                else:
+                    seen = _seen_record(record)
+                    if seen is not None:
+                        return seen
+                    unknown = "the run is still going"
+            if time.monotonic() + self._cfg.outcome_poll_seconds > deadline:
+                return _Seen(RunEnd.UNKNOWN, f"outcome unknown at the run deadline ({unknown})")
+            await asyncio.sleep(self._cfg.outcome_poll_seconds)
 
     async def _write_forever(self) -> None:
         while True:
@@ -375,10 +541,16 @@ class Dispatcher:
         return written
 
 
-def _failure(err: grpc.aio.AioRpcError) -> AttemptFailed:
-    return AttemptFailed(
-        f"{err.code().name}: {err.details() or ''}".strip(), retryable=err.code() not in _PERMANENT_CODES
-    )
+# What the dispatcher says of a stream that ended without RUN_FINISHED or RUN_ERROR.
+_NO_END = "the run's event stream ended without RUN_FINISHED"
+
+
+def _status(err: grpc.aio.AioRpcError) -> str:
+    return f"{err.code().name}: {err.details() or ''}".strip()
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.1)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""Wiring of the scheduler: engine and migrations, orchestrator channel, dispatcher, claim
-loop (a background task of the shared server) and the gRPC servicer."""
+"""Wiring of the scheduler: engine and migrations, orchestrator and history channels,
+dispatcher, claim loop (a background task of the shared server) and the gRPC servicer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from agentmesh.history.v1 import history_service_pb2
 from agentmesh.scheduler.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,6 +22,7 @@ from services.scheduler.settings import SchedulerSettings
 NAME = "scheduler"
 MIGRATIONS = Path(__file__).parent / "migrations"
 SERVICE_NAME = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+HISTORY_SERVICE = history_service_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name
 
 
 async def _migrated_engine(settings: Settings) -> AsyncEngine:
@@ -38,7 +40,9 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     cfg = cfg or SchedulerSettings()
     engine = await _migrated_engine(settings)
     channel = open_channel(settings.addr("orchestrator"))
-    dispatcher = Dispatcher(engine, channel, settings, cfg, replica_id())
+    # Only history's run lookup (GetRun, a read) goes there: retried on UNAVAILABLE.
+    history = open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE])
+    dispatcher = Dispatcher(engine, channel, history, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
     servicer = SchedulerServicer(engine, dispatcher, cfg, PageTokens(settings.page_token_secret))
 
@@ -48,6 +52,7 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     async def on_stop() -> None:
         await dispatcher.close(settings.grace_seconds)
         await channel.close()
+        await history.close()
         await engine.dispose()
 
     return ServiceParts(

@@ -8,7 +8,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Points of the claim/dispatch cycle where the test-only kill hook can fire.
-KillPoint = Literal["", "before_commit", "after_commit", "during_dispatch"]
+# before_commit / after_commit: the claim transaction; during_dispatch: the first event of a
+# run this replica started; during_follow: the first event of a run it follows (a take-over);
+# before_outcome: the run's end is known, the job run not yet written.
+KillPoint = Literal[
+    "", "before_commit", "after_commit", "during_dispatch", "during_follow", "before_outcome"
+]
 
 
 class SchedulerSettings(BaseSettings):
@@ -33,5 +38,8 @@ class SchedulerSettings(BaseSettings):
     misfire_grace_seconds: float = Field(default=60.0, ge=0)
     # Runs dispatched at the same time by one replica.
     dispatch_concurrency: int = Field(default=64, ge=1, le=10_000)
+    # While a run's outcome is learnt from history (its event stream was lost), the pause
+    # between two looks at its run record.
+    outcome_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     # Test-only: the process kills itself with SIGKILL when it reaches this point.
     test_kill_at: KillPoint = ""

@@ -1,7 +1,9 @@
 """Test doubles and helpers of the scheduler tests.
 
 FakeOrchestrator is a peer double: a real grpc.aio OrchestratorService on port 0 that counts
-StartRun calls per run id and streams a minimal valid run (RUN_STARTED .. RUN_FINISHED).
+StartRun calls per run id and streams a minimal valid run (RUN_STARTED .. RUN_FINISHED). The
+same server answers history's GetRun for the runs it ran (FakeHistory), as the real history
+would: NOT_FOUND for a run never started, RUNNING until it finished, then SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import grpc
 import sqlalchemy as sa
+from agentmesh.history.v1 import history_service_pb2 as hist_pb
+from agentmesh.history.v1 import history_service_pb2_grpc as hist_grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orch_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import run_event_pb2
@@ -53,6 +57,14 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
         self.fail_code = grpc.StatusCode.UNAVAILABLE
         # Seconds a run takes between RUN_STARTED and RUN_FINISHED.
         self.run_seconds = 0.0
+        # What history records of each run started (state), and when each run ended.
+        self.states: dict[str, int] = {}
+        self.ended: dict[str, asyncio.Event] = {}
+        self.lookups: Counter[str] = Counter()
+        self.tasks: set[asyncio.Task[None]] = set()
+        # Stream this many events of the next run, then break its stream (UNAVAILABLE)
+        # while the run goes on: its event log was lost.
+        self.lose_stream_after: int | None = None
 
     def starts_by_thread(self) -> Counter[str]:
         return Counter(self.requests[run_id].thread_id for run_id in self.starts.elements())
@@ -64,29 +76,61 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
         if self.fail_next > 0:
             self.fail_next -= 1
             await context.abort(self.fail_code, "injected failure")
+        if request.run_id in self.states:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, "a run with this run_id exists")
+        # The run goes on in a task of its own, as the orchestrator's do: a caller that goes
+        # away (or whose stream is lost) does not stop it.
+        self.states[request.run_id] = hist_pb.RUN_STATE_RUNNING
+        self.ended[request.run_id] = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(self._run(request.run_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        lose, self.lose_stream_after = self.lose_stream_after, None
         yield orch_pb.StartRunResponse(event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted()))
+        if lose is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the run's event stream is unavailable")
+        await self.ended[request.run_id].wait()
+        yield orch_pb.StartRunResponse(event=self._end(request.run_id))
+
+    async def _run(self, run_id: str) -> None:
         if self.run_seconds:
             await asyncio.sleep(self.run_seconds)
-        yield orch_pb.StartRunResponse(
-            event=_event(
-                request.run_id,
-                2,
-                run_finished=run_event_pb2.RunFinished(outcome=run_event_pb2.RUN_OUTCOME_SUCCESS),
-            )
-        )
+        self.states[run_id] = hist_pb.RUN_STATE_SUCCEEDED
+        self.ended[run_id].set()
 
     async def StreamRun(self, request: orch_pb.StreamRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StreamRunResponse]:  # type: ignore[override]
         self.follows[request.run_id] += 1
-        if request.run_id not in self.requests:
+        if request.run_id not in self.states:
             await context.abort(grpc.StatusCode.NOT_FOUND, "run not found")
         yield orch_pb.StreamRunResponse(event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted()))
-        yield orch_pb.StreamRunResponse(
-            event=_event(
-                request.run_id,
-                2,
-                run_finished=run_event_pb2.RunFinished(outcome=run_event_pb2.RUN_OUTCOME_SUCCESS),
-            )
-        )
+        await self.ended[request.run_id].wait()
+        yield orch_pb.StreamRunResponse(event=self._end(request.run_id))
+
+    def _end(self, run_id: str) -> run_event_pb2.RunEvent:
+        """The run's last event, as its recorded state says."""
+        if self.states[run_id] == hist_pb.RUN_STATE_FAILED:
+            return _event(run_id, 2, run_error=run_event_pb2.RunError(code="INTERNAL", message="it failed"))
+        return _finished(run_id)
+
+
+def _finished(run_id: str) -> run_event_pb2.RunEvent:
+    return _event(run_id, 2, run_finished=run_event_pb2.RunFinished(outcome=run_event_pb2.RUN_OUTCOME_SUCCESS))
+
+
+class FakeHistory(hist_grpc.HistoryServiceServicer):
+    """History's run lookup over the fake orchestrator's runs."""
+
+    def __init__(self, orchestrator: FakeOrchestrator) -> None:
+        self.orchestrator = orchestrator
+
+    async def GetRun(self, request: hist_pb.GetRunRequest, context: grpc.aio.ServicerContext) -> hist_pb.GetRunResponse:  # type: ignore[override]
+        fake = self.orchestrator
+        fake.lookups[request.run_id] += 1
+        state = fake.states.get(request.run_id)
+        if state is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "run not found")
+        thread = fake.requests[request.run_id].thread_id
+        return hist_pb.GetRunResponse(run=hist_pb.Run(id=request.run_id, thread_id=thread, state=state))
 
 
 @asynccontextmanager
@@ -94,12 +138,16 @@ async def fake_orchestrator() -> AsyncIterator[tuple[FakeOrchestrator, str]]:
     fake = FakeOrchestrator()
     server = grpc.aio.server()
     orch_grpc.add_OrchestratorServiceServicer_to_server(fake, server)
+    hist_grpc.add_HistoryServiceServicer_to_server(FakeHistory(fake), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         yield fake, f"127.0.0.1:{port}"
     finally:
         await server.stop(0)
+        for task in list(fake.tasks):
+            task.cancel()
+        await asyncio.gather(*fake.tasks, return_exceptions=True)
 
 
 async def migrated_engine(settings: Settings) -> AsyncEngine:
@@ -196,9 +244,10 @@ class Runtime:
 def local_runtime(
     engine: AsyncEngine, address: str, settings: Settings, cfg: SchedulerSettings, owner: str = "replica-a", clock: Any = None
 ) -> tuple[ClaimLoop, Dispatcher, Runtime]:
-    """An in-process replica (claim loop + dispatcher) without a gRPC server."""
+    """An in-process replica (claim loop + dispatcher) without a gRPC server; `address`
+    serves both the orchestrator and history (fake_orchestrator)."""
     channel = grpc.aio.insecure_channel(address)
-    dispatcher = Dispatcher(engine, channel, settings, cfg, owner)
+    dispatcher = Dispatcher(engine, channel, channel, settings, cfg, owner)
     return ClaimLoop(engine, dispatcher, cfg, clock=clock), dispatcher, Runtime(dispatcher, channel)
 
 
@@ -211,6 +260,8 @@ def replica_env(settings: Settings, orchestrator: str, **scheduler: Any) -> dict
             "AGENTMESH_DATABASE_URL": settings.database_url,
             "AGENTMESH_DB_SCHEMA_PREFIX": settings.db_schema_prefix,
             "AGENTMESH_ORCHESTRATOR_ADDR": orchestrator,
+            # fake_orchestrator answers history's run lookups on the same address.
+            "AGENTMESH_HISTORY_ADDR": orchestrator,
             "AGENTMESH_PORT": "0",
             "AGENTMESH_GRACE_SECONDS": "2",
             "AGENTMESH_LOG_LEVEL": "WARNING",

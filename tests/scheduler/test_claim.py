@@ -1,5 +1,6 @@
 """The claim and dispatch cycle in-process: catch-up after downtime, a clock moved back,
-retries with backoff, lease fencing, takeover of a dead replica's run."""
+retries with backoff, lease fencing, takeover of a dead replica's run, and the one rule for
+"did this slot run" (history's run record decides, not the event stream)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import asyncio
+
 import grpc
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentmesh.history.v1 import history_service_pb2 as hist_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 
 from shared.profiles import CHAT_DEFAULT
@@ -161,7 +165,9 @@ async def test_failures_retry_with_backoff_then_fail_with_their_history(env) -> 
     assert row.state == "failed" and row.attempt == 3
     assert [e["attempt"] for e in row.errors] == [1, 2, 3]
     assert all(e["error"].startswith("UNAVAILABLE") and e["at"] for e in row.errors)
-    assert sum(fake.starts.values()) == 3 and len(fake.starts) == 3  # one orchestrator run id per attempt
+    # A run the orchestrator refused never started: every retry starts the slot's same id.
+    assert sum(fake.starts.values()) == 3 and list(fake.starts) == [core.orchestrator_run_id(row.id, 1)]
+    assert not fake.states
 
 
 async def test_backoff_delays_the_next_attempt(env) -> None:
@@ -224,10 +230,12 @@ async def test_stale_replicas_late_write_is_refused(env) -> None:
     await ch2.close()
     (row,) = await run_rows(engine)
     assert row.state == "succeeded" and row.attempt == 2 and row.errors == []
-    assert row.orchestrator_run_id == core.orchestrator_run_id(row.id, 2)
+    # The stalled attempt never started its run: the take-over started the slot's first id.
+    assert row.orchestrator_run_id == core.orchestrator_run_id(row.id, 1)
+    assert sum(fake.starts.values()) == 1
 
 
-async def test_takeover_follows_the_dead_attempts_run_instead_of_starting_it_again(env) -> None:
+async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starting_it_again(env) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
@@ -248,7 +256,102 @@ async def test_takeover_follows_the_dead_attempts_run_instead_of_starting_it_aga
     await ch2.close()
     (row,) = await run_rows(engine)
     assert row.state == "succeeded" and row.attempt == 2 and row.orchestrator_run_id == first_id
+    assert sum(fake.starts.values()) == 1 and fake.lookups[first_id] >= 1
+
+
+async def _expire_leases(engine: AsyncEngine, now: datetime, **values: Any) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1), **values))
+
+
+async def test_third_attempt_follows_the_first_run_when_the_second_holder_died_following_it(env) -> None:
+    # Issue 17: attempt 2 only followed run 1 (it never started a run of its own) and its
+    # holder died too; attempt 3 must find run 1 still going, not start another.
+    engine, fake, address, settings = env
+    fake.run_seconds = 1.0
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    first, _, ch1 = local_runtime(engine, address, settings, fast_cfg(), owner="first")
+    (order,) = (await first.claim_due()).orders
+    first_id = core.orchestrator_run_id(order.run.id, 1)
+    async with grpc.aio.insecure_channel(address) as ch:  # run 1 starts, its holder dies
+        call = orch_grpc.OrchestratorServiceStub(ch).StartRun(start_request(order.job, first_id))
+        await call.read()
+        call.cancel()
+    await _expire_leases(engine, now, attempt=2)  # attempt 2's holder died while following
+
+    third, dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="third")
+    (taken,) = await third.take_over()
+    assert taken.run.attempt == 3 and taken.resume
+    assert fake.states[first_id] == hist_pb.RUN_STATE_RUNNING
+    assert await dispatcher.dispatch(taken)
+    await ch1.close()
+    await ch2.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "succeeded" and row.attempt == 3 and row.orchestrator_run_id == first_id
     assert sum(fake.starts.values()) == 1 and fake.follows[first_id] == 1
+
+
+async def test_a_lost_event_stream_is_no_failure_the_outcome_comes_from_history(env) -> None:
+    engine, fake, address, settings = env
+    fake.run_seconds, fake.lose_stream_after = 0.5, 1
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    cfg = fast_cfg(outcome_poll_seconds=0.05)
+    loop, dispatcher, channel = local_runtime(engine, address, settings, cfg)
+    await loop.tick()
+    await dispatcher.idle()
+    for _ in range(3):  # nothing is retried afterwards either
+        await loop.tick()
+        await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "succeeded" and row.attempt == 1 and row.errors == []
+    assert sum(fake.starts.values()) == 1 and row.orchestrator_run_id in fake.states
+
+
+async def test_a_run_history_recorded_failed_moves_the_slot_to_its_next_run_id(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    job = due_job("alice", daily_spec(), now - timedelta(seconds=1), now)
+    await insert_jobs(engine, [job])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg())
+    (order,) = (await loop.claim_due()).orders
+    first_id = core.orchestrator_run_id(order.run.id, 1)
+    # Run 1 went into history and failed there; its attempt's holder died before recording it.
+    fake.requests[first_id] = start_request(order.job, first_id)
+    fake.states[first_id] = hist_pb.RUN_STATE_FAILED
+    await _expire_leases(engine, now)
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    second_id = core.orchestrator_run_id(row.id, 2)
+    assert row.state == "succeeded" and row.attempt == 2 and row.orchestrator_run_id == second_id
+    assert list(fake.starts) == [second_id]
+
+
+async def test_a_run_that_failed_while_watched_is_the_attempts_failure_and_the_retry_uses_the_next_id(env) -> None:
+    engine, fake, address, settings = env
+    now = await db_now(engine)
+    await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg())
+    (order,) = (await loop.claim_due()).orders
+    first_id = core.orchestrator_run_id(order.run.id, 1)
+    fake.requests[first_id] = start_request(order.job, first_id)
+    fake.states[first_id] = hist_pb.RUN_STATE_FAILED
+    fake.ended[first_id] = asyncio.Event()
+    fake.ended[first_id].set()
+    # Attempt 1 finds its id taken (ALREADY_EXISTS), follows it: the run failed in history.
+    assert await dispatcher.dispatch(order)
+    (row,) = await run_rows(engine)
+    assert row.state == "pending" and [e["attempt"] for e in row.errors] == [1]
+    assert first_id in row.errors[0]["error"]
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    (row,) = await run_rows(engine)
+    assert row.state == "succeeded" and row.orchestrator_run_id == core.orchestrator_run_id(row.id, 2)
 
 
 async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:

@@ -83,7 +83,7 @@ async def test_four_replicas_racing_dispatch_every_slot_exactly_once(env, tmp_pa
     assert all(p.returncode == 0 for p in replicas), [p.returncode for p in replicas]
 
 
-@pytest.mark.parametrize("point", ["before_commit", "after_commit", "during_dispatch"])
+@pytest.mark.parametrize("point", ["before_commit", "after_commit", "during_dispatch", "before_outcome"])
 async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(env, tmp_path: Path, point: str) -> None:
     engine, fake, address, settings = env
     count = 40
@@ -99,7 +99,7 @@ async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(env, t
         assert recorded == 0  # the claim transaction died with the process
     else:
         assert recorded == count
-    if point != "during_dispatch":
+    if point in ("before_commit", "after_commit"):
         assert not fake.starts
     else:
         assert fake.starts
@@ -115,8 +115,8 @@ async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(env, t
         await stop_replica(survivor)
     total, distinct, done = await slot_stats(engine)
     assert total == distinct == done == count
-    # One orchestrator run per slot: an attempt the dead replica started is followed to its
-    # end by the survivor (StreamRun), not started a second time.
+    # One orchestrator run per slot: a run the dead replica started is found in history by
+    # the survivor (and followed to its end if it is still going), not started again.
     by_thread = fake.starts_by_thread()
     assert set(by_thread) == {f"automation:{j.id}" for j in jobs}
     assert max(by_thread.values()) == 1
