@@ -42,6 +42,10 @@ class MultitaskStrategy(StrEnum):
     ROLLBACK = "rollback"
 
 
+# Strategies whose admission cancels the thread's active runs (history marks them).
+CANCELLING_STRATEGIES = frozenset({MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK})
+
+
 @dataclass(frozen=True)
 class RunPolicy:
     """Timing of runs: the lease on the history record, how often it is renewed (which also

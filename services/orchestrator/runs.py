@@ -25,6 +25,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -153,6 +154,15 @@ class RunManager:
             return None, exc
         except Exception as exc:
             return None, exc
+
+    def _cancel_ahead(self, run: ActiveRun, ahead_run_ids: Sequence[str]) -> None:
+        """An interrupt/rollback run was admitted: history marked the runs ahead of it
+        cancel_requested. Those this replica runs stop now (not at their next renewal);
+        another replica's learn it from history (renewal, or FinishRun's answer)."""
+        for run_id in ahead_run_ids:
+            ahead = self.active(run.plan.owner, run_id)
+            if ahead is not None:
+                self._cancel_local(ahead)
 
     @staticmethod
     def _cancel_local(run: ActiveRun) -> None:
@@ -324,6 +334,8 @@ class RunManager:
             run.outcome = Outcome.FAILED
             return
         run.heartbeat = asyncio.create_task(self._keep_lease(run), name=f"lease {plan.run_id}")
+        if plan.multitask_strategy in core.CANCELLING_STRATEGIES:
+            self._cancel_ahead(run, begin.run.ahead_run_ids)
         if begin.run.state == history_service_pb2.RUN_STATE_QUEUED:
             await self._emit(
                 run, convert.custom(core.QUEUED_EVENT, {"aheadRunIds": list(begin.run.ahead_run_ids)})
@@ -508,9 +520,11 @@ class RunManager:
         outputs: list[message_pb2.Message],
         code: str = "",
         message: str = "",
-    ) -> None:
+    ) -> history_service_pb2.Run:
+        """Finish the record; history's answer is the run's real end (a run whose cancel was
+        requested before it finished is recorded cancelled, whatever `state` asked)."""
         run.finishing = True
-        await self.peers.finish_run(
+        response = await self.peers.finish_run(
             run.plan.owner,
             history_service_pb2.FinishRunRequest(
                 run_id=run.plan.run_id,
@@ -521,6 +535,7 @@ class RunManager:
                 tool_denials=run.denials,
             ),
         )
+        return response.run
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
         pending = list(result.pending_tool_call_ids)
@@ -530,9 +545,15 @@ class RunManager:
             else history_service_pb2.RUN_STATE_SUCCEEDED
         )
         try:
-            await self._finish(run, state, run.outputs)
+            record = await self._finish(run, state, run.outputs)
         except Exception as exc:
             await self._fail(run, exc)
+            return
+        if record.state == history_service_pb2.RUN_STATE_CANCELLED:
+            # An interrupt/rollback run was admitted before this one finished: history
+            # recorded it cancelled (under rollback its messages are hidden), so is its end.
+            run.outcome = Outcome.CANCELLED
+            await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
             return
         outcome = (
             run_event_pb2.RUN_OUTCOME_INTERRUPT if pending else run_event_pb2.RUN_OUTCOME_SUCCESS
