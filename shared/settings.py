@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     max_message_chars: int = 32_000
     # Largest accepted HTTP request body, in bytes.
     max_request_bytes: int = 1_000_000
+    # Load shedding (shared/admission.py): runs in flight one gateway or orchestrator
+    # process takes at once, and per owner; one more is refused at once with 503 and
+    # Retry-After, before anything of it is stored.
+    max_runs_in_flight: int = Field(default=256, ge=1)
+    max_runs_in_flight_per_owner: int = Field(default=64, ge=1)
     # Default IANA time zone of an owner.
     default_timezone: str = "Asia/Shanghai"
     # Model provider: "scripted" (offline, deterministic).

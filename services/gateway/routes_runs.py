@@ -33,7 +33,8 @@ from services.gateway.run_input import (
     time_zone,
     too_large,
 )
-from shared.errors import from_rpc_error
+from shared.admission import OVERLOADED, RETRY_AFTER_SECONDS, InFlight
+from shared.errors import DomainError, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
 from shared.settings import Settings
@@ -180,11 +181,23 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         max_chars=settings.max_message_chars,
         tz=time_zone(request.headers.get("x-timezone")),
     )
-    call = clients.orchestrator.StartRun(
-        req,
-        metadata=call_metadata(who.owner, request_id=request_id_var.get()),
-        timeout=settings.run_timeout_seconds,
-    )
+    # Load shedding: over a bound, refused at once, before the orchestrator is asked.
+    in_flight: InFlight = request.app.state.in_flight
+    try:
+        in_flight.acquire(who.owner)
+    except DomainError as exc:
+        raise _overloaded(exc) from None
+    try:
+        call = clients.orchestrator.StartRun(
+            req,
+            metadata=call_metadata(who.owner, request_id=request_id_var.get()),
+            timeout=settings.run_timeout_seconds,
+        )
+    except BaseException:
+        in_flight.release(who.owner)
+        raise
+    # The run is in flight here until its stream ends, fails or is cancelled.
+    call.add_done_callback(lambda _: in_flight.release(who.owner))
     # The first event decides the HTTP status: an orchestrator that is down or refuses the
     # run gets a JSON error, not a 200 stream that fails.
     try:
@@ -202,6 +215,8 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
             renames={"profile_name": PROFILE_FIELD, "multitask_strategy": STRATEGY_FIELD},
         )
         domain = from_rpc_error(err)
+        if domain.reason == OVERLOADED:
+            raise _overloaded(domain) from None
         if domain.reason == "THREAD_BUSY":
             api.extra = {
                 "reason": "THREAD_BUSY",
@@ -220,6 +235,19 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
+    )
+
+
+def _overloaded(exc: DomainError) -> ApiError:
+    """503 with Retry-After for a run refused by a bound of the gateway or the orchestrator
+    (shared/admission.py): nothing of it was stored, the same request may be sent again."""
+    retry_after = exc.metadata.get("retry_after_seconds", str(RETRY_AFTER_SECONDS))
+    return ApiError(
+        503,
+        "UNAVAILABLE",
+        exc.message,
+        headers={"Retry-After": retry_after},
+        extra={"reason": OVERLOADED, "scope": exc.metadata.get("scope", "process")},
     )
 
 

@@ -38,6 +38,7 @@ from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
 from shared import metrics
+from shared.admission import InFlight
 from shared.domain import ExecutorKind
 from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal, Unavailable
 from shared.eventlog import EventLog, LogExists
@@ -89,8 +90,11 @@ class RunManager:
         *,
         rpc_timeout_seconds: float,
         policy: RunPolicy | None = None,
+        in_flight: InFlight,
     ) -> None:
         self.peers = peers
+        # Load shedding: runs of this replica (queued ones too), held until their task ends.
+        self.in_flight = in_flight
         self.event_log = event_log
         self.rpc_timeout_seconds = rpc_timeout_seconds
         self.policy = policy or RunPolicy()
@@ -115,6 +119,8 @@ class RunManager:
         key = core.event_log_key(plan.owner, plan.run_id)
         if key in self._active or key in self._reserved:
             raise _run_exists()
+        # Over a bound: refused here, before the event log or history is written.
+        self.in_flight.acquire(plan.owner)
         self._reserved.add(key)
         begin: history_service_pb2.BeginRunResponse | None = None
         begin_error: BaseException | None = None
@@ -131,6 +137,7 @@ class RunManager:
             await writer.open(convert.run_started())
         except BaseException as exc:
             writer.abandon()
+            self.in_flight.release(plan.owner)
             if isinstance(exc, LogExists):
                 raise _run_exists() from None
             raise
@@ -315,6 +322,7 @@ class RunManager:
                 await run.writer.close()
             finally:
                 self._active.pop(run.key, None)
+                self.in_flight.release(run.plan.owner)
                 metrics.run_ended(run.plan.profile.name, run.outcome.value.upper())
                 run.done.set()
                 run_id_var.reset(run_token)
