@@ -41,6 +41,10 @@ from shared.settings import Settings
 
 log = logging.getLogger("agentmesh.gateway")
 
+# RUN_ERROR code (or 504 code) of a run whose outcome this answer cannot tell: the run
+# goes on (or may have started); its record says how it ended.
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+
 router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -114,6 +118,8 @@ async def _events(
                     event = sse.to_agui(_with_ids(pbev, thread_id, run_id))
                     if event is None:
                         continue
+                    if event.get("code") == OUTCOME_UNKNOWN:
+                        event = _outcome_unknown(run_id)
                     frames.append(sse.frame(event, pbev.sequence or None))
                     if event["type"] in sse.TERMINAL_TYPES:
                         ended = True
@@ -125,8 +131,10 @@ async def _events(
             response = await call.read()
     except grpc.RpcError as err:
         ended = True
-        api = from_rpc(err, "orchestrator")
-        yield sse.frame(sse.run_error(api.message, api.code))
+        # The run started (its first event was sent) and goes on without this stream: its
+        # outcome is pending, not failed (a client told "retry" would run it twice).
+        from_rpc(err, "orchestrator")  # logs what happened
+        yield sse.frame(_outcome_unknown(run_id))
     except Exception:
         ended = True
         # Headers are sent: the stream itself must say the run failed.
@@ -150,6 +158,16 @@ async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: s
         )
     except grpc.RpcError as err:
         log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})  # type: ignore[attr-defined]
+
+
+def _outcome_unknown(run_id: str) -> sse.Event:
+    """The end of a stream lost while its run goes on (sse-events.md, "Errors")."""
+    return sse.run_error(
+        "the run's event stream was lost but the run goes on; its outcome is pending: read "
+        f"GET /api/v1/agent/runs/{run_id} (or resume GET /api/v1/agent/runs/{run_id}/events); "
+        "do not send it again with a new runId",
+        OUTCOME_UNKNOWN,
+    )
 
 
 def _cancel_timeout(settings: Settings) -> float:
@@ -200,13 +218,16 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
     call.add_done_callback(lambda _: in_flight.release(who.owner))
     # The first event decides the HTTP status: an orchestrator that is down or refuses the
     # run gets a JSON error, not a 200 stream that fails.
+    on_abandon = (
+        partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
+        if cancel_on_disconnect(parsed.forwarded_props)
+        else None
+    )
     try:
         first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
     except TimeoutError:
         call.cancel()
-        raise ApiError(
-            504, "DEADLINE_EXCEEDED", "the orchestrator service did not answer in time; retry later"
-        ) from None
+        return await _started_or_pending(clients, settings, who.owner, req, on_abandon)
     except grpc.RpcError as err:
         api = from_rpc(
             err,
@@ -226,11 +247,43 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
-    on_abandon = (
-        partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
-        if cancel_on_disconnect(parsed.forwarded_props)
-        else None
+    return StreamingResponse(
+        _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
     )
+
+
+async def _started_or_pending(
+    clients: Clients,
+    settings: Settings,
+    owner: str,
+    req: orchestrator_service_pb2.StartRunRequest,
+    on_abandon: Callable[[], Awaitable[None]] | None,
+) -> Response:
+    """StartRun gave no first event in time. A run that started is streamed from its log
+    (200, as if the POST had answered); otherwise 504 OUTCOME_UNKNOWN: the run may still be
+    starting, so the one safe retry is the same request with the same runId (a run that
+    started answers 409 RUN_EXISTS; one that did not starts now), never a new runId."""
+    call = clients.orchestrator.StreamRun(
+        orchestrator_service_pb2.StreamRunRequest(run_id=req.run_id, after_sequence=0),
+        metadata=call_metadata(owner, request_id=request_id_var.get()),
+        timeout=settings.run_timeout_seconds,
+    )
+    try:
+        first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
+    except (TimeoutError, grpc.RpcError):
+        first = None
+    if first is None or first is grpc.aio.EOF:
+        call.cancel()
+        raise ApiError(
+            504,
+            OUTCOME_UNKNOWN,
+            "the orchestrator did not say in time whether the run started; send the same "
+            "request again with the same runId (409 RUN_EXISTS then means it started: follow "
+            f"it with GET /api/v1/agent/runs/{req.run_id}/events), never with a new runId",
+            extra={"runId": req.run_id, "threadId": req.thread_id},
+        )
     return StreamingResponse(
         _events(call, first, req.thread_id, req.run_id, on_abandon=on_abandon),
         media_type="text/event-stream",

@@ -69,6 +69,13 @@ class RunPolicy:
         return 2 * self.renew_seconds + 2.0
 
 
+# The end of a run's stream lost while the run goes on (its event log failed): its outcome
+# is in its record, not in the stream (docs/protocols/agent/sse-events.md, "Errors").
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+OUTCOME_UNKNOWN_MESSAGE = (
+    "the run's event stream was lost but the run goes on; its outcome is pending: read the "
+    "run's record (do not send the run again with a new run id)"
+)
 LEASE_EXPIRED = "LEASE_EXPIRED"
 LEASE_EXPIRED_MESSAGE = (
     "the orchestrator running this run stopped (crashed or lost contact); the run failed. "

@@ -140,6 +140,12 @@ class RunManager:
             self.in_flight.release(plan.owner)
             if isinstance(exc, LogExists):
                 raise _run_exists() from None
+            if isinstance(exc, Exception) and not isinstance(exc, FailedPrecondition):
+                if begin is not None:
+                    # Strategy reject: history admitted the run, then its log failed.
+                    await self._abandon_record(plan, exc)
+                if not isinstance(exc, DomainError):
+                    raise Unavailable(NOT_STARTED_MESSAGE, reason=NOT_STARTED) from exc
             raise
         finally:
             self._reserved.discard(key)
@@ -148,6 +154,21 @@ class RunManager:
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
         return run
+
+    async def _abandon_record(self, plan: RunPlan, exc: BaseException) -> None:
+        """A run admitted in history whose stream could not start: finished FAILED at once
+        (not left running until its lease expires), with what the client is told."""
+        log.warning("the run's event log failed as it started: %s", exc)
+        with contextlib.suppress(Exception):
+            await self.peers.finish_run(
+                plan.owner,
+                history_service_pb2.FinishRunRequest(
+                    run_id=plan.run_id,
+                    state=history_service_pb2.RUN_STATE_FAILED,
+                    error_code="UNAVAILABLE",
+                    error_message=NOT_STARTED_MESSAGE,
+                ),
+            )
 
     async def _begin(
         self, plan: RunPlan
@@ -600,6 +621,11 @@ class RunManager:
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
+# StartRun refused because the run's event log failed before its first event was stored.
+NOT_STARTED = "RUN_NOT_STARTED"
+NOT_STARTED_MESSAGE = (
+    "the run's event stream is unavailable; the run was not started: send it again later"
+)
 
 
 @dataclass
