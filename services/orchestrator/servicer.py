@@ -3,7 +3,9 @@ StreamRun (follow it after a sequence number), CancelRun."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
@@ -77,7 +79,13 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             default_time_zone=self.settings.default_timezone,
         )
         telemetry.annotate(profile=plan.profile.name)
-        await self.runs.start(plan)
+        # Shielded: a caller that gives up while the run is being admitted (the gateway's
+        # first-event timeout) does not cut the start in half. The run is started or
+        # refused as a whole, so the same StartRun sent again is refused as RUN_EXISTS or
+        # starts it, never a second run (api-endpoints.md, "Did the run start?").
+        start = asyncio.ensure_future(self.runs.start(plan))
+        start.add_done_callback(_retrieved)
+        await asyncio.shield(start)
         # The run goes on in its own task: if this caller goes away, only the following stops.
         # Responses are assembled from the stored bytes (field 1 `event` or field 2 `events`
         # of StartRunResponse), so an event is never decoded and re-encoded on its way.
@@ -106,6 +114,12 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A start whose caller went away: its refusal has no one to go to (nothing to log)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _lost_stream_end(active: ActiveRun | None) -> run_event_pb2.RunEvent:
