@@ -189,7 +189,7 @@ def _cancel_timeout(settings: Settings) -> float:
     responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
     response_class=StreamingResponse,
 )
-async def start_run(request: Request, who: Caller = Depends(caller)) -> StreamingResponse:
+async def start_run(request: Request, who: Caller = Depends(caller)) -> Response:
     settings: Settings = request.app.state.settings
     clients: Clients = request.app.state.clients
     body = await read_body(request, settings.max_request_bytes)
@@ -216,13 +216,13 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         raise
     # The run is in flight here until its stream ends, fails or is cancelled.
     call.add_done_callback(lambda _: in_flight.release(who.owner))
-    # The first event decides the HTTP status: an orchestrator that is down or refuses the
-    # run gets a JSON error, not a 200 stream that fails.
     on_abandon = (
         partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
         if cancel_on_disconnect(parsed.forwarded_props)
         else None
     )
+    # The first event decides the HTTP status: an orchestrator that is down or refuses the
+    # run gets a JSON error, not a 200 stream that fails.
     try:
         first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
     except TimeoutError:
