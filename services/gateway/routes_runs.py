@@ -192,20 +192,22 @@ def _cancel_timeout(settings: Settings) -> float:
 async def start_run(request: Request, who: Caller = Depends(caller)) -> Response:
     settings: Settings = request.app.state.settings
     clients: Clients = request.app.state.clients
-    body = await read_body(request, settings.max_request_bytes)
-    parsed = parse_body(body)
-    req = start_run_request(
-        parsed,
-        max_chars=settings.max_message_chars,
-        tz=time_zone(request.headers.get("x-timezone")),
-    )
-    # Load shedding: over a bound, refused at once, before the orchestrator is asked.
+    # Load shedding: over a bound, refused at once, before the body is even read (a refusal
+    # must cost next to nothing, or refusals slow the runs admitted) and before the
+    # orchestrator is asked.
     in_flight: InFlight = request.app.state.in_flight
     try:
         in_flight.acquire(who.owner)
     except DomainError as exc:
         raise _overloaded(exc) from None
     try:
+        body = await read_body(request, settings.max_request_bytes)
+        parsed = parse_body(body)
+        req = start_run_request(
+            parsed,
+            max_chars=settings.max_message_chars,
+            tz=time_zone(request.headers.get("x-timezone")),
+        )
         call = clients.orchestrator.StartRun(
             req,
             metadata=call_metadata(who.owner, request_id=request_id_var.get()),

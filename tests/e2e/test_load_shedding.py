@@ -93,6 +93,12 @@ async def test_over_the_bounds_runs_are_refused_at_once_with_503_and_nothing_sto
     gw = bounded.gateway_url
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        # Refused input takes no room (its place is given back): Alice still has both.
+        for _ in range(3):
+            bad = await client.post(
+                f"{gw}/api/v1/agent/runs", json={"threadId": "t"}, headers=auth("shed-alice")
+            )
+            assert bad.status_code == 400, bad.text
         accepted = [await _started(stack, client, gw, "shed-alice") for _ in range(2)]
         owner_took, owner_refused, owner_run = await _refused(client, gw, "shed-alice")
         accepted.append(await _started(stack, client, gw, "shed-bob"))  # another owner: room
