@@ -2,7 +2,7 @@
 
     python -m bench [--backends embedded,postgres] [--concurrency 1,8,32,128] [--duration 10]
                     [--repeats 3] [--processes 2] [--long-words 10000] [--memory-runs 20000]
-                    [--history] [--scheduler] [--profile] [--breakdown]
+                    [--history] [--scheduler] [--profile] [--breakdown] [--shedding]
                     [--out results]
 
 Each number is the median of --repeats runs, with min and max. Writes results/bench-<time>.json,
@@ -320,6 +320,11 @@ def main() -> None:
     parser.add_argument("--scheduler", action="store_true", help="also the 100,000-job scheduler benchmark")
     parser.add_argument("--profile", action="store_true", help="py-spy profile of the orchestrator under load")
     parser.add_argument(
+        "--shedding",
+        action="store_true",
+        help="also load shedding at 2x the saturation load (bench.shedding, each backend)",
+    )
+    parser.add_argument(
         "--breakdown",
         action="store_true",
         help="also where a run's time goes on PostgreSQL + Redis: CPU per run by service at "
@@ -348,6 +353,13 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "bench.history", "--messages", "1000000", "--threads", "10000"], cwd=ROOT, env=env, check=False)
     if args.scheduler:
         subprocess.run([sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"], cwd=ROOT, env=env, check=False)
+    if args.shedding:
+        for backend in args.backends.split(","):
+            subprocess.run(
+                [sys.executable, "-m", "bench.shedding", "--backend", backend, "--duration",
+                 str(args.duration), "--processes", str(args.processes), "--out", str(out_dir)],
+                cwd=ROOT, env=env, check=False,
+            )
     if args.breakdown:
         for command in (
             ["bench.cpu", "--backends", "postgres"],

@@ -53,6 +53,7 @@ from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format
 from pydantic import TypeAdapter
 
+from shared import timestamps
 from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
@@ -64,7 +65,6 @@ from shared.domain import (
     MessageKind,
     RuntimeMode,
 )
-from shared import timestamps
 from shared.errors import InvalidArgument
 
 

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     # Gateway: an SSE comment every this many seconds while a run stream has nothing to
     # send (a queued run, a long tool call), so proxies do not close it as idle (often 60 s).
     sse_heartbeat_seconds: float = Field(default=15.0, gt=0, le=3600)
+    # Load shedding (shared/admission.py): runs in flight one gateway or orchestrator
+    # process takes at once, and per owner; one more is refused at once with 503 and
+    # Retry-After, before anything of it is stored.
+    max_runs_in_flight: int = Field(default=256, ge=1)
+    max_runs_in_flight_per_owner: int = Field(default=64, ge=1)
     # Default IANA time zone of an owner.
     default_timezone: str = "Asia/Shanghai"
     # Model provider: "scripted" (offline, deterministic).

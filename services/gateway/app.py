@@ -35,6 +35,7 @@ from services.gateway import (
 from services.gateway.clients import Clients, open_clients
 from services.gateway.errors import ApiError, internal, invalid
 from shared import metrics, telemetry
+from shared.admission import InFlight
 from shared.ids import is_request_id
 from shared.logs import request_id_var
 from shared.server import VERSION
@@ -230,6 +231,10 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.clients = clients
+    # Load shedding of this gateway process (routes_runs.start_run).
+    app.state.in_flight = InFlight(
+        limit=settings.max_runs_in_flight, per_owner=settings.max_runs_in_flight_per_owner
+    )
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

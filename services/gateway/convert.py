@@ -190,6 +190,11 @@ def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
             out[key] = timestamp(getattr(r, field))
     if r.error_code or r.error_message:
         out["error"] = {"code": r.error_code, "message": r.error_message}
+    # Shown once true (api-endpoints.md): a cancel was asked for; a rollback run hid it.
+    if r.cancel_requested:
+        out["cancelRequested"] = True
+    if r.rolled_back:
+        out["rolledBack"] = True
     return out
 
 

@@ -36,12 +36,17 @@ from services.gateway.run_input import (
     time_zone,
     too_large,
 )
-from shared.errors import from_rpc_error
+from shared.admission import OVERLOADED, RETRY_AFTER_SECONDS, InFlight
+from shared.errors import DomainError, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
 from shared.settings import Settings
 
 log = logging.getLogger("agentmesh.gateway")
+
+# RUN_ERROR code (or 504 code) of a run whose outcome this answer cannot tell: the run
+# goes on (or may have started); its record says how it ended.
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
 
 router = APIRouter()
 
@@ -120,6 +125,8 @@ async def _events(
                     event = sse.to_agui(_with_ids(pbev, thread_id, run_id))
                     if event is None:
                         continue
+                    if event.get("code") == OUTCOME_UNKNOWN:
+                        event = _outcome_unknown(run_id)
                     frames.append(sse.frame(event, pbev.sequence or None))
                     if event["type"] in sse.TERMINAL_TYPES:
                         ended = True
@@ -131,8 +138,10 @@ async def _events(
             response = asyncio.ensure_future(call.read())
     except grpc.RpcError as err:
         ended = True
-        api = from_rpc(err, "orchestrator")
-        yield sse.frame(sse.run_error(api.message, api.code))
+        # The run started (its first event was sent) and goes on without this stream: its
+        # outcome is pending, not failed (a client told "retry" would run it twice).
+        from_rpc(err, "orchestrator")  # logs what happened
+        yield sse.frame(_outcome_unknown(run_id))
     except Exception:
         ended = True
         # Headers are sent: the stream itself must say the run failed.
@@ -160,6 +169,16 @@ async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: s
         log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})  # type: ignore[attr-defined]
 
 
+def _outcome_unknown(run_id: str) -> sse.Event:
+    """The end of a stream lost while its run goes on (sse-events.md, "Errors")."""
+    return sse.run_error(
+        "the run's event stream was lost but the run goes on; its outcome is pending: read "
+        f"GET /api/v1/agent/runs/{run_id} (or resume GET /api/v1/agent/runs/{run_id}/events); "
+        "do not send it again with a new runId",
+        OUTCOME_UNKNOWN,
+    )
+
+
 def _cancel_timeout(settings: Settings) -> float:
     # The orchestrator waits (bounded) for a run held by another replica to stop.
     return settings.rpc_timeout_seconds + 10.0
@@ -183,20 +202,39 @@ def _cancel_timeout(settings: Settings) -> float:
     response_class=StreamingResponse,
     dependencies=[Depends(only_params())],
 )
-async def start_run(request: Request, who: Caller = Depends(caller)) -> StreamingResponse:
+async def start_run(request: Request, who: Caller = Depends(caller)) -> Response:
     settings: Settings = request.app.state.settings
     clients: Clients = request.app.state.clients
-    body = await read_body(request, settings.max_request_bytes)
-    parsed = parse_body(body)
-    req = start_run_request(
-        parsed,
-        max_chars=settings.max_message_chars,
-        tz=time_zone(request.headers.get("x-timezone")),
-    )
-    call = clients.orchestrator.StartRun(
-        req,
-        metadata=call_metadata(who.owner, request_id=request_id_var.get()),
-        timeout=settings.run_timeout_seconds,
+    # Load shedding: over a bound, refused at once, before the body is even read (a refusal
+    # must cost next to nothing, or refusals slow the runs admitted) and before the
+    # orchestrator is asked.
+    in_flight: InFlight = request.app.state.in_flight
+    try:
+        in_flight.acquire(who.owner)
+    except DomainError as exc:
+        raise _overloaded(exc) from None
+    try:
+        body = await read_body(request, settings.max_request_bytes)
+        parsed = parse_body(body)
+        req = start_run_request(
+            parsed,
+            max_chars=settings.max_message_chars,
+            tz=time_zone(request.headers.get("x-timezone")),
+        )
+        call = clients.orchestrator.StartRun(
+            req,
+            metadata=call_metadata(who.owner, request_id=request_id_var.get()),
+            timeout=settings.run_timeout_seconds,
+        )
+    except BaseException:
+        in_flight.release(who.owner)
+        raise
+    # The run is in flight here until its stream ends, fails or is cancelled.
+    call.add_done_callback(lambda _: in_flight.release(who.owner))
+    on_abandon = (
+        partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
+        if cancel_on_disconnect(parsed.forwarded_props)
+        else None
     )
     # The first event decides the HTTP status: an orchestrator that is down or refuses the
     # run gets a JSON error, not a 200 stream that fails.
@@ -204,9 +242,7 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
     except TimeoutError:
         call.cancel()
-        raise ApiError(
-            504, "DEADLINE_EXCEEDED", "the orchestrator service did not answer in time; retry later"
-        ) from None
+        return await _started_or_pending(clients, settings, who.owner, req, on_abandon)
     except grpc.RpcError as err:
         api = from_rpc(
             err,
@@ -215,6 +251,8 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
             renames={"profile_name": PROFILE_FIELD, "multitask_strategy": STRATEGY_FIELD},
         )
         domain = from_rpc_error(err)
+        if domain.reason == OVERLOADED:
+            raise _overloaded(domain) from None
         if domain.reason == "THREAD_BUSY":
             api.extra = {
                 "reason": "THREAD_BUSY",
@@ -224,11 +262,6 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
-    on_abandon = (
-        partial(_cancel_for_gone_client, clients, settings, who.owner, req.run_id)
-        if cancel_on_disconnect(parsed.forwarded_props)
-        else None
-    )
     return StreamingResponse(
         _events(
             call,
@@ -240,6 +273,63 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Streamin
         ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
+    )
+
+
+async def _started_or_pending(
+    clients: Clients,
+    settings: Settings,
+    owner: str,
+    req: orchestrator_service_pb2.StartRunRequest,
+    on_abandon: Callable[[], Awaitable[None]] | None,
+) -> Response:
+    """StartRun gave no first event in time. A run that started is streamed from its log
+    (200, as if the POST had answered); otherwise 504 OUTCOME_UNKNOWN: the run may still be
+    starting, so the one safe retry is the same request with the same runId (a run that
+    started answers 409 RUN_EXISTS; one that did not starts now), never a new runId."""
+    call = clients.orchestrator.StreamRun(
+        orchestrator_service_pb2.StreamRunRequest(run_id=req.run_id, after_sequence=0),
+        metadata=call_metadata(owner, request_id=request_id_var.get()),
+        timeout=settings.run_timeout_seconds,
+    )
+    try:
+        first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
+    except (TimeoutError, grpc.RpcError):
+        first = None
+    if first is None or first is grpc.aio.EOF:
+        call.cancel()
+        raise ApiError(
+            504,
+            OUTCOME_UNKNOWN,
+            "the orchestrator did not say in time whether the run started; send the same "
+            "request again with the same runId (409 RUN_EXISTS then means it started: follow "
+            f"it with GET /api/v1/agent/runs/{req.run_id}/events), never with a new runId",
+            extra={"runId": req.run_id, "threadId": req.thread_id},
+        )
+    return StreamingResponse(
+        _events(
+            call,
+            first,
+            req.thread_id,
+            req.run_id,
+            heartbeat=settings.sse_heartbeat_seconds,
+            on_abandon=on_abandon,
+        ),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )
+
+
+def _overloaded(exc: DomainError) -> ApiError:
+    """503 with Retry-After for a run refused by a bound of the gateway or the orchestrator
+    (shared/admission.py): nothing of it was stored, the same request may be sent again."""
+    retry_after = exc.metadata.get("retry_after_seconds", str(RETRY_AFTER_SECONDS))
+    return ApiError(
+        503,
+        "UNAVAILABLE",
+        exc.message,
+        headers={"Retry-After": retry_after},
+        extra={"reason": OVERLOADED, "scope": exc.metadata.get("scope", "process")},
     )
 
 

@@ -351,12 +351,23 @@ def check_run_retry(existing: Run, thread_id: str) -> None:
         )
 
 
-def finish_is_noop(current: RunState, requested: RunState) -> bool:
+def finished_state(requested: RunState, cancel_requested: bool) -> RunState:
+    """The state a FinishRun gives an active run. A run whose cancel was requested before it
+    finished (CancelRun, or an interrupt/rollback run admitted on its thread) ends cancelled
+    even if its steps completed: the run that cancelled it was admitted first, so its caller
+    must not be shown a success (under rollback its messages are hidden). A failure stays a
+    failure. (store._FINISHED_STATE is this rule in SQL.)"""
+    if cancel_requested and requested in (RunState.SUCCEEDED, RunState.INTERRUPTED):
+        return RunState.CANCELLED
+    return requested
+
+
+def finish_is_noop(current: RunState, requested: RunState, cancel_requested: bool = False) -> bool:
     """Finishing twice with the same state is a retry; with another state, a conflict."""
     if requested not in TERMINAL_STATES:
         raise InvalidArgument("state", "must be SUCCEEDED, FAILED, CANCELLED or INTERRUPTED")
     if current in TERMINAL_STATES:
-        if current == requested:
+        if current == finished_state(requested, cancel_requested):
             return True
         raise FailedPrecondition(
             f"the run already finished as {current}; it cannot become {requested}",

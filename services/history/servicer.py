@@ -318,7 +318,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 # It ended meanwhile (or before): a retry of the same end, or a conflict.
                 current = await store.get_run(conn, owner, run_id)
                 assert current is not None  # runs are never deleted
-                core.finish_is_noop(current.state, state)
+                core.finish_is_noop(current.state, state, current.cancel_requested)
                 return current
             await self._append(
                 conn, thread, core.for_run(outputs, finished, "output_messages"),

@@ -660,11 +660,27 @@ _INSERT_RUN_IF_IDLE = reused(
     )
     .returning(_R.thread_seq)
 )
+# core.finished_state in SQL: a run whose cancel was requested before it finished (an
+# interrupt or rollback run admitted first, or CancelRun) ends cancelled, not succeeded.
+_REQUESTED_STATE = sa.bindparam("state", type_=sa.String)
+_FINISHED_STATE = sa.case(
+    (
+        sa.and_(
+            _R.cancel_requested.is_(True),
+            sa.or_(
+                _REQUESTED_STATE == RunState.SUCCEEDED.value,
+                _REQUESTED_STATE == RunState.INTERRUPTED.value,
+            ),
+        ),
+        RunState.CANCELLED.value,
+    ),
+    else_=_REQUESTED_STATE,
+)
 _FINISH_ACTIVE_RUN = reused(
     sa.update(runs)
     .where(_R.owner_id == sa.bindparam("o"), _R.id == sa.bindparam("r"), _IS_ACTIVE)
     .values(
-        state=sa.bindparam("state"),
+        state=_FINISHED_STATE,
         finish_time=sa.bindparam("now", type_=UtcDateTime),
         error_code=sa.bindparam("code"),
         error_message=sa.bindparam("message"),

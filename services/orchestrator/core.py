@@ -41,6 +41,10 @@ class MultitaskStrategy(StrEnum):
     ROLLBACK = "rollback"
 
 
+# Strategies whose admission cancels the thread's active runs (history marks them).
+CANCELLING_STRATEGIES = frozenset({MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK})
+
+
 @dataclass(frozen=True)
 class RunPolicy:
     """Timing of runs: the lease on the history record, how often it is renewed (which also
@@ -64,6 +68,13 @@ class RunPolicy:
         return 2 * self.renew_seconds + 2.0
 
 
+# The end of a run's stream lost while the run goes on (its event log failed): its outcome
+# is in its record, not in the stream (docs/protocols/agent/sse-events.md, "Errors").
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+OUTCOME_UNKNOWN_MESSAGE = (
+    "the run's event stream was lost but the run goes on; its outcome is pending: read the "
+    "run's record (do not send the run again with a new run id)"
+)
 LEASE_EXPIRED = "LEASE_EXPIRED"
 LEASE_EXPIRED_MESSAGE = (
     "the orchestrator running this run stopped (crashed or lost contact); the run failed. "

@@ -25,6 +25,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -37,6 +38,7 @@ from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
 from shared import metrics
+from shared.admission import InFlight
 from shared.domain import ExecutorKind
 from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal, Unavailable
 from shared.eventlog import EventLog, LogExists
@@ -88,8 +90,11 @@ class RunManager:
         *,
         rpc_timeout_seconds: float,
         policy: RunPolicy | None = None,
+        in_flight: InFlight,
     ) -> None:
         self.peers = peers
+        # Load shedding: runs of this replica (queued ones too), held until their task ends.
+        self.in_flight = in_flight
         self.event_log = event_log
         self.rpc_timeout_seconds = rpc_timeout_seconds
         self.policy = policy or RunPolicy()
@@ -114,6 +119,8 @@ class RunManager:
         key = core.event_log_key(plan.owner, plan.run_id)
         if key in self._active or key in self._reserved:
             raise _run_exists()
+        # Over a bound: refused here, before the event log or history is written.
+        self.in_flight.acquire(plan.owner)
         self._reserved.add(key)
         begin: history_service_pb2.BeginRunResponse | None = None
         begin_error: BaseException | None = None
@@ -130,8 +137,15 @@ class RunManager:
             await writer.open(convert.run_started())
         except BaseException as exc:
             writer.abandon()
+            self.in_flight.release(plan.owner)
             if isinstance(exc, LogExists):
                 raise _run_exists() from None
+            if isinstance(exc, Exception) and not isinstance(exc, FailedPrecondition):
+                if begin is not None:
+                    # Strategy reject: history admitted the run, then its log failed.
+                    await self._abandon_record(plan, exc)
+                if not isinstance(exc, DomainError):
+                    raise Unavailable(NOT_STARTED_MESSAGE, reason=NOT_STARTED) from exc
             raise
         finally:
             self._reserved.discard(key)
@@ -140,6 +154,21 @@ class RunManager:
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
         return run
+
+    async def _abandon_record(self, plan: RunPlan, exc: BaseException) -> None:
+        """A run admitted in history whose stream could not start: finished FAILED at once
+        (not left running until its lease expires), with what the client is told."""
+        log.warning("the run's event log failed as it started: %s", exc)
+        with contextlib.suppress(Exception):
+            await self.peers.finish_run(
+                plan.owner,
+                history_service_pb2.FinishRunRequest(
+                    run_id=plan.run_id,
+                    state=history_service_pb2.RUN_STATE_FAILED,
+                    error_code="UNAVAILABLE",
+                    error_message=NOT_STARTED_MESSAGE,
+                ),
+            )
 
     async def _begin(
         self, plan: RunPlan
@@ -153,6 +182,15 @@ class RunManager:
             return None, exc
         except Exception as exc:
             return None, exc
+
+    def _cancel_ahead(self, run: ActiveRun, ahead_run_ids: Sequence[str]) -> None:
+        """An interrupt/rollback run was admitted: history marked the runs ahead of it
+        cancel_requested. Those this replica runs stop now (not at their next renewal);
+        another replica's learn it from history (renewal, or FinishRun's answer)."""
+        for run_id in ahead_run_ids:
+            ahead = self.active(run.plan.owner, run_id)
+            if ahead is not None:
+                self._cancel_local(ahead)
 
     @staticmethod
     def _cancel_local(run: ActiveRun) -> None:
@@ -305,6 +343,7 @@ class RunManager:
                 await run.writer.close()
             finally:
                 self._active.pop(run.key, None)
+                self.in_flight.release(run.plan.owner)
                 metrics.run_ended(run.plan.profile.name, run.outcome.value.upper())
                 run.done.set()
                 run_id_var.reset(run_token)
@@ -324,6 +363,8 @@ class RunManager:
             run.outcome = Outcome.FAILED
             return
         run.heartbeat = asyncio.create_task(self._keep_lease(run), name=f"lease {plan.run_id}")
+        if plan.multitask_strategy in core.CANCELLING_STRATEGIES:
+            self._cancel_ahead(run, begin.run.ahead_run_ids)
         if begin.run.state == history_service_pb2.RUN_STATE_QUEUED:
             await self._emit(
                 run, convert.custom(core.QUEUED_EVENT, {"aheadRunIds": list(begin.run.ahead_run_ids)})
@@ -508,9 +549,11 @@ class RunManager:
         outputs: list[message_pb2.Message],
         code: str = "",
         message: str = "",
-    ) -> None:
+    ) -> history_service_pb2.Run:
+        """Finish the record; history's answer is the run's real end (a run whose cancel was
+        requested before it finished is recorded cancelled, whatever `state` asked)."""
         run.finishing = True
-        await self.peers.finish_run(
+        response = await self.peers.finish_run(
             run.plan.owner,
             history_service_pb2.FinishRunRequest(
                 run_id=run.plan.run_id,
@@ -521,6 +564,7 @@ class RunManager:
                 tool_denials=run.denials,
             ),
         )
+        return response.run
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
         pending = list(result.pending_tool_call_ids)
@@ -530,9 +574,15 @@ class RunManager:
             else history_service_pb2.RUN_STATE_SUCCEEDED
         )
         try:
-            await self._finish(run, state, run.outputs)
+            record = await self._finish(run, state, run.outputs)
         except Exception as exc:
             await self._fail(run, exc)
+            return
+        if record.state == history_service_pb2.RUN_STATE_CANCELLED:
+            # An interrupt/rollback run was admitted before this one finished: history
+            # recorded it cancelled (under rollback its messages are hidden), so is its end.
+            run.outcome = Outcome.CANCELLED
+            await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
             return
         outcome = (
             run_event_pb2.RUN_OUTCOME_INTERRUPT if pending else run_event_pb2.RUN_OUTCOME_SUCCESS
@@ -571,6 +621,11 @@ class RunManager:
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
+# StartRun refused because the run's event log failed before its first event was stored.
+NOT_STARTED = "RUN_NOT_STARTED"
+NOT_STARTED_MESSAGE = (
+    "the run's event stream is unavailable; the run was not started: send it again later"
+)
 
 
 @dataclass

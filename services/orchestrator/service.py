@@ -13,6 +13,7 @@ from services.orchestrator.clients import Peers
 from services.orchestrator.core import RunPolicy
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
+from shared.admission import InFlight
 from shared.eventlog import open_event_log
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import ServiceParts
@@ -71,6 +72,9 @@ async def build(
         event_log,
         rpc_timeout_seconds=settings.rpc_timeout_seconds,
         policy=policy or RunSettings().policy(),
+        in_flight=InFlight(
+            limit=settings.max_runs_in_flight, per_owner=settings.max_runs_in_flight_per_owner
+        ),
     )
     runs.start_sweeper()
     servicer = OrchestratorServicer(runs, event_log, registry, settings)

@@ -3,16 +3,19 @@ StreamRun (follow it after a sequence number), CancelRun."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
+from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert, core
-from services.orchestrator.runs import RunManager
+from services.orchestrator.runs import ActiveRun, RunManager
 from shared import telemetry, wire
-from shared.errors import DomainError, InvalidArgument, NotFound, Unavailable
+from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
 from shared.profiles import ProfileRegistry
@@ -28,10 +31,19 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         self.profiles = profiles
         self.settings = settings
 
-    async def _follow(self, owner: str, run_id: str, after: int) -> AsyncIterator[list[bytes]]:
+    async def _follow(
+        self, owner: str, run_id: str, after: int, *, started: bool = False
+    ) -> AsyncIterator[list[bytes]]:
         """The run's stored events after `after`, then live ones until the run ends, as
-        batches of serialized RunEvents (what was stored when the reader asked)."""
+        batches of serialized RunEvents (what was stored when the reader asked).
+
+        A stream lost once the run is under way (`started`: this call started it; or some
+        of its events were sent) is not the run's failure: the run goes on and history
+        records its end. The stream then ends with RUN_ERROR OUTCOME_UNKNOWN (the caller
+        reads the run's record), never with a retryable error a client would answer with
+        a second run. A run that history never admitted ends with why."""
         active = self.runs.active(owner, run_id)
+        sent = False
         try:
             if active is not None:
                 # Run here: follow its writer, which hands out what the log stored.
@@ -39,15 +51,21 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             else:
                 batches = self.event_log.follow_batches(core.event_log_key(owner, run_id), after)
             async for batch in batches:
+                sent = True
                 yield [data for _seq, data in batch]
         except KeyError:
             raise NotFound("run not found") from None
-        except DomainError:
-            raise
-        except Exception:
-            raise Unavailable(
-                "the run's event stream is unavailable; its result will be in the thread's history"
-            ) from None
+        except Exception as exc:
+            if isinstance(exc, DomainError) and not isinstance(exc, Unavailable):
+                raise
+            if not (started or sent):
+                if isinstance(exc, Unavailable):
+                    raise
+                raise Unavailable(
+                    "the run's event stream is unavailable; read the run's record "
+                    "(GetRun) for its outcome"
+                ) from None
+            yield [_lost_stream_end(active).SerializeToString()]
 
     async def StartRun(  # type: ignore[override]
         self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
@@ -61,12 +79,18 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             default_time_zone=self.settings.default_timezone,
         )
         telemetry.annotate(profile=plan.profile.name)
-        await self.runs.start(plan)
+        # Shielded: a caller that gives up while the run is being admitted (the gateway's
+        # first-event timeout) does not cut the start in half. The run is started or
+        # refused as a whole, so the same StartRun sent again is refused as RUN_EXISTS or
+        # starts it, never a second run (api-endpoints.md, "Did the run start?").
+        start = asyncio.ensure_future(self.runs.start(plan))
+        start.add_done_callback(_retrieved)
+        await asyncio.shield(start)
         # The run goes on in its own task: if this caller goes away, only the following stops.
         # Responses are assembled from the stored bytes (field 1 `event` or field 2 `events`
         # of StartRunResponse), so an event is never decoded and re-encoded on its way.
         field = _EVENTS if request.batch_events else _EVENT
-        async for batch in self._follow(owner, plan.run_id, 0):
+        async for batch in self._follow(owner, plan.run_id, 0, started=True):
             if request.batch_events:
                 yield pb.StartRunResponse.FromString(wire.repeated(field, batch))
             else:
@@ -92,6 +116,26 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A start whose caller went away: its refusal has no one to go to (nothing to log)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _lost_stream_end(active: ActiveRun | None) -> run_event_pb2.RunEvent:
+    """The end of a stream lost mid-run (not stored, so without a sequence number)."""
+    if active is not None and active.begin is None and active.begin_error is not None:
+        refused = core.as_domain_error(active.begin_error)
+        if not isinstance(refused, DeadlineExceeded):
+            # History refused the run or could not be reached: that is its real end. (A
+            # BeginRun that timed out may have been stored: its outcome is unknown.)
+            return convert.run_error(*core.user_error(refused))
+    event = convert.run_error(core.OUTCOME_UNKNOWN, core.OUTCOME_UNKNOWN_MESSAGE)
+    if active is not None:
+        event.run_id, event.thread_id = active.plan.run_id, active.plan.thread_id
+    return event
 
 
 # Field numbers of StartRunResponse.event / .events (and StreamRunResponse.event).

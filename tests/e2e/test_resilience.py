@@ -609,6 +609,63 @@ async def test_cancel_through_another_replica_stops_the_run_and_is_harmless_twic
     assert finished.status_code == 409 and finished.json()["error"]["state"] == "succeeded"
 
 
+# ---- 3b. interrupt / rollback posted together: none missed ----------------------------------
+
+
+async def _posted_together(cluster: Cluster, owner: str, strategy: str) -> None:
+    """10 short runs posted at once on one thread (through both replicas) with `strategy`:
+    each one admitted cancels what is active. No run is missed (a cancel requested and yet
+    a success) and no success is shown whose messages then leave the history."""
+    thread_id = f"t-{uuid.uuid4().hex[:8]}"
+    run_ids = [f"r{i}-{thread_id}" for i in range(10)]
+    async with httpx.AsyncClient(timeout=60) as client:
+        responses = await asyncio.gather(
+            *(
+                _post(
+                    client,
+                    cluster.reader(i),
+                    owner,
+                    thread_id,
+                    run_id,
+                    f"hello {i}",
+                    **_strategy(strategy),
+                )
+                for i, run_id in enumerate(run_ids)
+            )
+        )
+        records = [await _run_record(client, cluster.gw_a, owner, r) for r in run_ids]
+        history = await _history(client, cluster.gw_a, owner, thread_id)
+    visible = {m["runId"] for m in history}
+    outcomes = {}
+    for run_id, resp, record in zip(run_ids, responses, records, strict=True):
+        assert resp.status_code == 200, resp.text
+        events = [e for _, e in frames(resp.content)]
+        check_agui(events, complete=True)
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+        shown = events[-1]["outcome"]["type"]
+        outcomes[run_id] = shown
+        # What the client was shown is what history recorded.
+        assert (shown, record["state"]) in (("success", "succeeded"), ("cancelled", "cancelled"))
+        if record.get("cancelRequested"):
+            assert record["state"] == "cancelled", f"{run_id} missed its cancel: {record}"
+        if shown == "success":
+            assert run_id in visible, f"{run_id} was shown a success whose messages vanished"
+        if strategy == "rollback":
+            assert record.get("rolledBack", False) == (shown == "cancelled")
+            assert (run_id in visible) == (shown == "success")
+    assert "success" in outcomes.values()  # the last one admitted cancels nothing after it
+
+
+async def test_interrupt_posted_together_misses_no_active_run(cluster: Cluster) -> None:
+    await _posted_together(cluster, "together-interrupt", "interrupt")
+
+
+async def test_rollback_posted_together_shows_no_success_whose_messages_vanish(
+    cluster: Cluster,
+) -> None:
+    await _posted_together(cluster, "together-rollback", "rollback")
+
+
 # ---- 4. crashes ---------------------------------------------------------------------------
 
 

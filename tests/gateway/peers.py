@@ -146,6 +146,18 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
                 await asyncio.sleep(WAIT_SECONDS)
             yield orchestrator_service_pb2.StartRunResponse(event=ev)
 
+    async def StreamRun(  # noqa: N802
+        self, request: orchestrator_service_pb2.StreamRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[orchestrator_service_pb2.StreamRunResponse]:
+        """Runs whose id starts with "started-" have a log (a chat run's events, from the
+        thread "silent-started"); any other run has none."""
+        _record(self.calls, request, context)
+        owner_id(context)
+        if not request.run_id.startswith("started-"):
+            raise NotFound("run not found")
+        for ev in chat_script("silent-started", request.run_id)[request.after_sequence :]:
+            yield orchestrator_service_pb2.StreamRunResponse(event=ev)
+
 
 def _ts(message: message_pb2.Message, seconds: int) -> message_pb2.Message:
     message.created_at.FromSeconds(seconds)

@@ -48,6 +48,6 @@ async def test_agui_client_consumes_tool_reasoning_and_custom_events(
 async def test_agui_client_check_fails_on_a_run_error(base_url: str, token: str) -> None:
     code, result, _ = await run_check(base_url, token, "fail-mid-node", "r-node-3", "hello")
     assert code != 0
-    assert result["ok"] is False and "UNAVAILABLE" in result["error"]
+    assert result["ok"] is False and "OUTCOME_UNKNOWN" in result["error"]
     assert result["eventTypes"][-1] == "RUN_ERROR"
 

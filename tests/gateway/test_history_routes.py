@@ -34,6 +34,11 @@ def seeded(peers: Peers) -> Peers:
     run.profile.executor = 1
     run.create_time.FromSeconds(1_700_000_000)
     h.runs[("hana", "run-h")] = run
+    rolled = history_service_pb2.Run(
+        id="run-rolled", thread_id="th-1", state=history_service_pb2.RUN_STATE_CANCELLED,
+        origin=message_pb2.RUNTIME_MODE_CHAT, cancel_requested=True, rolled_back=True,
+    )
+    h.runs[("hana", "run-rolled")] = rolled
     return peers
 
 
@@ -121,6 +126,17 @@ async def test_get_run_returns_the_run_record(
     body = resp.json()
     assert body["state"] == "succeeded" and body["origin"] == "chat"
     assert body["profile"] == {"name": "chat_default", "enableRouter": True, "executor": "worker"}
+
+
+async def test_get_run_shows_a_requested_cancel_and_a_rollback(
+    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+) -> None:
+    rolled = await http.get("/api/v1/agent/runs/run-rolled", headers=bearer(gw_settings, "hana"))
+    plain = await http.get("/api/v1/agent/runs/run-h", headers=bearer(gw_settings, "hana"))
+    assert rolled.status_code == 200, rolled.text
+    assert rolled.json()["cancelRequested"] is True and rolled.json()["rolledBack"] is True
+    # Absent, never null or false, on a run that was neither (no JSON null in optional fields).
+    assert "cancelRequested" not in plain.json() and "rolledBack" not in plain.json()
 
 
 async def test_get_run_of_another_owner_is_404(

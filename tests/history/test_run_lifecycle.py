@@ -93,6 +93,45 @@ async def test_interrupt_and_rollback_request_the_active_runs_cancel(
     assert record.rolled_back == (strategy == pb.MULTITASK_STRATEGY_ROLLBACK)
 
 
+@pytest.mark.parametrize(
+    "strategy", [pb.MULTITASK_STRATEGY_INTERRUPT, pb.MULTITASK_STRATEGY_ROLLBACK]
+)
+async def test_a_run_whose_cancel_was_admitted_first_finishes_cancelled_not_succeeded(
+    history: History, strategy: int
+) -> None:
+    # The active run's steps completed, but an interrupt/rollback run was admitted before
+    # its FinishRun: it must not be recorded (and shown) as a success.
+    await begin(history, "t1", "r1", "u1")
+    await begin(history, "t1", "r2", "u2", strategy)
+    finished = await finish(history, "r1", [text_msg("a1", REPLY)])
+    assert finished.run.state == pb.RUN_STATE_CANCELLED
+    # The same FinishRun again (its reply was lost) is a retry, not a conflict.
+    again = await finish(history, "r1", [text_msg("a1", REPLY)])
+    assert again.run.state == pb.RUN_STATE_CANCELLED
+    rolled_back = strategy == pb.MULTITASK_STRATEGY_ROLLBACK
+    assert await history_of(history, "t1") == ([] if rolled_back else ["u1", "a1"])
+
+
+async def test_a_run_that_finished_before_the_interrupt_stays_succeeded_and_visible(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", "u1")
+    done = await finish(history, "r1", [text_msg("a1", REPLY)])
+    second = await begin(history, "t1", "r2", "u2", pb.MULTITASK_STRATEGY_ROLLBACK)
+    assert done.run.state == pb.RUN_STATE_SUCCEEDED
+    assert second.run.state == pb.RUN_STATE_RUNNING  # nothing was active to cancel
+    record = (await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())).run
+    assert record.state == pb.RUN_STATE_SUCCEEDED and not record.rolled_back
+    assert await history_of(history, "t1") == ["u1", "a1", "u2"]
+
+
+async def test_a_failed_run_stays_failed_when_its_cancel_was_requested(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    await begin(history, "t1", "r2", "u2", pb.MULTITASK_STRATEGY_INTERRUPT)
+    failed = await finish(history, "r1", [], state=pb.RUN_STATE_FAILED)
+    assert failed.run.state == pb.RUN_STATE_FAILED
+
+
 async def test_rollback_hides_the_runs_messages_from_history_and_context_but_not_audit(
     history: History,
 ) -> None:

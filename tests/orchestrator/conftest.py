@@ -19,6 +19,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 from services.executor.service import build as build_executor
 from services.history.service import build as build_history
 from services.memory.service import build as build_memory
+from services.orchestrator.core import RunPolicy
 from services.orchestrator.service import build as build_orchestrator
 from services.router.service import build as build_router
 from shared.messages import msg_to_pb, user
@@ -55,6 +56,7 @@ async def running_suite(
     token_latency: float = 0.0,
     profiles: ProfileRegistry | None = None,
     memory: bool = False,
+    policy: RunPolicy | None = None,
 ) -> AsyncIterator[Suite]:
     """Start the services the orchestrator calls (a missing one gets a dead address), then it.
     With `memory`, a memory service for the executor's memory tools and agent."""
@@ -88,7 +90,7 @@ async def running_suite(
         address = await stack.enter_async_context(
             running_service(
                 "orchestrator",
-                functools.partial(build_orchestrator, profiles=profiles),
+                functools.partial(build_orchestrator, profiles=profiles, policy=policy),
                 orchestrator_settings,
             )
         )

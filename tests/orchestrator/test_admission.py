@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import grpc
+import pytest
 from agentmesh.history.v1 import history_service_pb2_grpc as history_grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
@@ -111,3 +112,40 @@ async def test_under_reject_history_answers_before_any_event(settings: Settings)
         rest = await collect(call)
     assert response.event.WhichOneof("payload") == "run_started"
     assert squeeze(shape([response.event, *rest]))[-1] == "RUN_FINISHED"
+
+
+async def test_a_caller_that_gives_up_while_the_run_is_admitted_does_not_cut_the_start_in_half(
+    settings: Settings,
+) -> None:
+    # The gateway's first-event timeout: the caller cancels while history admits the run.
+    # The start goes on as a whole, so the same StartRun sent again is RUN_EXISTS, not a
+    # second run (and not a run stored in history that nobody runs).
+    async with gated_suite(settings) as (suite, gated):
+        request = start_request("t-gone", "r-gone", multitask_strategy=pb.MULTITASK_STRATEGY_REJECT)
+        call = suite.orchestrator.StartRun(request, metadata=ALICE)
+        first = asyncio.ensure_future(call.read())
+        await asyncio.wait_for(gated.begun.wait(), 10)
+        call.cancel()
+        await asyncio.wait({first}, timeout=10)
+        gated.gate.set()
+        again = suite.orchestrator.StartRun(request, metadata=ALICE)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await asyncio.wait_for(again.read(), 10)
+        events = await asyncio.wait_for(_follow_when_stored(suite, "r-gone"), 30)
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert squeeze(shape(events))[0] == "RUN_STARTED"
+    assert squeeze(shape(events))[-1] == "RUN_FINISHED"
+
+
+async def _follow_when_stored(suite: Suite, run_id: str) -> list[Any]:
+    """The run's events from the start, once its log exists (its start may still be on)."""
+    while True:
+        follow = suite.orchestrator.StreamRun(
+            pb.StreamRunRequest(run_id=run_id, after_sequence=0), metadata=ALICE
+        )
+        try:
+            return await collect(follow)
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.05)
