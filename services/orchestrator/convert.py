@@ -68,6 +68,7 @@ def plan_from_pb(
     thread_id = core.check_identifier(request.thread_id, "thread_id")
     run_id = core.check_identifier(request.run_id, "run_id")
     origin = runtime_mode_from_pb(request.origin, "origin")
+    core.check_thread_for_origin(thread_id, origin)
     inputs = [msg_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
     core.check_inputs(inputs, max_message_chars)
     snapshot = profile_from_pb(request.profile, "profile") if request.HasField("profile") else None

@@ -9,7 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.domain import (
+    AUTOMATION_THREAD_PREFIX,
+    ExecutorKind,
+    MessageKind,
+    RuntimeMode,
+    is_automation_thread_id,
+)
 from shared.errors import (
     Aborted,
     AlreadyExists,
@@ -107,6 +113,21 @@ def check_identifier(value: str, field: str) -> str:
     if any(ch.isspace() or unicodedata.category(ch).startswith("C") for ch in value):
         raise InvalidArgument(field, "must not contain spaces or control characters")
     return value
+
+
+def check_thread_for_origin(thread_id: str, origin: RuntimeMode) -> None:
+    """A chat run may not name a job's thread (the reserved automation namespace): refused
+    before anything is stored, so the thread stays the job's."""
+    if origin is RuntimeMode.CHAT and is_automation_thread_id(thread_id):
+        description = (
+            f"threads named {AUTOMATION_THREAD_PREFIX}<job id> belong to automation jobs; "
+            "a chat run cannot use them"
+        )
+        raise FailedPrecondition(
+            description,
+            reason="AUTOMATION_THREAD",
+            violations=[("thread_id", description)],
+        )
 
 
 def input_kind(msg: Msg, field: str) -> MessageKind:

@@ -53,6 +53,10 @@ _PERMANENT_CODES = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
+# RUN_ERROR codes that the same attempt would meet again: the job's run fails for good.
+# RUNTIME_MODE_MISMATCH: the job's thread holds chat messages (it was taken by a chat run
+# before automation thread ids were reserved); no retry can store automation messages there.
+_PERMANENT_RUN_ERRORS = frozenset({"RUNTIME_MODE_MISMATCH"})
 _MAX_ERROR_CHARS = 2000
 
 
@@ -298,7 +302,10 @@ class Dispatcher:
             kind = event.WhichOneof("payload")
             if kind == "run_error":
                 code = event.run_error.code or "RUN_ERROR"
-                raise AttemptFailed(f"{code}: {event.run_error.message}", retryable=True)
+                raise AttemptFailed(
+                    f"{code}: {event.run_error.message}",
+                    retryable=code not in _PERMANENT_RUN_ERRORS,
+                )
             if kind == "run_finished":
                 finished = event.run_finished
         if finished is None:

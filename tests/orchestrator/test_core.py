@@ -6,7 +6,13 @@ import pytest
 
 from services.orchestrator import core
 from shared.domain import MessageKind, RuntimeMode
-from shared.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
+from shared.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+)
 from shared.identity import valid_owner_id
 from shared.messages import ToolResultBlock, assistant, user
 from shared.profiles import (
@@ -172,3 +178,15 @@ def test_user_errors_never_show_internals() -> None:
         "thread_id: belongs to automation",
     )
     assert core.as_domain_error(RuntimeError("boom")).message == "internal error"
+
+
+def test_a_chat_run_may_not_name_a_jobs_thread() -> None:
+    with pytest.raises(FailedPrecondition) as err:
+        core.check_thread_for_origin("automation:job-1", RuntimeMode.CHAT)
+    assert err.value.reason == "AUTOMATION_THREAD"
+    assert [f for f, _ in err.value.violations] == ["thread_id"]
+
+
+def test_automation_runs_and_other_chat_threads_pass_the_thread_rule() -> None:
+    core.check_thread_for_origin("automation:job-1", RuntimeMode.AUTOMATION)
+    core.check_thread_for_origin("my-automation:notes", RuntimeMode.CHAT)
