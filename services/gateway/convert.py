@@ -15,6 +15,8 @@ from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
 
+from shared.messages import tool_result_message_id
+
 ROLE_NAMES = {
     message_pb2.ROLE_USER: "user",
     message_pb2.ROLE_ASSISTANT: "assistant",
@@ -66,24 +68,36 @@ def _tool_result_text(block: content_pb2.ToolResultBlock) -> str:
     return "".join(b.text.text for b in block.blocks.blocks if b.WhichOneof("block") == "text")
 
 
-def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
-    """One stored message as AG-UI messages (strict shape: no agentmesh extras).
+# Tool results that did not succeed: their AG-UI tool message carries `error` (the content).
+_FAILED_RESULT_STATES = frozenset(
+    {
+        content_pb2.TOOL_RESULT_STATE_ERROR,
+        content_pb2.TOOL_RESULT_STATE_INTERRUPTED,
+        content_pb2.TOOL_RESULT_STATE_DENIED,
+    }
+)
 
-    A tool-result message becomes one AG-UI tool message per result block; thinking and
-    hint blocks are not part of a conversation's visible content and are left out.
+
+def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
+    """One stored message as AG-UI messages (strict shape: no agentmesh extras): the one
+    projection of a message for MESSAGES_SNAPSHOT, /history and the audit.
+
+    A tool-result message becomes one AG-UI tool message per result block, with the id its
+    TOOL_CALL_RESULT event had (shared.messages.tool_result_message_id); thinking and hint
+    blocks are not part of a conversation's visible content and are left out.
     """
     results = [b.tool_result for b in m.content if b.WhichOneof("block") == "tool_result"]
     if results:
         out_results = []
-        for r in results:
+        for i, r in enumerate(results):
             item: dict[str, Any] = {
-                "id": m.id if len(results) == 1 else f"{m.id}:{r.id}",
+                "id": tool_result_message_id(m.id, i),
                 "role": "tool",
                 "toolCallId": r.id,
                 "content": _tool_result_text(r),
             }
-            if r.state == content_pb2.TOOL_RESULT_STATE_ERROR:
-                item["error"] = item["content"]
+            if r.state in _FAILED_RESULT_STATES:
+                item["error"] = item["content"] or "the tool call did not succeed"
             out_results.append(item)
         return out_results
     role = ROLE_NAMES.get(m.role, "assistant")
