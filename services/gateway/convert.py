@@ -8,6 +8,7 @@ docs/protocols/agent/api-endpoints.md lists.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2
@@ -47,8 +48,11 @@ RUN_STATE_NAMES = {
 
 
 def timestamp(ts: timestamp_pb2.Timestamp) -> str:
-    """RFC 3339 in UTC ("2025-01-02T03:04:05.123Z")."""
-    return ts.ToJsonString()
+    """RFC 3339 in UTC with exactly six fractional digits ("2025-01-02T03:04:05.123456Z"):
+    the one format of every time the gateway answers. Microseconds keep what the services
+    store (Timestamp.ToJsonString would give 0, 3, 6 or 9 digits by value); one width makes
+    the strings sort as the times do."""
+    return ts.ToDatetime().isoformat(timespec="microseconds") + "Z"
 
 
 def _data_part(block: content_pb2.DataBlock) -> dict[str, Any]:
@@ -134,6 +138,23 @@ def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
     return [out]
 
 
+def stored_messages_within(messages: Sequence[message_pb2.Message], limit: int) -> int | None:
+    """None when the AG-UI messages of `messages` are at most `limit`; otherwise how many
+    of the stored messages (their longest prefix, at least one: a message's results are
+    never split over pages) fit, so that a page of history never has more than `limit`
+    messages as the client sees them (a stored message of n tool results is n of them)."""
+    counts = [len(agui_messages(m)) for m in messages]
+    if sum(counts) <= limit:
+        return None
+    fitting = total = 0
+    for count in counts:
+        if total + count > limit:
+            break
+        total += count
+        fitting += 1
+    return max(fitting, 1)
+
+
 def _metadata(md: message_pb2.MessageMetadata) -> dict[str, Any]:
     out: dict[str, Any] = {"hiddenFromUser": md.hidden_from_user}
     if md.origin in RUNTIME_MODE_NAMES:
@@ -166,7 +187,8 @@ def messages_json(messages: Any, *, audit: bool = False) -> list[dict[str, Any]]
 
 
 def thread_json(t: history_service_pb2.Thread) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": t.id, "messageCount": t.message_count}
+    # What /history lists of the thread (hidden messages are not counted).
+    out: dict[str, Any] = {"id": t.id, "messageCount": t.shown_message_count}
     if t.runtime_mode in RUNTIME_MODE_NAMES:
         out["runtimeMode"] = RUNTIME_MODE_NAMES[t.runtime_mode]
     if t.HasField("create_time"):

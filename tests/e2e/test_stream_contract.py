@@ -4,9 +4,11 @@ with itself (the stream, /history, the audit) and with docs/protocols/agent/."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -111,6 +113,9 @@ def test_a_chat_run_naming_a_jobs_thread_is_409_and_stores_nothing(suite: Suite)
     assert run["state"] == "succeeded" and run["attempt"] == 1, run
     [thread] = _get(suite, "/api/v1/agent/threads", owner)["threads"]
     assert thread["id"] == thread_id and thread["runtimeMode"] == "automation"
+    # messageCount counts what /history shows: the reply, not the job's hidden prompt.
+    history = _get(suite, f"/api/v1/agent/threads/{thread_id}/history", owner)["messages"]
+    assert history and thread["messageCount"] == len(history)
 
 
 def test_a_chat_run_naming_an_automation_thread_that_does_not_exist_yet_is_409(
@@ -182,3 +187,107 @@ def test_a_refused_calls_result_has_one_id_an_error_and_only_the_digest_is_store
         for c in calls:
             assert json.loads(c["function"]["arguments"]) == {"argumentsSha256": digests[c["id"]]}
         assert "poison" not in json.dumps([m for m in listing if m["role"] != "user"])
+
+
+def _job_with_memories(suite: Suite, owner: str) -> tuple[str, dict[str, Any]]:
+    """A chat turn with two facts, then the owner's memory job run on it (two memory_write
+    results in one stored message)."""
+    thread_id = f"t-{uuid.uuid4().hex[:8]}"
+    _chat(suite, owner, thread_id, "I love green tea and my name is Lin")
+    job = _default_job(suite, owner)
+    run = _trigger_and_wait(suite, owner, job["id"])
+    assert run["state"] == "succeeded", run
+    return thread_id, job
+
+
+def test_an_audit_page_never_has_more_messages_than_page_size(suite: Suite) -> None:
+    owner = _owner("pager")
+    _job_with_memories(suite, owner)
+    everything = _get(suite, "/api/v1/admin/audit", "root", admin=True, owner_id=owner)
+    ids = [m["id"] for m in everything["messages"]]
+    stored = [i.split("/result/")[0] for i in ids]
+    assert any(stored.count(s) > 1 for s in stored), "a stored message of several results"
+
+    pages: list[list[str]] = []
+    token = ""
+    while True:
+        params = {"owner_id": owner, "page_size": 2} | ({"page_token": token} if token else {})
+        page = _get(suite, "/api/v1/admin/audit", "root", admin=True, **params)
+        pages.append([m["id"] for m in page["messages"]])
+        token = page.get("nextPageToken", "")
+        if not token:
+            break
+    for page_ids in pages:
+        one_stored_message = len({i.split("/result/")[0] for i in page_ids}) == 1
+        assert len(page_ids) <= 2 or one_stored_message, pages
+    assert [i for p in pages for i in p] == ids
+
+
+# ---- item 7: the docs say what the server does ---------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocols" / "agent" / "api-endpoints.md"
+# Times in answers: RFC 3339 in UTC with exactly six fractional digits (api-endpoints.md).
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+TIME_LIKE = re.compile(r"\d{4}-\d\d-\d\dT")
+
+
+def _doc_example(section: str) -> Any:
+    text = DOCS.read_text()
+    after = text[text.index(f"## {section}\n") :]
+    block = after[after.index("```json\n") + len("```json\n") :]
+    return json.loads(block[: block.index("```")])
+
+
+def test_the_run_record_of_a_chat_run_has_the_documented_profile(suite: Suite) -> None:
+    owner = _owner("reader")
+    events = _chat(suite, owner, f"t-{uuid.uuid4().hex[:8]}", "Hello")
+    run_id = events[0]["runId"]
+    record = _get(suite, f"/api/v1/agent/runs/{run_id}", owner)
+    assert record["profile"] == _doc_example("GET /api/v1/agent/runs/{run_id}")["profile"]
+
+
+def _times(value: Any, path: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in _times(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [t for i, v in enumerate(value) for t in _times(v, f"{path}[{i}]")]
+    if isinstance(value, str) and TIME_LIKE.match(value):
+        return [(path, value)]
+    return []
+
+
+def test_every_time_in_every_answer_has_one_format(suite: Suite) -> None:
+    owner = _owner("clock")
+    thread_id, job = _job_with_memories(suite, owner)
+    runs = _get(suite, f"/api/v1/automation/jobs/{job['id']}/runs", owner)
+    answers = {
+        "threads": _get(suite, "/api/v1/agent/threads", owner),
+        "history": _get(suite, f"/api/v1/agent/threads/{thread_id}/history", owner),
+        "run": _get(suite, f"/api/v1/agent/runs/{runs['runs'][0]['runId']}", owner),
+        "audit": _get(suite, "/api/v1/admin/audit", "root", admin=True, owner_id=owner),
+        "jobs": _get(suite, "/api/v1/automation/jobs", owner),
+        "job": _get(suite, f"/api/v1/automation/jobs/{job['id']}", owner),
+        "job runs": runs,
+        "memories": _get(suite, "/api/v1/memories", owner),
+    }
+    seen = {name: _times(body) for name, body in answers.items()}
+    assert all(seen.values()), seen  # each answer has times to check
+    bad = {name: [t for t in times if not TIME.fullmatch(t[1])] for name, times in seen.items()}
+    assert bad == {name: [] for name in answers}
+
+
+def test_memories_take_the_documented_page_size_of_every_listing(suite: Suite) -> None:
+    owner = _owner("lister")
+    for params in ({"page_size": 1000}, {"page_size": 1000, "query": "tea"}):
+        resp = httpx.get(
+            f"{suite.gateway_url}/api/v1/memories", params=params, headers=_auth(owner), timeout=10
+        )
+        assert resp.status_code == 200, resp.text
+    resp = httpx.get(
+        f"{suite.gateway_url}/api/v1/memories",
+        params={"page_size": 1001},
+        headers=_auth(owner),
+        timeout=10,
+    )
+    assert resp.status_code == 400
+    assert [d["field"] for d in resp.json()["error"]["details"]] == ["page_size"]

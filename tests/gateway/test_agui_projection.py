@@ -12,7 +12,7 @@ from ag_ui.core import Message
 from hypothesis import given, settings
 from pydantic import TypeAdapter
 
-from services.gateway.convert import agui_messages, message_json
+from services.gateway.convert import agui_messages, message_json, stored_messages_within
 from shared.messages import (
     DataBlock,
     HintBlock,
@@ -157,3 +157,23 @@ def test_history_and_audit_json_is_the_projection_plus_the_agentmesh_fields() ->
     assert {k: history[k] for k in plain} == plain
     assert {k: audit[k] for k in plain} == plain
     assert "visibilityMask" in audit and "visibilityMask" not in history
+
+
+def _results(mid: str, n: int) -> Msg:
+    blocks = [ToolResultBlock(f"c{i}", "t", "ok", ToolResultState.SUCCESS) for i in range(n)]
+    return assistant(blocks, id=mid)
+
+
+def test_a_page_fits_when_its_listed_messages_are_within_the_page_size() -> None:
+    page = [msg_to_pb(m) for m in (user("a", id="u1"), _results("m1", 2))]
+    assert stored_messages_within(page, 3) is None
+
+
+def test_a_page_is_cut_after_the_stored_messages_that_fit() -> None:
+    page = [msg_to_pb(m) for m in (user("a", id="u1"), _results("m1", 2), user("b", id="u2"))]
+    assert stored_messages_within(page, 2) == 1
+    assert stored_messages_within(page, 3) == 2
+
+
+def test_a_stored_message_is_never_split_even_when_it_alone_is_over_the_page_size() -> None:
+    assert stored_messages_within([msg_to_pb(_results("m1", 3))], 2) == 1
