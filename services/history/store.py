@@ -148,7 +148,8 @@ def _thread(row: Row[Any]) -> Thread:
         create_time=row.create_time,
         update_time=row.update_time,
         message_count=row.message_count,
-        shown_count=row._mapping.get("shown_count", 0),
+        # Only the listing statements select it (_SHOWN_COUNT).
+        shown_count=getattr(row, "shown_count", 0),
     )
 
 
