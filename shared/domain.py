@@ -26,6 +26,20 @@ class ExecutorKind(StrEnum):
     MEMORY = "memory"
 
 
+# The threads of automation jobs are named `automation:<job id>` (the scheduler's runs use
+# them). The namespace is reserved: a chat run naming such a thread is refused before
+# anything is stored, so no chat can take a job's thread (and break the job for good).
+AUTOMATION_THREAD_PREFIX = "automation:"
+
+
+def automation_thread_id(job_id: str) -> str:
+    return f"{AUTOMATION_THREAD_PREFIX}{job_id}"
+
+
+def is_automation_thread_id(thread_id: str) -> bool:
+    return thread_id.startswith(AUTOMATION_THREAD_PREFIX)
+
+
 RUNTIME_MODE_TO_PB = {
     RuntimeMode.CHAT: message_pb2.RUNTIME_MODE_CHAT,
     RuntimeMode.AUTOMATION: message_pb2.RUNTIME_MODE_AUTOMATION,

@@ -1,5 +1,5 @@
 """The message layer: Msg with a list of content blocks (a closed discriminated union on
-`type`), role factories, and the lossless mappings Msg <-> protobuf <-> JSON <-> AG-UI.
+`type`), role factories, and the lossless mappings Msg <-> protobuf <-> JSON.
 
 Blocks follow AgentScope 2.x's six: text, thinking, hint, data (any media by MIME type),
 tool_call (raw JSON input string) and tool_result (text or text/data blocks). Tool calls
@@ -18,40 +18,25 @@ non-empty, tuples as lists — so Msg -> protobuf -> Msg is the identity.
 The JSON history stores is the protobuf JSON of the message (google.protobuf.json_format):
 `msg_to_json` / `msg_from_json`.
 
-AG-UI (`msg_to_agui`, `msgs_from_agui`): an AG-UI message list is the conversation as a
-client sees it. It carries id, role, name, metadata and content with these limits, which
-`agui_projection(msg)` states as code (msgs_from_agui(msg_to_agui(m)) == [agui_projection(m)]):
-- hint blocks are not carried (they are for the model only);
-- data blocks of assistant messages are not carried (AssistantMessage content is text);
-- the text blocks of an assistant or system message become one text (their boundaries are
-  lost; a system message with no text has no blocks);
-- an assistant message's blocks come back grouped: thinking (one ReasoningMessage each, id
-  `<id>/thinking/<i>`), then the joined text and the tool calls (one AssistantMessage, id
-  `<id>`), then tool results (one ToolMessage each, id `<id>/result/<i>`);
-- created_at, usage, finished_reason, thread_id, run_id, kind, visibility_mask and
-  position are not carried (storage and run fields).
-A tool call's state and a tool result's name and state ride in the AG-UI metadata under
-the key "agentmesh"; a ToolMessage from a client without it gets the name of the matching
-call earlier in the list and the state error (when `error` is set) or success.
+The AG-UI projection of a message (what clients see in MESSAGES_SNAPSHOT, /history and
+the audit) belongs to the gateway, its only user (services.gateway.convert.agui_messages);
+the id of a tool result there is `tool_result_message_id`, here, because the executor names
+TOOL_CALL_RESULT events with it while the result is streamed.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from ag_ui import core as agui
 from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format
-from pydantic import TypeAdapter
 
 from shared import timestamps
 from shared.domain import (
@@ -547,252 +532,12 @@ def msg_from_json(text: str | bytes, field: str = "message") -> Msg:
     return msg_from_pb(pb, field)
 
 
-# ---- AG-UI mapping ------------------------------------------------------------------------
-
-AGUI_KEY = "agentmesh"
-
-AguiMessage = (
-    agui.UserMessage
-    | agui.AssistantMessage
-    | agui.SystemMessage
-    | agui.DeveloperMessage
-    | agui.ToolMessage
-    | agui.ReasoningMessage
-    | agui.ActivityMessage
-)
-
-
-_AGUI_ADAPTER: TypeAdapter[Any] = TypeAdapter(agui.Message)
-
-
-def reasoning_message_id(msg_id: str, index: int) -> str:
-    """The AG-UI id of the `index`-th thinking block of message `msg_id`."""
-    return f"{msg_id}/thinking/{index}"
+# ---- AG-UI ids ----------------------------------------------------------------------------
 
 
 def tool_result_message_id(msg_id: str, index: int) -> str:
-    """The AG-UI id of the `index`-th tool result of message `msg_id` (TOOL_CALL_RESULT too)."""
+    """The AG-UI id of the `index`-th tool result of message `msg_id`: the TOOL_CALL_RESULT's
+    messageId on the stream (the executor) and the tool message's id in MESSAGES_SNAPSHOT,
+    /history and the audit (the gateway's projection, services.gateway.convert), so a client
+    merging the stream with what is stored sees each result once."""
     return f"{msg_id}/result/{index}"
-
-
-_MEDIA_PARTS: dict[str, type[Any]] = {
-    "image": agui.ImagePart,
-    "audio": agui.AudioPart,
-    "video": agui.VideoPart,
-}
-
-
-def data_block_to_part(block: DataBlock) -> Any:
-    """An image/audio/video part by the block's media type; a document part otherwise."""
-    source: Any
-    if block.data is not None:
-        source = agui.DataSource(value=base64.b64encode(block.data).decode(), mime_type=block.mime_type)
-    else:
-        source = agui.UrlSource(value=block.url or "", mime_type=block.mime_type)
-    part_cls = _MEDIA_PARTS.get(block.media, agui.DocumentPart)
-    return part_cls(source=source, metadata={"name": block.name} if block.name else None)
-
-
-def _parts(blocks: Iterable[TextBlock | DataBlock]) -> list[Any]:
-    return [
-        agui.TextPart(text=b.text) if isinstance(b, TextBlock) else data_block_to_part(b) for b in blocks
-    ]
-
-
-def part_to_block(part: Any) -> TextBlock | DataBlock:
-    if isinstance(part, agui.TextPart):
-        return TextBlock(part.text)
-    name = part.metadata.get("name", "") if isinstance(part.metadata, dict) else ""
-    source = part.source
-    mime = source.mime_type or "application/octet-stream"
-    if isinstance(source, agui.DataSource):
-        try:
-            data = base64.b64decode(source.value, validate=True)
-        except binascii.Error:
-            raise ValueError(f"{part.type} part: source value is not base64") from None
-        return DataBlock(mime_type=mime, data=data, name=str(name))
-    if isinstance(source, agui.UrlSource):
-        return DataBlock(mime_type=mime, url=source.value, name=str(name))
-    raise ValueError(f"{part.type} part: a {source.type} source is not supported")
-
-
-def msg_to_agui(msg: Msg) -> list[AguiMessage]:
-    """The AG-UI messages of `msg` (one, or for an assistant message reasoning, the message
-    itself and tool messages), within the limits in the module docstring."""
-    name = msg.name or None
-    metadata = dict(msg.metadata) or None
-    if msg.role == Role.USER:
-        blocks = msg.content
-        if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
-            content: Any = blocks[0].text
-        else:
-            content = _parts(b for b in blocks if isinstance(b, TextBlock | DataBlock))
-        return [agui.UserMessage(id=msg.id, name=name, content=content, metadata=metadata)]
-    if msg.role == Role.SYSTEM:
-        return [agui.SystemMessage(id=msg.id, name=name, content=msg.text, metadata=metadata)]
-    out: list[AguiMessage] = [
-        agui.ReasoningMessage(id=reasoning_message_id(msg.id, i), content=b.thinking)
-        for i, b in enumerate(msg.blocks(ThinkingBlock))
-    ]
-    has_text = any(isinstance(b, TextBlock) for b in msg.content)
-    calls = [
-        agui.ToolCall(
-            id=c.id,
-            function=agui.FunctionCall(name=c.name, arguments=c.input),
-            metadata={AGUI_KEY: {"state": c.state.value}},
-        )
-        for c in msg.tool_calls
-    ]
-    out.append(
-        agui.AssistantMessage(
-            id=msg.id,
-            name=name,
-            content=msg.text if has_text else None,
-            tool_calls=calls or None,
-            metadata=metadata,
-        )
-    )
-    for i, r in enumerate(msg.tool_results):
-        out.append(
-            agui.ToolMessage(
-                id=tool_result_message_id(msg.id, i),
-                tool_call_id=r.id,
-                content=r.output if isinstance(r.output, str) else _parts(r.output),
-                error=(r.text or "the tool failed") if r.state == ToolResultState.ERROR else None,
-                metadata={AGUI_KEY: {"name": r.name, "state": r.state.value}},
-            )
-        )
-    return out
-
-
-def msgs_to_agui(msgs: Iterable[Msg]) -> list[AguiMessage]:
-    return [m for msg in msgs for m in msg_to_agui(msg)]
-
-
-def agui_projection(msg: Msg) -> Msg:
-    """What of `msg` survives AG-UI: msgs_from_agui(msg_to_agui(msg)) == [agui_projection(msg)]
-    (created_at passed through). Stated as code so the property test checks exactly it."""
-    kept: tuple[Block, ...]
-    if msg.role == Role.USER:
-        kept = msg.content
-    elif msg.role == Role.SYSTEM:
-        kept = (TextBlock(msg.text),) if msg.text else ()
-    else:
-        texts = msg.blocks(TextBlock)
-        kept = (
-            *msg.blocks(ThinkingBlock),
-            *((TextBlock(msg.text),) if texts else ()),
-            *msg.tool_calls,
-            *msg.tool_results,
-        )
-    return Msg(
-        id=msg.id,
-        role=msg.role,
-        content=kept,
-        name=msg.name,
-        metadata=msg.metadata,
-        created_at=msg.created_at,
-    )
-
-
-def _agui_meta(metadata: Any) -> dict[str, Any]:
-    if isinstance(metadata, dict) and isinstance(metadata.get(AGUI_KEY), dict):
-        return dict(metadata[AGUI_KEY])
-    return {}
-
-
-def _tool_result_from_agui(m: agui.ToolMessage, names: Mapping[str, str]) -> ToolResultBlock:
-    ours = _agui_meta(m.metadata)
-    output: str | tuple[TextBlock | DataBlock, ...]
-    output = m.content if isinstance(m.content, str) else tuple(part_to_block(p) for p in m.content)
-    failed = m.error is not None
-    state = ours.get("state") or (ToolResultState.ERROR if failed else ToolResultState.SUCCESS)
-    return ToolResultBlock(
-        id=m.tool_call_id,
-        name=str(ours.get("name", names.get(m.tool_call_id, ""))),
-        output=output,
-        state=ToolResultState(state),
-    )
-
-
-def msgs_from_agui(messages: Sequence[Any], *, created_at: datetime | None = None) -> list[Msg]:
-    """Msgs of an AG-UI message list (models, or dicts as on the wire). Reasoning and tool
-    messages whose ids name an assistant message (see msg_to_agui) join it; others become
-    assistant messages of their own. Activity messages are not conversation and are skipped;
-    developer messages are system messages. ValueError when a message breaks a rule."""
-    when = created_at or datetime.now(UTC)
-    parsed = [_AGUI_ADAPTER.validate_python(m) if isinstance(m, dict) else m for m in messages]
-    out: list[Msg] = []
-    names: dict[str, str] = {}  # tool call id -> tool name, for client tool messages
-    pending_reasoning: list[agui.ReasoningMessage] = []
-    group: dict[str, Any] | None = None  # the assistant message being assembled
-
-    def close_group() -> None:
-        nonlocal group
-        if group is not None:
-            out.append(Msg(created_at=when, **group))
-            group = None
-
-    def flush_reasoning(keep: Sequence[agui.ReasoningMessage] = ()) -> None:
-        for r in pending_reasoning:
-            if not any(r is k for k in keep):
-                thinking = (ThinkingBlock(r.content),)
-                out.append(Msg(id=r.id, role=Role.ASSISTANT, content=thinking, created_at=when))
-        pending_reasoning.clear()
-
-    for m in parsed:
-        if isinstance(m, agui.ReasoningMessage):
-            close_group()
-            pending_reasoning.append(m)
-        elif isinstance(m, agui.AssistantMessage):
-            close_group()
-            prefix = f"{m.id}/thinking/"
-            mine = [r for r in pending_reasoning if r.id.startswith(prefix)]
-            flush_reasoning(keep=mine)
-            content: list[Block] = [ThinkingBlock(r.content) for r in mine]
-            if m.content is not None:
-                content.append(TextBlock(m.content))
-            for c in m.tool_calls or ():
-                names[c.id] = c.function.name
-                state = _agui_meta(c.metadata).get("state", ToolCallState.PENDING)
-                content.append(
-                    ToolCallBlock(id=c.id, name=c.function.name, input=c.function.arguments, state=state)
-                )
-            group = {
-                "id": m.id,
-                "role": Role.ASSISTANT,
-                "content": content,
-                "name": m.name or "",
-                "metadata": m.metadata or {},
-            }
-        elif isinstance(m, agui.ToolMessage):
-            flush_reasoning()
-            block = _tool_result_from_agui(m, names)
-            if group is not None and m.id.startswith(f"{group['id']}/result/"):
-                group["content"].append(block)
-            else:
-                close_group()
-                out.append(Msg(id=m.id, role=Role.ASSISTANT, content=(block,), created_at=when))
-        elif isinstance(m, agui.ActivityMessage):
-            continue
-        else:
-            close_group()
-            flush_reasoning()
-            meta = m.metadata or {}
-            if isinstance(m, agui.UserMessage):
-                blocks: tuple[Block, ...] = (
-                    (TextBlock(m.content),)
-                    if isinstance(m.content, str)
-                    else tuple(part_to_block(p) for p in m.content)
-                )
-                role = Role.USER
-            else:  # system or developer
-                blocks = (TextBlock(m.content),) if m.content else ()
-                role = Role.SYSTEM
-            out.append(
-                Msg(id=m.id, role=role, content=blocks, name=m.name or "", metadata=meta, created_at=when)
-            )
-    close_group()
-    flush_reasoning()
-    return out
-

@@ -8,12 +8,15 @@ docs/protocols/agent/api-endpoints.md lists.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
+
+from shared.messages import tool_result_message_id
 
 ROLE_NAMES = {
     message_pb2.ROLE_USER: "user",
@@ -45,8 +48,11 @@ RUN_STATE_NAMES = {
 
 
 def timestamp(ts: timestamp_pb2.Timestamp) -> str:
-    """RFC 3339 in UTC ("2025-01-02T03:04:05.123Z")."""
-    return ts.ToJsonString()
+    """RFC 3339 in UTC with exactly six fractional digits ("2025-01-02T03:04:05.123456Z"):
+    the one format of every time the gateway answers. Microseconds keep what the services
+    store (Timestamp.ToJsonString would give 0, 3, 6 or 9 digits by value); one width makes
+    the strings sort as the times do."""
+    return ts.ToDatetime().isoformat(timespec="microseconds") + "Z"
 
 
 def _data_part(block: content_pb2.DataBlock) -> dict[str, Any]:
@@ -66,24 +72,36 @@ def _tool_result_text(block: content_pb2.ToolResultBlock) -> str:
     return "".join(b.text.text for b in block.blocks.blocks if b.WhichOneof("block") == "text")
 
 
-def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
-    """One stored message as AG-UI messages (strict shape: no agentmesh extras).
+# Tool results that did not succeed: their AG-UI tool message carries `error` (the content).
+_FAILED_RESULT_STATES = frozenset(
+    {
+        content_pb2.TOOL_RESULT_STATE_ERROR,
+        content_pb2.TOOL_RESULT_STATE_INTERRUPTED,
+        content_pb2.TOOL_RESULT_STATE_DENIED,
+    }
+)
 
-    A tool-result message becomes one AG-UI tool message per result block; thinking and
-    hint blocks are not part of a conversation's visible content and are left out.
+
+def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
+    """One stored message as AG-UI messages (strict shape: no agentmesh extras): the one
+    projection of a message for MESSAGES_SNAPSHOT, /history and the audit.
+
+    A tool-result message becomes one AG-UI tool message per result block, with the id its
+    TOOL_CALL_RESULT event had (shared.messages.tool_result_message_id); thinking and hint
+    blocks are not part of a conversation's visible content and are left out.
     """
     results = [b.tool_result for b in m.content if b.WhichOneof("block") == "tool_result"]
     if results:
         out_results = []
-        for r in results:
+        for i, r in enumerate(results):
             item: dict[str, Any] = {
-                "id": m.id if len(results) == 1 else f"{m.id}:{r.id}",
+                "id": tool_result_message_id(m.id, i),
                 "role": "tool",
                 "toolCallId": r.id,
                 "content": _tool_result_text(r),
             }
-            if r.state == content_pb2.TOOL_RESULT_STATE_ERROR:
-                item["error"] = item["content"]
+            if r.state in _FAILED_RESULT_STATES:
+                item["error"] = item["content"] or "the tool call did not succeed"
             out_results.append(item)
         return out_results
     role = ROLE_NAMES.get(m.role, "assistant")
@@ -120,6 +138,23 @@ def agui_messages(m: message_pb2.Message) -> list[dict[str, Any]]:
     return [out]
 
 
+def stored_messages_within(messages: Sequence[message_pb2.Message], limit: int) -> int | None:
+    """None when the AG-UI messages of `messages` are at most `limit`; otherwise how many
+    of the stored messages (their longest prefix, at least one: a message's results are
+    never split over pages) fit, so that a page of history never has more than `limit`
+    messages as the client sees them (a stored message of n tool results is n of them)."""
+    counts = [len(agui_messages(m)) for m in messages]
+    if sum(counts) <= limit:
+        return None
+    fitting = total = 0
+    for count in counts:
+        if total + count > limit:
+            break
+        total += count
+        fitting += 1
+    return max(fitting, 1)
+
+
 def _metadata(md: message_pb2.MessageMetadata) -> dict[str, Any]:
     out: dict[str, Any] = {"hiddenFromUser": md.hidden_from_user}
     if md.origin in RUNTIME_MODE_NAMES:
@@ -152,7 +187,8 @@ def messages_json(messages: Any, *, audit: bool = False) -> list[dict[str, Any]]
 
 
 def thread_json(t: history_service_pb2.Thread) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": t.id, "messageCount": t.message_count}
+    # What /history lists of the thread (hidden messages are not counted).
+    out: dict[str, Any] = {"id": t.id, "messageCount": t.shown_message_count}
     if t.runtime_mode in RUNTIME_MODE_NAMES:
         out["runtimeMode"] = RUNTIME_MODE_NAMES[t.runtime_mode]
     if t.HasField("create_time"):

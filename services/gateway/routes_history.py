@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from services.gateway.openapi import errors
 from services.gateway.params import IdPath, PageSize, PageToken, only_params
 from services.gateway.strict import instant
 from shared.ids import OWNER_RULE, is_owner_id
+from shared.pagination import DEFAULT_PAGE_SIZE
 from shared.settings import Settings
 
 router = APIRouter()
@@ -38,6 +40,24 @@ _EXECUTORS = {
 
 def _ctx(request: Request) -> tuple[Clients, Settings]:
     return request.app.state.clients, request.app.state.settings
+
+
+async def _page_of_messages(
+    ask: Callable[[int], Awaitable[Any]], page_size: int
+) -> Any:
+    """history's page for `page_size` (`ask(n)` asks for n stored messages), cut to at most
+    `page_size` messages as the client sees them: when the stored messages expand to more
+    (several tool results each), the page is asked again for the stored messages that fit,
+    so its next_page_token resumes right after them."""
+    limit = page_size or DEFAULT_PAGE_SIZE
+    reply = await ask(page_size)
+    # Bounded: a message appended between the asks (newest first) can shift the page again.
+    for _ in range(3):
+        fitting = convert.stored_messages_within(reply.messages, limit)
+        if fitting is None:
+            break
+        reply = await ask(fitting)
+    return reply
 
 
 def _page(key: str, items: list[dict[str, Any]], token: str) -> dict[str, Any]:
@@ -84,18 +104,22 @@ async def list_history(
     direction: Literal["forward", "backward"] = "forward",
 ) -> dict[str, Any]:
     clients, settings = _ctx(request)
-    reply = await unary(
-        clients.history.ListHistory,
-        history_service_pb2.ListHistoryRequest(
-            thread_id=thread_id,
-            page_size=page_size,
-            page_token=page_token,
-            direction=_DIRECTIONS[direction],
-        ),
-        owner=who.owner,
-        service="history",
-        timeout=settings.rpc_timeout_seconds,
-    )
+
+    def ask(size: int) -> Awaitable[Any]:
+        return unary(
+            clients.history.ListHistory,
+            history_service_pb2.ListHistoryRequest(
+                thread_id=thread_id,
+                page_size=size,
+                page_token=page_token,
+                direction=_DIRECTIONS[direction],
+            ),
+            owner=who.owner,
+            service="history",
+            timeout=settings.rpc_timeout_seconds,
+        )
+
+    reply = await _page_of_messages(ask, page_size)
     return _page("messages", convert.messages_json(reply.messages), reply.next_page_token)
 
 
@@ -179,16 +203,20 @@ async def list_audit(
     if end_ts is not None:
         flt.end_time.CopyFrom(end_ts)
     clients, settings = _ctx(request)
-    reply = await unary(
-        clients.history.ListAudit,
-        history_service_pb2.ListAuditRequest(
-            owner_id=owner_id, filter=flt, page_size=page_size, page_token=page_token
-        ),
-        owner=who.owner,
-        service="history",
-        timeout=settings.rpc_timeout_seconds,
-        admin=True,
-    )
+
+    def ask(size: int) -> Awaitable[Any]:
+        return unary(
+            clients.history.ListAudit,
+            history_service_pb2.ListAuditRequest(
+                owner_id=owner_id, filter=flt, page_size=size, page_token=page_token
+            ),
+            owner=who.owner,
+            service="history",
+            timeout=settings.rpc_timeout_seconds,
+            admin=True,
+        )
+
+    reply = await _page_of_messages(ask, page_size)
     out = _page(
         "messages", convert.messages_json(reply.messages, audit=True), reply.next_page_token
     )

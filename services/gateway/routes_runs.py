@@ -259,6 +259,8 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
                 "activeRunId": domain.metadata.get("active_run_id", ""),
                 "activeRunState": domain.metadata.get("active_run_state", ""),
             }
+        elif domain.reason == "AUTOMATION_THREAD":
+            api.extra = {"reason": "AUTOMATION_THREAD"}
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")

@@ -16,6 +16,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 from google.protobuf import json_format
 
 from services.gateway.convert import agui_messages
+from shared import run_events
 
 Event = dict[str, Any]
 
@@ -85,13 +86,6 @@ def _text_start(ev: run_event_pb2.RunEvent) -> Event:
     }
 
 
-def _text_content(ev: run_event_pb2.RunEvent) -> Event | None:
-    p = ev.text_message_content
-    if not p.delta:  # strict clients reject an empty delta
-        return None
-    return {"type": "TEXT_MESSAGE_CONTENT", "messageId": p.message_id, "delta": p.delta}
-
-
 def _tool_call_start(ev: run_event_pb2.RunEvent) -> Event:
     p = ev.tool_call_start
     out: Event = {
@@ -104,13 +98,6 @@ def _tool_call_start(ev: run_event_pb2.RunEvent) -> Event:
     return out
 
 
-def _tool_call_args(ev: run_event_pb2.RunEvent) -> Event | None:
-    p = ev.tool_call_args
-    if not p.delta:
-        return None
-    return {"type": "TOOL_CALL_ARGS", "toolCallId": p.tool_call_id, "delta": p.delta}
-
-
 def _tool_call_result(ev: run_event_pb2.RunEvent) -> Event:
     p = ev.tool_call_result
     return {
@@ -120,13 +107,6 @@ def _tool_call_result(ev: run_event_pb2.RunEvent) -> Event:
         "content": p.content,
         "role": "tool",
     }
-
-
-def _reasoning_content(ev: run_event_pb2.RunEvent) -> Event | None:
-    p = ev.reasoning_message_content
-    if not p.delta:
-        return None
-    return {"type": "REASONING_MESSAGE_CONTENT", "messageId": p.message_id, "delta": p.delta}
 
 
 def _messages_snapshot(ev: run_event_pb2.RunEvent) -> Event:
@@ -141,55 +121,47 @@ def _custom(ev: run_event_pb2.RunEvent) -> Event:
     return {"type": "CUSTOM", "name": p.name, "value": value}
 
 
+# The events whose AG-UI fields are more than their span's id (and delta): the others are
+# mapped from the table of event kinds (shared.run_events) alone.
 _MAPPERS: dict[str, Callable[[run_event_pb2.RunEvent], Event | None]] = {
     "run_started": lambda ev: {"type": "RUN_STARTED", "threadId": ev.thread_id, "runId": ev.run_id},
     "run_finished": _run_finished,
     "run_error": _run_error,
-    "step_started": lambda ev: {"type": "STEP_STARTED", "stepName": ev.step_started.step_name},
-    "step_finished": lambda ev: {"type": "STEP_FINISHED", "stepName": ev.step_finished.step_name},
     "text_message_start": _text_start,
-    "text_message_content": _text_content,
-    "text_message_end": lambda ev: {
-        "type": "TEXT_MESSAGE_END",
-        "messageId": ev.text_message_end.message_id,
-    },
     "tool_call_start": _tool_call_start,
-    "tool_call_args": _tool_call_args,
-    "tool_call_end": lambda ev: {
-        "type": "TOOL_CALL_END",
-        "toolCallId": ev.tool_call_end.tool_call_id,
-    },
     "tool_call_result": _tool_call_result,
-    "reasoning_start": lambda ev: {
-        "type": "REASONING_START",
-        "messageId": ev.reasoning_start.message_id,
-    },
     "reasoning_message_start": lambda ev: {
         "type": "REASONING_MESSAGE_START",
         "messageId": ev.reasoning_message_start.message_id,
         "role": "reasoning",
     },
-    "reasoning_message_content": _reasoning_content,
-    "reasoning_message_end": lambda ev: {
-        "type": "REASONING_MESSAGE_END",
-        "messageId": ev.reasoning_message_end.message_id,
-    },
-    "reasoning_end": lambda ev: {"type": "REASONING_END", "messageId": ev.reasoning_end.message_id},
     "messages_snapshot": _messages_snapshot,
     "custom": _custom,
 }
 
-TERMINAL_TYPES = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+TERMINAL_TYPES = run_events.TERMINAL_AGUI_TYPES
+
+
+def _span_event(kind: run_events.EventKind, ev: run_event_pb2.RunEvent) -> Event | None:
+    body = getattr(ev, kind.payload)
+    out: Event = {"type": kind.agui_type, kind.agui_id_key: getattr(body, kind.id_field)}
+    if kind.delta_field:
+        delta = getattr(body, kind.delta_field)
+        if not delta:  # strict clients reject an empty delta
+            return None
+        out["delta"] = delta
+    return out
 
 
 def to_agui(ev: run_event_pb2.RunEvent) -> Event | None:
     """The AG-UI event of `ev`, or None when it has nothing to send (an empty delta, or a
     payload this gateway does not know: old clients reject unknown event types)."""
     which = ev.WhichOneof("payload")
-    mapper = _MAPPERS.get(which) if which else None
-    if mapper is None:
+    kind = run_events.BY_PAYLOAD.get(which) if which else None
+    if kind is None:
         return None
-    out = mapper(ev)
+    mapper = _MAPPERS.get(kind.payload)
+    out = mapper(ev) if mapper is not None else _span_event(kind, ev)
     if out is not None and ev.timestamp_ms:
         out["timestamp"] = ev.timestamp_ms
     return out

@@ -206,6 +206,7 @@ def thread_to_pb(t: Thread) -> pb.Thread:
         create_time=_ts(t.create_time),
         update_time=_ts(t.update_time),
         message_count=t.message_count,
+        shown_message_count=t.shown_count,
     )
 
 

@@ -68,7 +68,9 @@ class Thread:
     runtime_mode: RuntimeMode
     create_time: datetime
     update_time: datetime
-    message_count: int
+    message_count: int  # every message stored in it (their positions run 1..message_count)
+    # What /history lists of it (hidden inputs are not); set where threads are listed.
+    shown_count: int = 0
 
 
 @dataclass(frozen=True)

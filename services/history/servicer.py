@@ -509,7 +509,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         async with self._read() as conn:
-            thread = await store.get_thread(conn, owner, thread_id)
+            thread = await store.get_thread(conn, owner, thread_id, counted=True)
         if thread is None:
             raise NotFound(f"thread {thread_id} not found")
         return pb.GetThreadResponse(thread=convert.thread_to_pb(thread))

@@ -148,6 +148,8 @@ def _thread(row: Row[Any]) -> Thread:
         create_time=row.create_time,
         update_time=row.update_time,
         message_count=row.message_count,
+        # Only the listing statements select it (_SHOWN_COUNT).
+        shown_count=getattr(row, "shown_count", 0),
     )
 
 
@@ -245,8 +247,13 @@ def _insert(conn: Conn, table: sa.Table) -> Any:
 # --- threads ----------------------------------------------------------------------------
 
 
-async def get_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | None:
-    row = (await conn.execute(_GET_THREAD, {"o": owner_id, "t": thread_id})).first()
+async def get_thread(
+    conn: Conn, owner_id: str, thread_id: str, *, counted: bool = False
+) -> Thread | None:
+    """The thread; `counted`: with its shown_count (a count of its messages, so only where
+    the thread itself is answered)."""
+    stmt = _GET_THREAD_COUNTED if counted else _GET_THREAD
+    row = (await conn.execute(stmt, {"o": owner_id, "t": thread_id})).first()
     return _thread(row) if row else None
 
 
@@ -256,6 +263,19 @@ async def get_thread(conn: Conn, owner_id: str, thread_id: str) -> Thread | None
 _T = threads.c
 _GET_THREAD = reused(
     sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
+)
+# The messages of the thread /history lists: thread.messageCount counts these.
+_SHOWN_COUNT = (
+    sa.select(sa.func.count())
+    .select_from(messages)
+    .where(messages.c.owner_id == _T.owner_id, messages.c.thread_id == _T.id, IN_HISTORY)
+    .scalar_subquery()
+    .label("shown_count")
+)
+_GET_THREAD_COUNTED = reused(
+    sa.select(threads, _SHOWN_COUNT).where(
+        _T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t")
+    )
 )
 # A no-op UPDATE takes the row lock on PostgreSQL and SQLite alike (SQLite: BEGIN IMMEDIATE).
 _LOCK_THREAD = reused(
@@ -338,8 +358,8 @@ class ThreadKey:
 async def list_threads(
     conn: Conn, owner_id: str, after: ThreadKey | None, limit: int
 ) -> list[Thread]:
-    """Newest update first."""
-    stmt = sa.select(threads).where(threads.c.owner_id == owner_id)
+    """Newest update first, each with its shown_count."""
+    stmt = sa.select(threads, _SHOWN_COUNT).where(threads.c.owner_id == owner_id)
     if after is not None:
         stmt = stmt.where(
             sa.or_(

@@ -40,9 +40,6 @@ KINDS = frozenset({"fact", "preference", "dislike", "name", "place"})
 DEFAULT_WATERMARK = "memory_agent"
 _WATERMARK_NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 
-DEFAULT_PAGE_SIZE = 20
-MAX_PAGE_SIZE = 100
-
 _SPACE_RE = re.compile(r"\s+")
 _TERM_RE = re.compile(r"[^\W_]+")
 

@@ -56,9 +56,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     ) -> pb.SearchMemoriesResponse:
         owner = owner_id(context)
         query = core.validate_query("query", request.query)
-        limit = pagination.page_size(
-            request.page_size, default=core.DEFAULT_PAGE_SIZE, maximum=core.MAX_PAGE_SIZE
-        )
+        # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
+        limit = pagination.page_size(request.page_size)
         async with self.engine.connect() as conn:
             found = await store.search(conn, owner, query, limit)
         return pb.SearchMemoriesResponse(memories=[convert.memory_to_pb(m) for m in found])
@@ -67,9 +66,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListMemoriesResponse:
         owner = owner_id(context)
-        limit = pagination.page_size(
-            request.page_size, default=core.DEFAULT_PAGE_SIZE, maximum=core.MAX_PAGE_SIZE
-        )
+        # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
+        limit = pagination.page_size(request.page_size)
         # The token is bound to the owner: another owner's token is rejected, not reused.
         scope = {"rpc": "ListMemories", "owner": owner}
         position = self.tokens.decode(request.page_token, scope)

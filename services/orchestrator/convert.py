@@ -22,6 +22,7 @@ from shared.ids import check_time_zone
 from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
+from shared.run_events import EventKind
 
 # Messages per LoadContext page when the memory agent's window is loaded.
 OWNER_WINDOW_PAGE = 500
@@ -65,6 +66,7 @@ def plan_from_pb(
     thread_id = core.check_identifier(request.thread_id, "thread_id")
     run_id = core.check_identifier(request.run_id, "run_id")
     origin = runtime_mode_from_pb(request.origin, "origin")
+    core.check_thread_for_origin(thread_id, origin)
     inputs = [msg_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
     core.check_inputs(inputs, max_message_chars)
     snapshot = profile_from_pb(request.profile, "profile") if request.HasField("profile") else None
@@ -316,30 +318,15 @@ def step_finished(name: str) -> run_event_pb2.RunEvent:
     return run_event_pb2.RunEvent(step_finished=run_event_pb2.StepFinished(step_name=name))
 
 
-def closing_event(payload: str, ident: str) -> run_event_pb2.RunEvent:
-    if payload == "tool_call_end":
-        return run_event_pb2.RunEvent(tool_call_end=run_event_pb2.ToolCallEnd(tool_call_id=ident))
-    if payload == "text_message_end":
-        return run_event_pb2.RunEvent(
-            text_message_end=run_event_pb2.TextMessageEnd(message_id=ident)
-        )
-    return step_finished(ident)
+def closing_event(kind: EventKind, ident: str) -> run_event_pb2.RunEvent:
+    """The event of `kind` (a CLOSES kind of shared.run_events) that closes span `ident`."""
+    event = run_event_pb2.RunEvent()
+    body = getattr(event, kind.payload)
+    body.SetInParent()
+    setattr(body, kind.id_field, ident)
+    return event
 
 
 def observe(spans: OpenSpans, event: run_event_pb2.RunEvent) -> None:
     """Feed an event to the run's open-span tracker."""
-    payload = event.WhichOneof("payload")
-    if payload == "step_started":
-        spans.step_started(event.step_started.step_name)
-    elif payload == "step_finished":
-        spans.step_finished(event.step_finished.step_name)
-    elif payload == "text_message_start":
-        spans.text_started(event.text_message_start.message_id)
-    elif payload == "text_message_content":
-        spans.text_delta(event.text_message_content.message_id, event.text_message_content.delta)
-    elif payload == "text_message_end":
-        spans.text_ended(event.text_message_end.message_id)
-    elif payload == "tool_call_start":
-        spans.tool_call_started(event.tool_call_start.tool_call_id)
-    elif payload == "tool_call_end":
-        spans.tool_call_ended(event.tool_call_end.tool_call_id)
+    spans.observe_pb(event)

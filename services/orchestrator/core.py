@@ -5,10 +5,17 @@ No I/O."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared import run_events
+from shared.domain import (
+    AUTOMATION_THREAD_PREFIX,
+    ExecutorKind,
+    MessageKind,
+    RuntimeMode,
+    is_automation_thread_id,
+)
 from shared.errors import (
     Aborted,
     AlreadyExists,
@@ -107,6 +114,21 @@ class RunPlan:
 
 
 # ---- validation ---------------------------------------------------------------------
+
+
+def check_thread_for_origin(thread_id: str, origin: RuntimeMode) -> None:
+    """A chat run may not name a job's thread (the reserved automation namespace): refused
+    before anything is stored, so the thread stays the job's."""
+    if origin is RuntimeMode.CHAT and is_automation_thread_id(thread_id):
+        description = (
+            f"threads named {AUTOMATION_THREAD_PREFIX}<job id> belong to automation jobs; "
+            "a chat run cannot use them"
+        )
+        raise FailedPrecondition(
+            description,
+            reason="AUTOMATION_THREAD",
+            violations=[("thread_id", description)],
+        )
 
 
 def input_kind(msg: Msg, field: str) -> MessageKind:
@@ -230,80 +252,23 @@ class Sequencer:
         return self.last
 
 
-# Event payloads an executor may send; the run's own lifecycle and steps are the orchestrator's.
-RELAYED_PAYLOADS = frozenset(
-    {
-        "text_message_start",
-        "text_message_content",
-        "text_message_end",
-        "tool_call_start",
-        "tool_call_args",
-        "tool_call_end",
-        "tool_call_result",
-        "reasoning_start",
-        "reasoning_message_start",
-        "reasoning_message_content",
-        "reasoning_message_end",
-        "reasoning_end",
-        "custom",
-    }
-)
+# Event payloads an executor may send (shared.run_events is the table of event kinds).
+RELAYED_PAYLOADS = run_events.RELAYED_PAYLOADS
 
 
-@dataclass
-class OpenSpans:
+class OpenSpans(run_events.SpanTracker):
     """What a run's stream has opened and not yet closed, and the text streamed so far.
 
-    A cancelled run closes what is open (tool calls, text messages, steps; innermost first)
-    before RUN_FINISHED, as AG-UI clients require, and stores the text it produced.
+    A cancelled run closes what is open (innermost first: `closing()`) before RUN_FINISHED,
+    as AG-UI clients require, and stores the text it produced.
     """
 
-    steps: list[str] = field(default_factory=list)
-    texts: dict[str, list[str]] = field(default_factory=dict)
-    open_texts: list[str] = field(default_factory=list)
-    open_tool_calls: list[str] = field(default_factory=list)
-
-    def step_started(self, name: str) -> None:
-        self.steps.append(name)
-
-    def step_finished(self, name: str) -> None:
-        if name in self.steps:
-            self.steps.remove(name)
-
-    def text_started(self, message_id: str) -> None:
-        self.texts.setdefault(message_id, [])
-        self.open_texts.append(message_id)
-
-    def text_delta(self, message_id: str, delta: str) -> None:
-        self.texts.setdefault(message_id, []).append(delta)
-
-    def text_ended(self, message_id: str) -> None:
-        if message_id in self.open_texts:
-            self.open_texts.remove(message_id)
-
-    def tool_call_started(self, tool_call_id: str) -> None:
-        self.open_tool_calls.append(tool_call_id)
-
-    def tool_call_ended(self, tool_call_id: str) -> None:
-        if tool_call_id in self.open_tool_calls:
-            self.open_tool_calls.remove(tool_call_id)
-
-    def closing(self) -> list[tuple[str, str]]:
-        """(payload, id) of the events that close everything open, innermost first."""
-        return [
-            *(("tool_call_end", c) for c in reversed(self.open_tool_calls)),
-            *(("text_message_end", m) for m in reversed(self.open_texts)),
-            *(("step_finished", s) for s in reversed(self.steps)),
-        ]
+    def __init__(self) -> None:
+        super().__init__(keep=frozenset({"text"}))
 
     def partial_texts(self, stored_ids: Iterable[str]) -> list[tuple[str, str]]:
         """(message id, text) of streamed text whose message the executor never delivered."""
-        stored = set(stored_ids)
-        return [
-            (mid, "".join(parts))
-            for mid, parts in self.texts.items()
-            if mid not in stored and "".join(parts)
-        ]
+        return self.texts("text", stored_ids)
 
 
 # ---- errors -------------------------------------------------------------------------

@@ -452,8 +452,8 @@ class RunManager:
 
     async def _lost(self, run: ActiveRun) -> None:
         """History marked the run failed (lease expired): end the stream, record nothing."""
-        for payload, ident in run.spans.closing():
-            await self._emit(run, convert.closing_event(payload, ident))
+        for kind, ident in run.spans.closing():
+            await self._emit(run, convert.closing_event(kind, ident))
         run.outcome = Outcome.FAILED
         await self._emit(run, convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE))
 
@@ -606,8 +606,8 @@ class RunManager:
         await self._emit(run, convert.run_error(code, message))
 
     async def _cancelled(self, run: ActiveRun) -> None:
-        for payload, ident in run.spans.closing():
-            await self._emit(run, convert.closing_event(payload, ident))
+        for kind, ident in run.spans.closing():
+            await self._emit(run, convert.closing_event(kind, ident))
         outputs = run.outputs + convert.partial_replies(
             run.spans, run.outputs, run.plan, "interrupted"
         )

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from services.scheduler import schedule as sched
 from services.scheduler.schedule import Schedule, ScheduleError, ScheduleType
+from shared.domain import automation_thread_id
 from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
 from shared.tools import REGISTERED_TOOLS
@@ -197,7 +198,7 @@ def after_run(end: RunEnd, *, found_ended: bool) -> Next:
 
 
 def thread_id(job_id: str) -> str:
-    return f"automation:{job_id}"
+    return automation_thread_id(job_id)
 
 
 # --- validation -------------------------------------------------------------------------

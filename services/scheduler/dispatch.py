@@ -71,6 +71,10 @@ _PERMANENT_CODES = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
+# RUN_ERROR codes that the same attempt would meet again: the job's run fails for good.
+# RUNTIME_MODE_MISMATCH: the job's thread holds chat messages (it was taken by a chat run
+# before automation thread ids were reserved); no retry can store automation messages there.
+_PERMANENT_RUN_ERRORS = frozenset({"RUNTIME_MODE_MISMATCH"})
 _MAX_ERROR_CHARS = 2000
 
 
@@ -437,6 +441,9 @@ class Dispatcher:
                 kind = event.WhichOneof("payload")
                 if kind == "run_error":
                     code = event.run_error.code or "RUN_ERROR"
+                    if code in _PERMANENT_RUN_ERRORS:
+                        # Refused for good (the thread is not the job's): no retry can help.
+                        raise AttemptFailed(f"{code}: {event.run_error.message}", retryable=False)
                     claim = _Seen(RunEnd.FAILED, f"{code}: {event.run_error.message}")
                     return _Stream(claim, streamed)
                 if kind == "run_finished":

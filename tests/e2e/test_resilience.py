@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from services.launcher import Suite, free_port
+from tests.agui_rules import check_agui
 from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.conftest import Replicas, _dump_logs, make_suite, run_body, serves_runs, token
 
@@ -168,39 +169,6 @@ def frames(raw: bytes) -> list[Frame]:
         assert chunk.startswith(b"data: ") and b"\n" not in chunk, chunk
         out.append((seq, json.loads(chunk[6:])))
     return out
-
-
-def check_agui(events: list[dict[str, Any]], *, complete: bool) -> None:
-    """The rules a strict AG-UI client enforces, on (a prefix of) one stream."""
-    assert events and events[0]["type"] == "RUN_STARTED", [e["type"] for e in events[:3]]
-    open_: set[tuple[str, str]] = set()
-    steps: list[str] = []
-    for i, e in enumerate(events):
-        t = e["type"]
-        assert t != "RUN_STARTED" or i == 0
-        if t in ("RUN_FINISHED", "RUN_ERROR"):
-            assert i == len(events) - 1, "nothing after the terminal event"
-            if t == "RUN_FINISHED":
-                assert not open_ and not steps, (open_, steps)
-        elif t == "STEP_STARTED":
-            steps.append(e["stepName"])
-        elif t == "STEP_FINISHED":
-            assert e["stepName"] in steps
-            steps.remove(e["stepName"])
-        elif t == "TEXT_MESSAGE_START":
-            open_.add(("text", e["messageId"]))
-        elif t in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"):
-            assert ("text", e["messageId"]) in open_, e
-            if t.endswith("END"):
-                open_.discard(("text", e["messageId"]))
-        elif t == "TOOL_CALL_START":
-            open_.add(("tool", e["toolCallId"]))
-        elif t in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
-            assert ("tool", e["toolCallId"]) in open_, e
-            if t.endswith("END"):
-                open_.discard(("tool", e["toolCallId"]))
-    if complete:
-        assert events[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR")
 
 
 def auth(owner: str) -> dict[str, str]:

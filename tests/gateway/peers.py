@@ -201,7 +201,8 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
 
     def seed(self, owner: str, thread_id: str, messages: list[message_pb2.Message]) -> None:
         thread = history_service_pb2.Thread(
-            id=thread_id, runtime_mode=message_pb2.RUNTIME_MODE_CHAT, message_count=len(messages)
+            id=thread_id, runtime_mode=message_pb2.RUNTIME_MODE_CHAT, message_count=len(messages),
+            shown_message_count=len(messages),
         )
         thread.create_time.FromSeconds(1_700_000_000)
         thread.update_time.FromSeconds(1_700_000_100)

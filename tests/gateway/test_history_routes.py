@@ -222,6 +222,6 @@ async def test_audit_lists_refused_tool_calls_with_a_digest_only(
             "ownerId": "hana", "runId": "run-h", "threadId": "th-1", "toolCallId": "c1",
             "toolName": "memory_write", "argumentsSha256": "ab" * 32, "reason": "not_in_profile",
             "origin": "chat", "executor": "worker", "executionProfileName": "chat_default",
-            "createTime": "2023-11-14T22:13:20Z",
+            "createTime": "2023-11-14T22:13:20.000000Z",
         }
     ]

@@ -51,23 +51,25 @@ async def test_list_pages_cover_every_memory_once(client) -> None:
     assert seen == [f"fact number {i}" for i in reversed(range(7))]
 
 
-async def test_list_page_size_defaults_to_20(client) -> None:
+async def test_list_page_size_defaults_to_50_as_every_listing(client) -> None:
     alice = client("alice")
-    for i in range(21):
+    for i in range(51):
         await alice.write(f"fact number {i}")
     page = await alice.list()
-    assert len(page.memories) == 20 and page.next_page_token
+    assert len(page.memories) == 50 and page.next_page_token
     rest = await alice.list(page_token=page.next_page_token)
     assert len(rest.memories) == 1 and not rest.next_page_token
 
 
-async def test_list_page_size_is_bounded(client) -> None:
+async def test_list_and_search_page_size_is_at_most_1000(client) -> None:
     alice = client("alice")
-    assert len((await alice.list(page_size=100)).memories) == 0
-    for bad in (101, -1):
-        error = await rpc_error(alice.list(page_size=bad))
-        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
-        assert error.violations[0][0] == "page_size"
+    assert len((await alice.list(page_size=1000)).memories) == 0
+    assert len(await alice.search("tea", page_size=1000)) == 0
+    for bad in (1001, -1):
+        for call in (alice.list(page_size=bad), alice.search("tea", page_size=bad)):
+            error = await rpc_error(call)
+            assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert error.violations[0][0] == "page_size"
 
 
 async def test_list_rejects_a_garbled_page_token(client) -> None:

@@ -65,16 +65,16 @@ async def test_query_syntax_characters_are_plain_text(client) -> None:
     assert [m.content for m in await alice.search('"green" tea')] == ["I love green tea"]
 
 
-async def test_page_size_defaults_to_20_and_is_bounded_by_100(client) -> None:
+async def test_page_size_defaults_to_50_and_is_bounded_by_1000(client) -> None:
     alice = client("alice")
-    for i in range(22):
+    for i in range(52):
         await alice.write(f"green tea number {i}")
         await alice.write(f"绿茶 第{i}杯")
-    assert len(await alice.search("tea")) == 20
-    assert len(await alice.search("绿茶")) == 20
+    assert len(await alice.search("tea")) == 50
+    assert len(await alice.search("绿茶")) == 50
     assert len(await alice.search("tea", page_size=5)) == 5
-    assert len(await alice.search("tea", page_size=100)) == 22
-    error = await rpc_error(alice.search("tea", page_size=101))
+    assert len(await alice.search("tea", page_size=1000)) == 52
+    error = await rpc_error(alice.search("tea", page_size=1001))
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
     assert error.violations[0][0] == "page_size"
 

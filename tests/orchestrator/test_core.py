@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import pytest
+from agentmesh.type.v1.run_event_pb2 import (
+    ReasoningStart,
+    RunEvent,
+    TextMessageContent,
+    TextMessageStart,
+    ToolCallStart,
+)
 
-from services.orchestrator import core
+from services.orchestrator import convert, core
 from shared.domain import MessageKind, RuntimeMode
-from shared.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
+from shared.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+)
 from shared.ids import is_owner_id
 from shared.messages import ToolResultBlock, assistant, user
 from shared.profiles import (
@@ -143,15 +156,20 @@ def test_sequence_numbers_are_dense_from_one() -> None:
 
 def test_open_spans_close_innermost_first_and_keep_streamed_text() -> None:
     spans = core.OpenSpans()
-    spans.step_started("router")
-    spans.step_finished("router")
-    spans.step_started("worker")
-    spans.text_started("m1")
-    spans.text_delta("m1", "Hel")
-    spans.text_delta("m1", "lo")
-    spans.tool_call_started("c1")
-    assert spans.closing() == [
+    for event in [
+        convert.step_started("router"),
+        convert.step_finished("router"),
+        convert.step_started("worker"),
+        RunEvent(text_message_start=TextMessageStart(message_id="m1")),
+        RunEvent(text_message_content=TextMessageContent(message_id="m1", delta="Hel")),
+        RunEvent(text_message_content=TextMessageContent(message_id="m1", delta="lo")),
+        RunEvent(reasoning_start=ReasoningStart(message_id="r1")),
+        RunEvent(tool_call_start=ToolCallStart(tool_call_id="c1")),
+    ]:
+        convert.observe(spans, event)
+    assert [(k.payload, ident) for k, ident in spans.closing()] == [
         ("tool_call_end", "c1"),
+        ("reasoning_end", "r1"),
         ("text_message_end", "m1"),
         ("step_finished", "worker"),
     ]
@@ -172,3 +190,15 @@ def test_user_errors_never_show_internals() -> None:
         "thread_id: belongs to automation",
     )
     assert core.as_domain_error(RuntimeError("boom")).message == "internal error"
+
+
+def test_a_chat_run_may_not_name_a_jobs_thread() -> None:
+    with pytest.raises(FailedPrecondition) as err:
+        core.check_thread_for_origin("automation:job-1", RuntimeMode.CHAT)
+    assert err.value.reason == "AUTOMATION_THREAD"
+    assert [f for f, _ in err.value.violations] == ["thread_id"]
+
+
+def test_automation_runs_and_other_chat_threads_pass_the_thread_rule() -> None:
+    core.check_thread_for_origin("automation:job-1", RuntimeMode.AUTOMATION)
+    core.check_thread_for_origin("my-automation:notes", RuntimeMode.CHAT)

@@ -1,4 +1,4 @@
-"""Msg, blocks and role rules; the protobuf, JSON and AG-UI mappings on chosen examples."""
+"""Msg, blocks and role rules; the protobuf and JSON mappings on chosen examples."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from google.protobuf import struct_pb2
 from shared.errors import InvalidArgument
 from shared.messages import (
     DataBlock,
-    HintBlock,
     Msg,
     Role,
     TextBlock,
@@ -19,15 +18,11 @@ from shared.messages import (
     ToolCallBlock,
     ToolInputError,
     ToolResultBlock,
-    ToolResultState,
-    agui_projection,
     assistant,
     msg_from_json,
     msg_from_pb,
-    msg_to_agui,
     msg_to_json,
     msg_to_pb,
-    msgs_from_agui,
     system,
     user,
 )
@@ -143,67 +138,3 @@ def test_tool_call_arguments_name_the_call_and_position_on_invalid_json() -> Non
 def test_tool_call_arguments_must_be_an_object() -> None:
     with pytest.raises(ToolInputError, match="must be a JSON object, not list"):
         ToolCallBlock(id="c", name="t", input="[1]").arguments()
-
-
-def test_agui_user_message_with_media_becomes_typed_parts() -> None:
-    msg = user(
-        [
-            TextBlock("see"),
-            DataBlock("image/png", url="https://x/a.png"),
-            DataBlock("audio/mpeg", data=b"id3"),
-            DataBlock("video/mp4", url="https://x/v.mp4"),
-            DataBlock("application/pdf", data=b"%PDF", name="a.pdf"),
-        ]
-    )
-    [m] = msg_to_agui(msg)
-    wire = m.model_dump(mode="json", by_alias=True)
-    assert [p["type"] for p in wire["content"]] == ["text", "image", "audio", "video", "document"]
-    assert wire["content"][1]["source"] == {"type": "url", "value": "https://x/a.png", "mimeType": "image/png"}
-    assert wire["content"][2]["source"]["type"] == "data"
-    assert msgs_from_agui([wire], created_at=msg.created_at) == [msg]
-
-
-def test_agui_assistant_message_splits_into_reasoning_message_and_tool_messages() -> None:
-    msg = assistant(
-        [
-            ThinkingBlock("plan"),
-            TextBlock("calling"),
-            ToolCallBlock(id="c1", name="search", input='{"q":"tea"}'),
-            ToolResultBlock(id="c1", name="search", output="found", state=ToolResultState.SUCCESS),
-        ],
-        id="a1",
-    )
-    roles = [(m.role, m.id) for m in msg_to_agui(msg)]
-    assert roles == [("reasoning", "a1/thinking/0"), ("assistant", "a1"), ("tool", "a1/result/0")]
-
-
-def test_agui_drops_hint_blocks() -> None:
-    msg = assistant([HintBlock("internal"), TextBlock("hi")])
-    assert agui_projection(msg).content == (TextBlock("hi"),)
-    assert msgs_from_agui(msg_to_agui(msg), created_at=msg.created_at) == [agui_projection(msg)]
-
-
-def test_agui_client_tool_message_gets_the_call_name_and_error_state() -> None:
-    wire = [
-        {"id": "a1", "role": "assistant", "toolCalls": [
-            {"id": "c1", "type": "function", "function": {"name": "pick_color", "arguments": "{}"}}
-        ]},
-        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "", "error": "user closed the dialog"},
-    ]
-    msgs = msgs_from_agui(wire)
-    assert len(msgs) == 2
-    [result] = msgs[1].tool_results
-    assert (result.name, result.state) == ("pick_color", ToolResultState.ERROR)
-
-
-def test_agui_developer_message_is_a_system_message() -> None:
-    [msg] = msgs_from_agui([{"id": "d", "role": "developer", "content": "be terse"}])
-    assert msg.role == Role.SYSTEM and msg.text == "be terse"
-
-
-def test_agui_file_source_is_refused_clearly() -> None:
-    wire = {"id": "u", "role": "user", "content": [
-        {"type": "image", "source": {"type": "file", "value": "file-123"}}
-    ]}
-    with pytest.raises(ValueError, match="file source is not supported"):
-        msgs_from_agui([wire])

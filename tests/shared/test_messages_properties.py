@@ -1,8 +1,5 @@
-"""Property tests: arbitrary messages round-trip through protobuf, JSON and AG-UI.
-
-AG-UI carries exactly `agui_projection(msg)` (see shared.messages for what it cannot carry);
-protobuf and JSON carry everything.
-"""
+"""Property tests: arbitrary messages round-trip through protobuf and JSON, which carry
+everything. (Their AG-UI projection is tested in tests/gateway/test_agui_projection.py.)"""
 
 from __future__ import annotations
 
@@ -25,15 +22,12 @@ from shared.messages import (
     ToolResultBlock,
     ToolResultState,
     Usage,
-    agui_projection,
     msg_from_dict,
     msg_from_json,
     msg_from_pb,
-    msg_to_agui,
     msg_to_dict,
     msg_to_json,
     msg_to_pb,
-    msgs_from_agui,
 )
 
 text = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -134,28 +128,3 @@ def test_protobuf_round_trip_is_lossless(msg: Msg) -> None:
 def test_json_round_trip_is_lossless(msg: Msg) -> None:
     assert msg_from_json(msg_to_json(msg)) == msg
     assert msg_from_dict(json.loads(json.dumps(msg_to_dict(msg)))) == msg
-
-
-@settings(max_examples=100, deadline=None)
-@given(messages())
-def test_agui_round_trip_keeps_exactly_the_projection(msg: Msg) -> None:
-    wire = json.loads(json.dumps([m.model_dump(mode="json", by_alias=True) for m in msg_to_agui(msg)]))
-    assert msgs_from_agui(wire, created_at=msg.created_at) == [agui_projection(msg)]
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(messages(), max_size=5))
-def test_agui_round_trip_of_a_conversation_keeps_messages_apart(msgs: list[Msg]) -> None:
-    when = datetime(2025, 1, 1, tzinfo=UTC)
-    wire = [m for msg in msgs for m in msg_to_agui(msg)]
-    expected = [agui_projection(m) for m in msgs]
-    got = msgs_from_agui(wire, created_at=when)
-    assert [(m.id, m.content) for m in got] == [(m.id, m.content) for m in expected]
-
-
-@settings(max_examples=40, deadline=None)
-@given(messages())
-def test_agui_wire_has_no_json_null_in_optional_fields(msg: Msg) -> None:
-    for m in msg_to_agui(msg):
-        wire = m.model_dump(mode="json", by_alias=True)
-        assert all(v is not None for v in wire.values())

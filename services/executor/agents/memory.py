@@ -25,7 +25,13 @@ from typing import Protocol
 
 from services.executor import core
 from services.executor.agents.base import StepRequest
-from services.executor.agents.worker import TurnOutput, denied, denied_result, run_tool
+from services.executor.agents.worker import (
+    TurnOutput,
+    denied,
+    denied_result,
+    run_tool,
+    stored_call,
+)
 from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, TextStart
 from services.executor.memory_tools import Watermark
 from services.executor.tools import ToolContext, ToolRegistry
@@ -49,8 +55,8 @@ from shared.messages import (
 )
 from shared.model.base import ChatModel
 from shared.model.scripted import MEMORY_PROMPT
-from shared.tools import authorize, effective_tools
 from shared.toolcalls import ToolCallTracker
+from shared.tools import authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")
 
@@ -136,8 +142,9 @@ class MemoryAgent:
                 yield event
             usage = usage + turn.usage
             calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
+            reasons = {c.id: authorize(c.name, step.declared, step.profile, registered) for c in calls}
             message = assistant(
-                turn.content(calls),
+                turn.content([stored_call(c, reasons[c.id]) for c in calls]),
                 id=message_id,
                 kind=core.turn_kind(bool(calls)),
                 usage=turn.usage,
@@ -164,7 +171,7 @@ class MemoryAgent:
             results = []
             for call in calls:
                 lifecycle = tracker.track(call.id, call.name)
-                reason = authorize(call.name, step.declared, step.profile, registered)
+                reason = reasons[call.id]
                 if reason is not None:
                     lifecycle.deny()
                     yield denied(call, reason)

@@ -122,7 +122,7 @@ class WorkerAgent:
             routes = {c.id: decide(c, last) for c in calls}
             calls = [replace(c, state=_call_state(routes[c.id][0])) for c in calls]
             message = assistant(
-                turn.content(calls),
+                turn.content([stored_call(c, routes[c.id][1]) for c in calls]),
                 id=message_id,
                 kind=core.turn_kind(bool(calls)),
                 usage=turn.usage,
@@ -205,6 +205,16 @@ def denied(call: ToolCallBlock, reason: DenialReason) -> ToolDenied:
     """The audit item of a refused call: a digest of its arguments, never the arguments."""
     metrics.tool_denied(reason.value)
     return ToolDenied(call.id, call.name, arguments_digest(call.input or ""), reason.value)
+
+
+def stored_call(call: ToolCallBlock, reason: DenialReason | None) -> ToolCallBlock:
+    """A call as its message stores it: a refused call (`reason`) keeps only the digest of
+    its arguments, the audit's argumentsSha256, as `{"argumentsSha256": "<hex>"}`: refused
+    arguments are never stored (they may be what an attacker injected)."""
+    if reason is None:
+        return call
+    digest = arguments_digest(call.input or "")
+    return replace(call, input=json.dumps({"argumentsSha256": digest}, separators=(",", ":")))
 
 
 def denied_result(call: ToolCallBlock, reason: DenialReason) -> ToolResultBlock:

@@ -63,18 +63,20 @@ TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
 
 class Thread(_message.Message):
-    __slots__ = ("id", "runtime_mode", "create_time", "update_time", "message_count")
+    __slots__ = ("id", "runtime_mode", "create_time", "update_time", "message_count", "shown_message_count")
     ID_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_MODE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SHOWN_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     id: str
     runtime_mode: _message_pb2.RuntimeMode
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     message_count: int
-    def __init__(self, id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
+    shown_message_count: int
+    def __init__(self, id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., shown_message_count: _Optional[int] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message", "cancel_requested", "rolled_back", "lease_expire_time", "ahead_run_ids", "owner_id")
