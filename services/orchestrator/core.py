@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from shared import errors
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.errors import (
     Aborted,
@@ -16,7 +17,6 @@ from shared.errors import (
     DeadlineExceeded,
     DomainError,
     FailedPrecondition,
-    Internal,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -317,11 +317,11 @@ _CALLER_FACING = (
 
 
 def as_domain_error(exc: BaseException) -> DomainError:
-    if isinstance(exc, DomainError):
-        return exc
+    """What a run's failure was (shared.errors.as_domain_error: a lost database or event
+    log is UNAVAILABLE); a timeout is the run's own deadline."""
     if isinstance(exc, TimeoutError):
         return DeadlineExceeded("the run did not finish in time")
-    return Internal("internal error")
+    return errors.as_domain_error(exc)
 
 
 def user_error(err: DomainError) -> tuple[str, str]:
