@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shared import db
 from shared.clients import open_channel
-from shared.server import ServiceParts
+from shared.server import DATABASE, ServiceParts
 from shared.settings import Settings
 
 from services.scheduler.dispatch import ClaimLoop, Dispatcher, replica_id
@@ -40,6 +40,7 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     dispatcher = Dispatcher(engine, channel, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
     servicer = SchedulerServicer(engine, dispatcher, cfg)
+    check = db.health_check(settings, NAME)
 
     def register(server: object) -> None:
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]
@@ -48,10 +49,13 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
         await dispatcher.close(settings.grace_seconds)
         await channel.close()
         await engine.dispose()
+        if check is not None:
+            await check.aclose()
 
     return ServiceParts(
         register=register,
         service_names=[SERVICE_NAME],
         on_stop=on_stop,
         background=[loop.run_forever],
+        dependencies={DATABASE: check} if check is not None else {},
     )
