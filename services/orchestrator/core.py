@@ -338,9 +338,11 @@ def user_error(err: DomainError) -> tuple[str, str]:
 # ---- retrying an executor step ------------------------------------------------------
 
 # Attempts of one executor step whose replica was unavailable before the step produced
-# anything, and the pause before the second attempt (doubled before each later one).
+# anything, and how long the first retry waits at most for a connected replica (doubled
+# for each later one): 1.5 + 3 s ride out an executor's restart, and the step goes to the
+# restarted process as soon as the channel reconnects (Peers.executor_reconnected).
 EXECUTOR_STEP_ATTEMPTS = 3
-EXECUTOR_RETRY_BACKOFF_SECONDS = 0.2
+EXECUTOR_RETRY_BACKOFF_SECONDS = 1.5
 
 
 def retries_executor_step(
@@ -355,5 +357,5 @@ def retries_executor_step(
 
 
 def executor_retry_delay(attempt: int) -> float:
-    """The pause after failed attempt number `attempt` (1, 2, ...)."""
+    """The longest wait for a connected replica after failed attempt `attempt` (1, 2, ...)."""
     return EXECUTOR_RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1)
