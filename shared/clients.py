@@ -17,6 +17,11 @@ from shared.server import MAX_MESSAGE_BYTES
 RECONNECT_BACKOFF_MS = 250
 # The longest one connection attempt may take.
 CONNECT_TIMEOUT_MS = 2_000
+# How long an idempotent call whose peer could not be reached waits for its channel to
+# connect again before it fails (the backoff, its jitter and one connection, with margin):
+# a call made while the peer is coming back goes to it instead of failing. Longer would
+# ride out more of a restart, but delay every error while a peer is down for good.
+RECONNECT_WAIT_SECONDS = 1.0
 
 
 def _service_config(idempotent_services: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
 from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
 
-from shared.clients import open_channel
+from shared.clients import RECONNECT_WAIT_SECONDS, open_channel
 from shared.errors import Unavailable, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
@@ -71,11 +71,11 @@ class Peers:
     ) -> Any:
         """One call of an idempotent peer (history, router). When the peer could not be
         reached (it restarts: its channel is not connected), the call waits for the channel
-        to connect again, at most one call deadline in all, and is made again at once: a
-        restarted peer is used as soon as it listens, and a run rides out its restart. An
-        UNAVAILABLE the peer answered itself (its database is down) is not waited for."""
+        to connect again (RECONNECT_WAIT_SECONDS in all) and is made again at once: a
+        restarted peer is used as soon as it listens, not after a backoff. An UNAVAILABLE
+        the peer answered itself (its database is down) is not waited for."""
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.rpc_timeout
+        give_up = loop.time() + min(self.rpc_timeout, RECONNECT_WAIT_SECONDS)
         while True:
             try:
                 return await rpc(

@@ -339,10 +339,10 @@ def user_error(err: DomainError) -> tuple[str, str]:
 
 # Attempts of one executor step whose replica was unavailable before the step produced
 # anything, and how long the first retry waits at most for a connected replica (doubled
-# for each later one): 1.5 + 3 s ride out an executor's restart, and the step goes to the
-# restarted process as soon as the channel reconnects (Peers.executor_reconnected).
+# for each later one): the step goes to a restarted executor as soon as the channel
+# reconnects (Peers.executor_reconnected), and gives up after 0.5 + 1 s with none.
 EXECUTOR_STEP_ATTEMPTS = 3
-EXECUTOR_RETRY_BACKOFF_SECONDS = 1.5
+EXECUTOR_RETRY_BACKOFF_SECONDS = 0.5
 
 
 def retries_executor_step(
