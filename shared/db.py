@@ -26,7 +26,7 @@ def is_postgres(engine: AsyncEngine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-def create_engine(settings: Settings, service: str) -> AsyncEngine:
+def create_engine(settings: Settings, service: str, *, pool_size: int | None = None) -> AsyncEngine:
     if not settings.database_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         path = (settings.data_dir / f"{service}.db").resolve()
@@ -55,7 +55,7 @@ def create_engine(settings: Settings, service: str) -> AsyncEngine:
         # No overflow: an overflow connection is closed as soon as it is returned, so a
         # load just above the pool would open (and re-prepare every statement on) a new
         # connection per transaction.
-        pool_size=settings.database_pool_size,
+        pool_size=pool_size or settings.database_pool_size,
         max_overflow=0,
         # No pre-ping: it costs a round trip on every checkout of a hot path. A connection
         # that died with its server raises a disconnect error, which invalidates the pool,
@@ -64,6 +64,32 @@ def create_engine(settings: Settings, service: str) -> AsyncEngine:
         pool_recycle=1800,
         connect_args={"server_settings": {"search_path": schema}},
     )
+
+
+class HealthCheck:
+    """`SELECT 1` on a PostgreSQL connection of its own (the service's pool may be busy
+    with real work, which must not read as an outage). A failed check drops the
+    connection, so the next one connects afresh and sees the database come back."""
+
+    def __init__(self, settings: Settings, service: str) -> None:
+        self.engine = create_engine(settings, service, pool_size=1)
+
+    async def __call__(self) -> None:
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except BaseException:
+            await self.engine.dispose()
+            raise
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+
+def health_check(settings: Settings, service: str) -> HealthCheck | None:
+    """The check of the service's database (shared.server.ServiceParts.dependencies); None
+    for SQLite, a file of the service's own host that cannot be lost apart from it."""
+    return HealthCheck(settings, service) if settings.database_url else None
 
 
 def _sqlite_pragmas(engine: AsyncEngine) -> None:

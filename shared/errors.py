@@ -7,6 +7,8 @@ turn an RpcError back into the same class with `from_rpc_error`.
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 from collections.abc import Mapping, Sequence
 
 import grpc
@@ -199,6 +201,107 @@ def from_rpc_error(err: grpc.RpcError) -> DomainError:
     error = DomainError.__new__(cls)
     DomainError.__init__(error, message, reason=reason, violations=violations, metadata=metadata)
     return error
+
+
+# ---- what an exception that is not a DomainError stands for ------------------------------
+
+# OSErrors of the file system (a bug or a misconfiguration, not an outage).
+_LOCAL_OS_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    TimeoutError,
+)
+# SQLite's errors of a busy database: another writer holds it past the busy timeout.
+_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "database is busy")
+
+
+def _lost_store(exc: BaseException) -> str | None:
+    """What `exc` itself says cannot be reached: "database", "event_log", or "connection"
+    (a network connection to a peer not named by the error)."""
+    if isinstance(exc, OSError) and not isinstance(exc, _LOCAL_OS_ERRORS):
+        # Refused, reset, unreachable, a name that does not resolve, or asyncio's
+        # "Multiple exceptions: [Errno 111] Connect call failed ..." (a plain OSError, which
+        # is what asyncpg raises when PostgreSQL is down): which peer is not known here.
+        return "connection"
+    if isinstance(exc, sqlite3.OperationalError) and str(exc) in _SQLITE_TRANSIENT:
+        return "database"
+    # Drivers are looked up only when loaded: an exception of a driver never imported
+    # cannot be raised (and the embedded services never load asyncpg).
+    asyncpg = sys.modules.get("asyncpg")
+    if asyncpg is not None:
+        pg = asyncpg.exceptions
+        if isinstance(
+            exc,
+            (
+                pg.PostgresConnectionError,  # class 08: connection exceptions
+                pg.CannotConnectNowError,  # starting up, shutting down, in recovery
+                pg.AdminShutdownError,
+                pg.CrashShutdownError,
+            ),
+        ):
+            return "database"
+        if isinstance(exc, pg.InterfaceError) and "is closed" in str(exc):
+            return "database"  # a statement on a connection the server dropped
+    sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return "database"  # SQLAlchemy recognised a disconnect
+    redis_exc = sys.modules.get("redis.exceptions")
+    if redis_exc is not None and isinstance(
+        exc,
+        (
+            redis_exc.ConnectionError,  # refused, reset, loading, no connection free
+            redis_exc.TimeoutError,
+            redis_exc.ReadOnlyError,  # a replica promoted mid-failover
+            redis_exc.TryAgainError,
+        ),
+    ):
+        return "event_log"
+    return None
+
+
+def unreachable_store(exc: BaseException) -> str | None:
+    """What a failure says is unreachable ("database", "event_log", "connection"), or None
+    when `exc` is not about reaching something. Looks through the exceptions it was raised from
+    explicitly (`raise ... from`) and a SQLAlchemy error's DBAPI error (`.orig`), since
+    drivers and SQLAlchemy wrap the connection's error."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        store = _lost_store(current)
+        if store is not None:
+            return store
+        for inner in (getattr(current, "orig", None), current.__cause__):
+            if isinstance(inner, BaseException):
+                pending.append(inner)
+    return None
+
+
+_UNREACHABLE = {
+    "database": "the database is unavailable; retry shortly",
+    "event_log": "the run event log is unavailable; retry shortly",
+    "connection": "a connection this service needs failed; retry shortly",
+}
+
+
+def as_domain_error(exc: BaseException, internal_message: str = "internal error") -> DomainError:
+    """The one classification of an exception: a DomainError stays itself; a store that
+    cannot be reached (a database or event log outage, a connection it dropped) is
+    UNAVAILABLE, which a caller may retry shortly; anything else is INTERNAL (a bug), with
+    `internal_message` (never the exception's text, which may name hosts or data)."""
+    if isinstance(exc, DomainError):
+        return exc
+    store = unreachable_store(exc)
+    if store is not None:
+        return Unavailable(_UNREACHABLE[store], metadata={"unreachable": store})
+    return Internal(internal_message)
 
 
 assert code_pb2.OK == 0  # google.rpc.Code and grpc.StatusCode share their numbers

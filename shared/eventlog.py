@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -303,9 +303,18 @@ class RedisEventLog:
         self._followers = aioredis.Redis.from_url(
             url, max_connections=_FOLLOWER_CONNECTIONS, **retries
         )
+        # The health check's client: one connection, no retries of its own (the server's
+        # check bounds its time), apart from the runs' writes.
+        self._health = aioredis.Redis.from_url(
+            url, max_connections=1, retry=Retry(NoBackoff(), 0)
+        )
         self.retention_seconds = retention_seconds
         self.prefix = prefix
         self._append = self.redis.register_script(_APPEND)
+
+    async def check(self) -> None:
+        """PING; raises when Redis cannot be reached (shared.server's dependency check)."""
+        await self._health.ping()
 
     def _key(self, key: str) -> str:
         return self.prefix + key
@@ -412,6 +421,7 @@ class RedisEventLog:
     async def aclose(self) -> None:
         await self.redis.aclose()
         await self._followers.aclose()
+        await self._health.aclose()
 
 
 def open_event_log(

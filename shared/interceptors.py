@@ -2,8 +2,9 @@
 metadata, access log, RPC metrics, the server span, DomainError -> status.
 
 One place turns exceptions into gRPC statuses: a DomainError becomes its status with
-google.rpc details; anything else becomes INTERNAL with a generic message (the trace is
-logged, never sent).
+google.rpc details; a store that cannot be reached (shared.errors.as_domain_error) becomes
+UNAVAILABLE; anything else becomes INTERNAL with a generic message (the trace is logged,
+never sent).
 
 Every response ends with the trailing metadata `x-agentmesh-version: <version>` (errors
 too), so a client (or an operator with grpcurl -v) sees which version answered. Trailing,
@@ -24,7 +25,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from shared import compat, identity, logs, metrics, telemetry
-from shared.errors import DomainError, Internal, InvalidArgument
+from shared.errors import Internal, InvalidArgument, as_domain_error
 from shared.logs import request_id_var, run_id_var, thread_id_var
 
 log = logging.getLogger("agentmesh.rpc")
@@ -44,10 +45,15 @@ async def _fail(
 ) -> None:
     """Abort with the status of `exc`; `metadata` joins the status details in the trailers
     (an abort replaces the trailing metadata set before)."""
-    if not isinstance(exc, DomainError):
-        log.exception("unhandled error in %s", method)
-        exc = Internal(f"internal error (request id {request_id_var.get()})")
-    status = exc.to_grpc_status()
+    error = as_domain_error(exc, f"internal error (request id {request_id_var.get()})")
+    if error is not exc:
+        if isinstance(error, Internal):
+            log.exception("unhandled error in %s", method)
+        else:
+            # An outage of a store, not a bug: one line, no trace per failed call.
+            fields = {**error.metadata, "method": method, "error": type(exc).__name__}
+            log.warning(error.message, extra={"fields": fields})
+    status = error.to_grpc_status()
     await context.abort(status.code, status.details, (*status.trailing_metadata, *metadata))
 
 
@@ -86,10 +92,8 @@ class _Call:
             self.code = grpc.StatusCode.CANCELLED
         elif isinstance(exc, grpc.aio.AbortError):
             self.code = _aborted_code(context)
-        elif isinstance(exc, DomainError):
-            self.code = exc.code
         else:
-            self.code = grpc.StatusCode.INTERNAL
+            self.code = as_domain_error(exc).code
 
     def end(
         self, rpc_service: str, rpc_method: str, method: str, quiet: bool, request: Any

@@ -225,7 +225,8 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
     leaves the connection inside a transaction that asyncpg no longer tracks, and the next
     unit's "transaction" would then be a savepoint of it, never committed."""
     async with engine.connect() as sa:
-        raw = (await sa.get_raw_connection()).driver_connection
+        pooled = await sa.get_raw_connection()
+        raw = pooled.driver_connection
         assert raw is not None
         try:
             if transaction:
@@ -234,6 +235,13 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
             else:
                 yield Connection(sa, raw)
         except BaseException as err:
-            if not isinstance(err, Exception) or _broke(err, raw):
+            broke = isinstance(err, Exception) and _broke(err, raw)
+            if broke:
+                # What SQLAlchemy does on a disconnect it sees itself: every pooled
+                # connection opened before this one is dropped at its next checkout (a
+                # server that went away took them all), so the first units after the
+                # database is back do not fail one by one on the dead ones.
+                engine.sync_engine.pool._invalidate(pooled, err, _checkin=False)
+            if broke or not isinstance(err, Exception):
                 await sa.invalidate()
             raise

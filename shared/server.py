@@ -21,7 +21,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -64,6 +64,13 @@ KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.http2.max_ping_strikes", 2),
 )
 
+# grpc.health.v1 names of the stores a service depends on (ServiceParts.dependencies), and
+# the entry that only says the process is alive (Kubernetes' liveness probe: an outage of
+# a store makes every replica unready, but restarting them would not bring it back).
+DATABASE = "database"
+EVENT_LOG = "event_log"
+LIVENESS = "liveness"
+
 
 @dataclass
 class ServiceParts:
@@ -77,6 +84,11 @@ class ServiceParts:
     on_stop: Callable[[], Awaitable[None]] | None = None
     # Background tasks to run while serving (e.g. the scheduler's claim loop).
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # The stores the service cannot serve without, by health name (DATABASE, EVENT_LOG),
+    # each with a cheap check that raises when the store cannot be reached. The server
+    # checks them every health_probe_seconds: while one fails, the server and its services
+    # are NOT_SERVING on grpc.health.v1, and so is the entry of that name.
+    dependencies: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
 
 class GrpcServer:
@@ -88,10 +100,14 @@ class GrpcServer:
         grace_seconds: float,
         metrics_port: int = 0,
         metrics_host: str = "127.0.0.1",
+        health_probe_seconds: float = 2.0,
     ) -> None:
         self.name = name
         self.parts = parts
         self.grace_seconds = grace_seconds
+        self.health_probe_seconds = health_probe_seconds
+        # The dependencies found unreachable at the last check.
+        self.unreachable: frozenset[str] = frozenset()
         # 0: no /metrics endpoint (and nothing recorded).
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
@@ -126,8 +142,11 @@ class GrpcServer:
             self._stop_metrics = metrics.serve(self.metrics_port, self.metrics_host)
         for task_factory in self.parts.background:
             self._tasks.append(asyncio.create_task(task_factory()))
-        for service_name in [*self.parts.service_names, ""]:
+        names = [*self.parts.service_names, "", LIVENESS, *self.parts.dependencies]
+        for service_name in names:
             await self.health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        if self.parts.dependencies:
+            self._tasks.append(asyncio.create_task(self._watch_dependencies()))
         log.info(
             "serving",
             extra={
@@ -141,6 +160,38 @@ class GrpcServer:
             },
         )
         return self.port
+
+    async def check_dependencies(self) -> frozenset[str]:
+        """Check every dependency once (each within health_probe_seconds), publish the
+        result on grpc.health.v1 when it changed; the names found unreachable."""
+        checks = self.parts.dependencies
+        names = list(checks)
+        results = await asyncio.gather(
+            *(asyncio.wait_for(checks[n](), self.health_probe_seconds) for n in names),
+            return_exceptions=True,
+        )
+        failed = {n: r for n, r in zip(names, results, strict=True) if isinstance(r, Exception)}
+        lost = frozenset(failed)
+        if lost != self.unreachable:
+            self.unreachable = lost
+            serving = health_pb2.HealthCheckResponse.SERVING
+            not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in names:
+                await self.health.set(name, not_serving if name in lost else serving)
+            for service_name in [*self.parts.service_names, ""]:
+                await self.health.set(service_name, not_serving if lost else serving)
+            fields: dict[str, object] = {"service": self.name, "unreachable": sorted(lost)}
+            if lost:
+                fields["errors"] = {n: type(e).__name__ for n, e in failed.items()}
+                log.warning("dependency unreachable: NOT_SERVING", extra={"fields": fields})
+            else:
+                log.info("dependencies reachable again: SERVING", extra={"fields": fields})
+        return lost
+
+    async def _watch_dependencies(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_probe_seconds)
+            await self.check_dependencies()
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
@@ -169,6 +220,7 @@ async def serve(name: str, build: Builder, settings: Settings) -> None:
         grace_seconds=settings.grace_seconds,
         metrics_port=settings.metrics_port,
         metrics_host=settings.host,
+        health_probe_seconds=settings.health_probe_seconds,
     )
     await server.start(settings.host, settings.listen_port(name))
     stop = asyncio.Event()

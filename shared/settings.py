@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     page_token_secret: str = Field(default="agentmesh-development-page-tokens-change-me", min_length=1)
     # Graceful shutdown: in-flight calls and streams get this long to finish.
     grace_seconds: float = 10.0
+    # How often a service checks the stores it depends on (SELECT 1 on its database, PING
+    # on the Redis event log); a failed or slower check turns its grpc.health.v1 status
+    # NOT_SERVING (and the gateway's /readyz 503) until a check succeeds again.
+    health_probe_seconds: float = Field(default=2.0, gt=0, le=60)
     # Deadline of one internal unary call.
     rpc_timeout_seconds: float = 5.0
     # Deadline of a whole run (streaming calls).

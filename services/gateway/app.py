@@ -179,7 +179,12 @@ def _health_routes(app: FastAPI) -> None:
         "/readyz",
         summary="Every service the gateway needs answers SERVING",
         tags=["health"],
-        responses={503: {"model": openapi.ErrorBody, "description": "Some service is not SERVING"}},
+        responses={
+            503: {
+                "model": openapi.ErrorBody,
+                "description": "Some service is not SERVING (or lost its store)",
+            }
+        },
     )
     async def readyz(request: Request) -> Response:
         clients: Clients = request.app.state.clients
@@ -188,8 +193,8 @@ def _health_routes(app: FastAPI) -> None:
             return ApiError(
                 503,
                 "UNAVAILABLE",
-                f"not ready: {', '.join(down)} not SERVING",
-                violations=[(name, "does not answer SERVING on grpc.health.v1") for name in down],
+                "not ready: " + "; ".join(f"{name} {why}" for name, why in down.items()),
+                violations=list(down.items()),
             ).response()
         return JSONResponse({"status": "ready"})
 

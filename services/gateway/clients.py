@@ -17,6 +17,7 @@ from services.gateway.errors import from_rpc
 from shared.clients import open_channel
 from shared.identity import call_metadata
 from shared.logs import request_id_var
+from shared.server import DATABASE, EVENT_LOG
 from shared.settings import Settings
 
 # The services /readyz checks.
@@ -24,6 +25,10 @@ PEERS = ("orchestrator", "history", "memory", "scheduler")
 
 # Deadline of one readiness probe.
 HEALTH_TIMEOUT_SECONDS = 1.0
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# The stores a peer reports on (shared.server's health entries), as /readyz names them.
+STORES = {DATABASE: "database", EVENT_LOG: "event log"}
 
 
 @dataclass
@@ -34,23 +39,45 @@ class Clients:
     scheduler: scheduler_service_pb2_grpc.SchedulerServiceStub
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)
 
-    async def not_serving(self) -> list[str]:
-        """The peers that do not answer SERVING on grpc.health.v1 within a short deadline."""
+    async def not_serving(self) -> dict[str, str]:
+        """The peers that do not answer SERVING on grpc.health.v1 within a short deadline,
+        each with why: a peer that answers NOT_SERVING is asked which of its stores it lost
+        (the health entries DATABASE and EVENT_LOG of shared.server)."""
 
-        async def probe(name: str) -> bool:
+        async def status(name: str, service: str) -> int | None:
             stub = health_pb2_grpc.HealthStub(self.channels[name])
             try:
                 reply = await stub.Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_TIMEOUT_SECONDS
+                    health_pb2.HealthCheckRequest(service=service), timeout=HEALTH_TIMEOUT_SECONDS
                 )
             except grpc.RpcError:
-                return False
-            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+                return None  # unreachable, or no such entry (NOT_FOUND)
+            return int(reply.status)
+
+        async def why(name: str) -> str | None:
+            overall = await status(name, "")
+            if overall == SERVING:
+                return None
+            if overall is None:
+                return "does not answer SERVING on grpc.health.v1"
+            lost = [
+                store
+                for store, answer in zip(
+                    STORES,
+                    await asyncio.gather(*(status(name, s) for s in STORES)),
+                    strict=True,
+                )
+                if answer == NOT_SERVING
+            ]
+            if lost:
+                return f"cannot reach its {' and '.join(STORES[s] for s in lost)}"
+            return "answers NOT_SERVING on grpc.health.v1"
 
         names = [n for n in PEERS if n in self.channels]
-        results = await asyncio.gather(*(probe(n) for n in names))
-        missing = [n for n in PEERS if n not in self.channels]
-        return [n for n, ok in zip(names, results, strict=True) if not ok] + missing
+        reasons = await asyncio.gather(*(why(n) for n in names))
+        down = {n: r for n, r in zip(names, reasons, strict=True) if r is not None}
+        down.update({n: "is not configured" for n in PEERS if n not in self.channels})
+        return down
 
     async def close(self) -> None:
         for ch in self.channels.values():

@@ -3,6 +3,7 @@ every call, the run's owner in the metadata, peer errors turned back into Domain
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,8 +12,8 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
 from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
 
-from shared.clients import open_channel
-from shared.errors import from_rpc_error
+from shared.clients import RECONNECT_WAIT_SECONDS, open_channel
+from shared.errors import Unavailable, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
 from shared.settings import Settings
@@ -23,6 +24,26 @@ ROUTER_SERVICE = router_service_pb2.DESCRIPTOR.services_by_name["RouterService"]
 
 # The caller of the cross-owner lease sweep (history requires the admin scope for it).
 SWEEPER = "system.orchestrator"
+
+
+# The pause before an executor step is tried again on a channel that is connected (another
+# replica takes it): a replica answering UNAVAILABLE at once is not called in a tight loop.
+RETRY_PAUSE_SECONDS = 0.05
+
+
+async def reconnected(channel: grpc.aio.Channel, longest: float) -> bool:
+    """Whether `channel`, after a call on it failed as unavailable, connects to its peer
+    again within `longest` seconds (the call may then be made again). False at once when
+    it is connected (the peer itself answered UNAVAILABLE)."""
+    if longest <= 0:
+        return False
+    if channel.get_state() is grpc.ChannelConnectivity.READY:
+        return False
+    try:
+        await asyncio.wait_for(channel.channel_ready(), longest)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _metadata(owner: str, *, admin: bool = False) -> tuple[tuple[str, str], ...]:
@@ -45,44 +66,54 @@ class Peers:
         self.router = router_service_pb2_grpc.RouterServiceStub(self._channels[1])
         self.executor = executor_service_pb2_grpc.ExecutorServiceStub(self._channels[2])
 
+    async def _unary(
+        self, channel: grpc.aio.Channel, rpc: Any, request: Any, owner: str, admin: bool = False
+    ) -> Any:
+        """One call of an idempotent peer (history, router). When the peer could not be
+        reached (it restarts: its channel is not connected), the call waits for the channel
+        to connect again (RECONNECT_WAIT_SECONDS in all) and is made again at once: a
+        restarted peer is used as soon as it listens, not after a backoff. An UNAVAILABLE
+        the peer answered itself (its database is down) is not waited for."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + min(self.rpc_timeout, RECONNECT_WAIT_SECONDS)
+        while True:
+            try:
+                return await rpc(
+                    request, timeout=self.rpc_timeout, metadata=_metadata(owner, admin=admin)
+                )
+            except grpc.aio.AioRpcError as err:
+                error = from_rpc_error(err)
+                if not isinstance(error, Unavailable) or not await reconnected(
+                    channel, give_up - loop.time()
+                ):
+                    raise error from None
+
     async def begin_run(
         self, owner: str, request: history_service_pb2.BeginRunRequest
     ) -> history_service_pb2.BeginRunResponse:
-        try:
-            response: history_service_pb2.BeginRunResponse = await self.history.BeginRun(
-                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
+        response: history_service_pb2.BeginRunResponse = await self._history_call(
+            self.history.BeginRun, request, owner
+        )
         return response
 
     async def finish_run(
         self, owner: str, request: history_service_pb2.FinishRunRequest
     ) -> history_service_pb2.FinishRunResponse:
-        try:
-            response: history_service_pb2.FinishRunResponse = await self.history.FinishRun(
-                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
+        response: history_service_pb2.FinishRunResponse = await self._history_call(
+            self.history.FinishRun, request, owner
+        )
         return response
 
     async def load_context(
         self, owner: str, request: history_service_pb2.LoadContextRequest
     ) -> history_service_pb2.LoadContextResponse:
-        try:
-            response: history_service_pb2.LoadContextResponse = await self.history.LoadContext(
-                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
+        response: history_service_pb2.LoadContextResponse = await self._history_call(
+            self.history.LoadContext, request, owner
+        )
         return response
 
     async def _history_call(self, rpc: Any, request: Any, owner: str, admin: bool = False) -> Any:
-        try:
-            return await rpc(request, timeout=self.rpc_timeout, metadata=_metadata(owner, admin=admin))
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
+        return await self._unary(self._channels[0], rpc, request, owner, admin)
 
     async def renew_lease(
         self, owner: str, request: history_service_pb2.RenewRunLeaseRequest
@@ -118,12 +149,9 @@ class Peers:
     async def route(
         self, owner: str, request: router_service_pb2.RouteRequest
     ) -> router_service_pb2.RouteResponse:
-        try:
-            response: router_service_pb2.RouteResponse = await self.router.Route(
-                request, timeout=self.rpc_timeout, metadata=_metadata(owner)
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
+        response: router_service_pb2.RouteResponse = await self._unary(
+            self._channels[1], self.router.Route, request, owner
+        )
         return response
 
     async def execute(
@@ -143,6 +171,17 @@ class Peers:
         finally:
             # A cancelled run stops the executor's step (and its model stream) at once.
             call.cancel()
+
+    async def executor_reconnected(self, longest: float) -> bool:
+        """After an executor step found its replica unavailable: whether a replica can take
+        the step now. Another connected replica can, after a short pause; otherwise the
+        channel is waited for until it connects again (the replica restarted), at most
+        `longest` seconds, and the step goes to it at once."""
+        channel = self._channels[2]
+        if channel.get_state() is grpc.ChannelConnectivity.READY:
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+            return True
+        return await reconnected(channel, longest)
 
     async def aclose(self) -> None:
         for channel in self._channels:

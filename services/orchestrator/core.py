@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared import run_events
+from shared import errors, run_events
 from shared.domain import (
     AUTOMATION_THREAD_PREFIX,
     ExecutorKind,
@@ -22,7 +22,6 @@ from shared.errors import (
     DeadlineExceeded,
     DomainError,
     FailedPrecondition,
-    Internal,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -287,11 +286,11 @@ _CALLER_FACING = (
 
 
 def as_domain_error(exc: BaseException) -> DomainError:
-    if isinstance(exc, DomainError):
-        return exc
+    """What a run's failure was (shared.errors.as_domain_error: a lost database or event
+    log is UNAVAILABLE); a timeout is the run's own deadline."""
     if isinstance(exc, TimeoutError):
         return DeadlineExceeded("the run did not finish in time")
-    return Internal("internal error")
+    return errors.as_domain_error(exc)
 
 
 def user_error(err: DomainError) -> tuple[str, str]:
@@ -308,9 +307,11 @@ def user_error(err: DomainError) -> tuple[str, str]:
 # ---- retrying an executor step ------------------------------------------------------
 
 # Attempts of one executor step whose replica was unavailable before the step produced
-# anything, and the pause before the second attempt (doubled before each later one).
+# anything, and how long the first retry waits at most for a connected replica (doubled
+# for each later one): the step goes to a restarted executor as soon as the channel
+# reconnects (Peers.executor_reconnected), and gives up after 0.5 + 1 s with none.
 EXECUTOR_STEP_ATTEMPTS = 3
-EXECUTOR_RETRY_BACKOFF_SECONDS = 0.2
+EXECUTOR_RETRY_BACKOFF_SECONDS = 0.5
 
 
 def retries_executor_step(
@@ -325,5 +326,5 @@ def retries_executor_step(
 
 
 def executor_retry_delay(attempt: int) -> float:
-    """The pause after failed attempt number `attempt` (1, 2, ...)."""
+    """The longest wait for a connected replica after failed attempt `attempt` (1, 2, ...)."""
     return EXECUTOR_RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1)

@@ -512,7 +512,7 @@ class RunManager:
                     "the executor was unavailable before the step produced anything; trying again",
                     extra={"fields": {"attempt": attempt, "error": exc.message}},
                 )
-                await asyncio.sleep(core.executor_retry_delay(attempt))
+                await self.peers.executor_reconnected(core.executor_retry_delay(attempt))
                 attempt += 1
 
     async def _execute_once(

@@ -14,9 +14,9 @@ from services.orchestrator.core import RunPolicy
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.admission import InFlight
-from shared.eventlog import open_event_log
+from shared.eventlog import RedisEventLog, open_event_log
 from shared.profiles import ProfileFileError, ProfileRegistry
-from shared.server import ServiceParts
+from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
 from shared.tools import REGISTERED_TOOLS
 
@@ -87,4 +87,9 @@ async def build(
         await peers.aclose()
         await event_log.aclose()
 
-    return ServiceParts(register=register, service_names=[SERVICE_NAME], on_stop=on_stop)
+    return ServiceParts(
+        register=register,
+        service_names=[SERVICE_NAME],
+        on_stop=on_stop,
+        dependencies={EVENT_LOG: event_log.check} if isinstance(event_log, RedisEventLog) else {},
+    )

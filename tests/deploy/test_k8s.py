@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.server import VERSION
+from shared.server import LIVENESS, VERSION
 from shared.settings import DEFAULT_PORTS, GRPC_SERVICES, Settings
 from tests.deploy.manifests import (
     ALL_SERVICES,
@@ -184,8 +184,13 @@ def test_grpc_deployments_probe_standard_grpc_health() -> None:
     deployments = of_kind(render(OVERLAY), "Deployment")
     for name in GRPC_SERVICES:
         (container,) = deployments[name]["spec"]["template"]["spec"]["containers"]
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "readinessProbe"):
             assert container[probe]["grpc"] == {"port": DEFAULT_PORTS[name]}, (name, probe)
+        # Liveness asks the entry that stays SERVING while a store is lost (shared.server).
+        assert container["livenessProbe"]["grpc"] == {
+            "port": DEFAULT_PORTS[name],
+            "service": LIVENESS,
+        }, name
 
 
 def test_gateway_probes_liveness_on_healthz_and_readiness_on_readyz() -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from services.gateway.app import create_app
 from services.gateway.clients import Clients, open_clients
+from shared import db
+from shared.server import DATABASE, GrpcServer, ServiceParts
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, bearer, free_port, gateway_settings, serve_app
 
@@ -113,6 +115,30 @@ async def test_readyz_is_503_listing_the_services_not_serving(gw_settings: Setti
     error = resp.json()["error"]
     assert {d["field"] for d in error["details"]} == {"memory", "scheduler"}
     assert "memory" in error["message"] and "scheduler" in error["message"]
+
+
+async def test_readyz_names_the_store_a_serving_peer_lost(gw_settings: Settings) -> None:
+    """A history process that is up but cannot reach its database (a PostgreSQL URL where
+    nothing listens): /readyz says so instead of a bare "not SERVING"."""
+    lost = db.HealthCheck(
+        Settings(database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/test"), "history"
+    )
+    parts = ServiceParts(
+        register=lambda _server: None, service_names=[], dependencies={DATABASE: lost}
+    )
+    history = GrpcServer("history", parts, grace_seconds=1)
+    port = await history.start("127.0.0.1", 0)
+    try:
+        assert await history.check_dependencies() == {DATABASE}
+        async with gateway_with(gw_settings, history=f"127.0.0.1:{port}") as c:
+            resp = await c.get("/readyz")
+    finally:
+        await history.stop()
+        await lost.aclose()
+    assert resp.status_code == 503
+    error = resp.json()["error"]
+    assert error["details"] == [{"field": "history", "description": "cannot reach its database"}]
+    assert error["message"] == "not ready: history cannot reach its database"
 
 
 async def test_service_down_is_503_json(gw_settings: Settings) -> None:

@@ -1,48 +1,185 @@
-"""Errors stay small: a status always fits in gRPC's trailers (8 KiB of metadata by default),
-whatever input it refuses."""
+"""The one exception -> status rule (shared.errors.as_domain_error): a store that cannot be
+reached is UNAVAILABLE (503, RUN_ERROR UNAVAILABLE: retry shortly), a bug is INTERNAL.
+
+Every failure here is real: connections to a port nobody listens on, a PostgreSQL backend
+terminated under its connection, a SQLite file another writer holds."""
 
 from __future__ import annotations
 
-import base64
-from urllib.parse import quote
+import sqlite3
+from pathlib import Path
 
-from shared.errors import (
-    MAX_DESCRIPTION_BYTES,
-    MAX_VIOLATIONS,
-    DomainError,
-    InvalidArgument,
-    clip,
+import asyncpg
+import grpc
+import pytest
+import redis.asyncio as aioredis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from services.launcher import free_port
+from shared import db, errors, pgdirect
+from shared.server import GrpcServer, ServiceParts
+from shared.settings import Settings
+from tests.conftest import PG_URL, USES_POSTGRES
+
+_SERVICE = "agentmesh.test.Store"
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(errors.as_domain_error(exc), errors.Unavailable)
+
+
+async def _raised(awaitable: object) -> BaseException:
+    try:
+        await awaitable  # type: ignore[misc]
+    except Exception as exc:
+        return exc
+    raise AssertionError("expected a failure")
+
+
+async def test_postgresql_refusing_connections_is_unavailable() -> None:
+    exc = await _raised(asyncpg.connect(f"postgresql://postgres@127.0.0.1:{free_port()}/test"))
+    assert _unavailable(exc)
+    assert errors.as_domain_error(exc).metadata == {"unreachable": "connection"}
+
+
+async def test_engine_and_direct_unit_of_a_down_database_are_unavailable() -> None:
+    settings = Settings(database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/test")
+    engine = db.create_engine(settings, "history")
+    try:
+
+        async def through_sqlalchemy() -> None:
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+
+        async def direct() -> None:
+            async with pgdirect.unit(engine, transaction=True):
+                pass
+
+        assert _unavailable(await _raised(through_sqlalchemy()))
+        assert _unavailable(await _raised(direct()))
+    finally:
+        await engine.dispose()
+
+
+async def test_statements_on_a_terminated_backend_are_unavailable(tmp_path: Path) -> None:
+    if not USES_POSTGRES:
+        return  # the embedded backend has no server connection to lose
+    engine = db.create_engine(Settings(database_url=PG_URL, data_dir=tmp_path), "history")
+    killer = await asyncpg.connect(PG_URL)
+    try:
+
+        async def terminated_then(run: str) -> BaseException:
+            conn = await engine.connect()
+            try:
+                pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+                await killer.execute("SELECT pg_terminate_backend($1)", pid)
+                if run == "sqlalchemy":
+                    return await _raised(conn.execute(text("SELECT 1")))
+                raw = (await conn.get_raw_connection()).driver_connection
+                return await _raised(raw.fetch("SELECT 1"))
+            finally:
+                await conn.invalidate()
+
+        wrapped = await terminated_then("sqlalchemy")
+        assert wrapped.__class__.__module__ == "sqlalchemy.exc"  # SQLAlchemy's wrapper
+        assert _unavailable(wrapped)
+        assert _unavailable(await terminated_then("asyncpg"))
+    finally:
+        await killer.close()
+        await engine.dispose()
+
+
+async def test_redis_refusing_connections_is_unavailable() -> None:
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        exc = await _raised(client.ping())
+    finally:
+        await client.aclose()
+    assert _unavailable(exc)
+    assert errors.as_domain_error(exc).metadata == {"unreachable": "event_log"}
+
+
+def test_a_sqlite_database_held_by_another_writer_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(path, timeout=0)
+    try:
+        holder.execute("CREATE TABLE t (x INTEGER)")
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError) as info:
+            other.execute("INSERT INTO t VALUES (1)")
+    finally:
+        holder.close()
+        other.close()
+    assert _unavailable(info.value)
+
+
+async def test_sqlalchemy_wraps_a_locked_sqlite_database_and_it_stays_unavailable(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "busy.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
+    try:
+        holder.execute("CREATE TABLE t (x INTEGER)")
+        holder.execute("BEGIN IMMEDIATE")
+
+        async def write() -> None:
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t VALUES (1)"))
+
+        exc = await _raised(write())
+    finally:
+        holder.close()
+        await engine.dispose()
+    assert exc.__class__.__module__ == "sqlalchemy.exc"
+    assert _unavailable(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("a bug"),
+        KeyError("missing"),
+        FileNotFoundError("/etc/agentmesh/profiles.yaml"),
+        sqlite3.OperationalError("no such table: messages"),
+    ],
 )
-
-GRPC_METADATA_LIMIT = 8192
-
-
-def _trailer_bytes(err: DomainError) -> int:
-    """What the status costs in trailers: grpc-message (percent-encoded) and
-    grpc-status-details-bin (base64)."""
-    status = err.to_status()
-    return len(quote(status.message, safe=" ")) + len(base64.b64encode(status.SerializeToString()))
+def test_anything_else_stays_internal(exc: Exception) -> None:
+    error = errors.as_domain_error(exc)
+    assert isinstance(error, errors.Internal)
+    assert str(exc) not in error.message
 
 
-def test_a_huge_error_fits_in_grpc_trailers() -> None:
-    err = DomainError(
-        "é" * 100_000,
-        violations=[(f"f{i}" * 1000, "описание" * 10_000) for i in range(10_000)],
-        metadata={f"k{i}" * 100: "v" * 10_000 for i in range(100)},
+def test_a_domain_error_is_itself() -> None:
+    error = errors.NotFound("run not found")
+    assert errors.as_domain_error(error) is error
+
+
+async def test_a_service_losing_its_database_answers_unavailable_without_its_address() -> None:
+    port = free_port()
+
+    async def call(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/test")
+        return b"unreachable"
+
+    def register(server: grpc.aio.Server) -> None:
+        handler = grpc.method_handlers_generic_handler(
+            _SERVICE, {"Call": grpc.unary_unary_rpc_method_handler(call)}
+        )
+        server.add_generic_rpc_handlers((handler,))
+
+    server = GrpcServer(
+        "store", ServiceParts(register=register, service_names=[_SERVICE]), grace_seconds=1
     )
-    assert _trailer_bytes(err) < GRPC_METADATA_LIMIT * 0.85
-    assert len(err.violations) == MAX_VIOLATIONS
-
-
-def test_a_long_description_is_cut_with_an_ellipsis_on_a_character_boundary() -> None:
-    err = InvalidArgument("config.tools", "unknown tools: " + "工具" * 1000)
-    field, description = err.violations[0]
-    assert field == "config.tools"
-    assert description.endswith("\u2026")
-    assert len(description.encode()) <= MAX_DESCRIPTION_BYTES
-    description.encode("utf-8")  # whole characters only
-
-
-def test_short_text_is_kept_and_a_lone_surrogate_becomes_a_question_mark() -> None:
-    assert clip("title: is required", 100) == "title: is required"
-    assert clip("a\ud800b", 100) == "a?b"
+    addr = f"127.0.0.1:{await server.start('127.0.0.1', 0)}"
+    try:
+        async with grpc.aio.insecure_channel(addr) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await ch.unary_unary(f"/{_SERVICE}/Call")(b"")
+    finally:
+        await server.stop()
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert str(port) not in (info.value.details() or "")
+    assert isinstance(errors.from_rpc_error(info.value), errors.Unavailable)

@@ -103,3 +103,58 @@ def test_settings_read_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert s.addr("history") == "history:9000"
     assert s.grace_seconds == 3.5
+
+
+async def _statuses(server: GrpcServer, *names: str) -> list[int]:
+    return [
+        (await server.health.Check(health_pb2.HealthCheckRequest(service=n), None)).status  # type: ignore[arg-type]
+        for n in names
+    ]
+
+
+async def test_a_lost_dependency_turns_health_not_serving_and_back_by_itself() -> None:
+    """A check of the service's store fails: within one probe interval the server, its
+    services and the store's entry are NOT_SERVING (liveness stays SERVING: restarting would
+    not bring the store back); once the check passes again, SERVING again."""
+    store = {"up": True}
+
+    async def database() -> None:
+        if not store["up"]:
+            raise ConnectionRefusedError(111, "Connect call failed")
+
+    parts = _parts({"action": "ok"})
+    parts.dependencies = {"database": database}
+    server = GrpcServer("probe", parts, grace_seconds=1, health_probe_seconds=0.1)
+    await server.start("127.0.0.1", 0)
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    )
+    names = ("", _SERVICE, "database", "liveness")
+    try:
+        assert await _statuses(server, *names) == [serving] * 4
+        store["up"] = False
+        await asyncio.sleep(0.35)
+        assert await _statuses(server, *names) == [not_serving] * 3 + [serving]
+        store["up"] = True
+        await asyncio.sleep(0.35)
+        assert await _statuses(server, *names) == [serving] * 4
+    finally:
+        await server.stop()
+
+
+async def test_a_dependency_check_slower_than_the_interval_counts_as_lost() -> None:
+    async def hangs() -> None:
+        await asyncio.sleep(3600)
+
+    parts = _parts({"action": "ok"})
+    parts.dependencies = {"event_log": hangs}
+    server = GrpcServer("probe", parts, grace_seconds=1, health_probe_seconds=0.1)
+    await server.start("127.0.0.1", 0)
+    try:
+        assert await server.check_dependencies() == {"event_log"}
+        assert await _statuses(server, "", "event_log") == [
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        ] * 2
+    finally:
+        await server.stop()
