@@ -12,6 +12,8 @@ switches a service to a network model. Further variables (ModelSettings):
                                    (same rules as the card's `parameters:`)
   AGENTMESH_MODEL_API_KEY_FILE     a secret file holding the API key (first line); wins
                                    over the card's api_key_env / api_key_file
+  AGENTMESH_MODEL_BASE_URL         replaces the card's base_url (the same model served
+                                   elsewhere: another host or port)
 The scripted model's token latency is settings.scripted_token_latency
 (AGENTMESH_SCRIPTED_TOKEN_LATENCY) unless the card or a call sets token_latency.
 """
@@ -41,6 +43,14 @@ class ModelSettings(BaseSettings):
     cards_dir: Path = CARDS_DIR
     parameters: str = ""
     api_key_file: Path | None = None
+    base_url: str = ""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("AGENTMESH_MODEL_BASE_URL must start with http:// or https://")
+        return value
 
     @field_validator("parameters")
     @classmethod
@@ -75,6 +85,8 @@ def resolve_card(
             f"AGENTMESH_MODEL_CARD: card {card.name} is for the {card.provider} provider but "
             f"AGENTMESH_MODEL_PROVIDER is {provider}"
         )
+    if ms.base_url and card.provider == "openai":
+        card = card.model_copy(update={"base_url": ms.base_url})
     return card
 
 
