@@ -252,7 +252,7 @@ class LocalModelServer:
         log = None
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps its own copy
+            log = open(self.log_path, "ab")  # the child keeps its own copy
         try:
             self.proc = subprocess.Popen(
                 self.command(),

@@ -172,3 +172,11 @@ def test_user_errors_never_show_internals() -> None:
         "thread_id: belongs to automation",
     )
     assert core.as_domain_error(RuntimeError("boom")).message == "internal error"
+
+
+def test_a_model_that_is_unavailable_is_not_retried_on_another_executor_replica() -> None:
+    from shared.model.base import ModelStreamBroken, ModelUnavailable
+
+    assert core.retries_executor_step(Unavailable("replica down"), produced=False, attempt=1)
+    assert not core.retries_executor_step(ModelUnavailable("model down"), produced=False, attempt=1)
+    assert not core.retries_executor_step(ModelStreamBroken("cut"), produced=False, attempt=1)
