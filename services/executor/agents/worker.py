@@ -34,10 +34,10 @@ from services.executor.events import (
     TextEnd,
     TextStart,
     ToolCallArgs,
-    ToolDenied,
     ToolCallEnd,
     ToolCallResult,
     ToolCallStart,
+    ToolDenied,
 )
 from services.executor.tools import ToolContext, ToolError, ToolRegistry
 from shared import metrics
