@@ -31,15 +31,16 @@ class Fitted:
     input_tokens: int
 
 
-def output_reserve(card: ModelCard) -> int:
-    """The output a call may produce: the card's max_tokens default, else its output_size."""
-    max_tokens = card.resolve_parameters().get("max_tokens")
-    return min(int(max_tokens), card.output_size) if max_tokens else card.output_size
+def output_reserve(card: ModelCard, max_tokens: int | None = None) -> int:
+    """The output a call may produce: its max_tokens (the profile's), else the card's
+    max_tokens default, else the card's output_size."""
+    limit = max_tokens or card.resolve_parameters().get("max_tokens")
+    return min(int(limit), card.output_size) if limit else card.output_size
 
 
-def input_budget(card: ModelCard) -> int:
+def input_budget(card: ModelCard, max_tokens: int | None = None) -> int:
     """The tokens a call's input may take."""
-    return max(0, card.context_size - output_reserve(card))
+    return max(0, card.context_size - output_reserve(card, max_tokens))
 
 
 def groups(messages: Sequence[Msg]) -> list[list[Msg]]:

@@ -31,6 +31,7 @@ from shared.model.base import ChatModel
 from shared.model.cards import CARDS_DIR, CardError, ModelCard, load_card
 from shared.model.openai import OpenAIChatModel, read_api_key
 from shared.model.scripted import ScriptedModel
+from shared.profiles import AgentConfig
 from shared.settings import Settings
 
 PROVIDERS = ("scripted", "openai")
@@ -88,6 +89,21 @@ def resolve_card(
     if ms.base_url and card.provider == "openai":
         card = card.model_copy(update={"base_url": ms.base_url})
     return card
+
+
+def agent_problem(settings: Settings, agent: AgentConfig) -> str:
+    """What is wrong with a profile's agent against the model cards ("agent.<field>: ...";
+    "" when nothing is): its card must load for the configured provider, and the card must
+    offer its sampling parameters and output limit with those values."""
+    try:
+        card = resolve_card(settings, agent.model_card or None)
+    except CardError as err:
+        return f"agent.model_card: {err}"
+    try:
+        card.resolve_parameters(agent.options())
+    except ValueError as err:
+        return f"agent.{str(err).removeprefix('options.')}"
+    return ""
 
 
 def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:

@@ -29,7 +29,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from services.executor import core
+from services.executor import agent_config, core
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import TurnOutput, denied, denied_result, run_tool
 from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, TextStart
@@ -109,8 +109,10 @@ class MemoryAgent:
         *,
         max_tool_rounds: int,
         tool_timeout_seconds: float,
+        models: agent_config.ModelResolver | None = None,
     ) -> None:
         self.model = model
+        self.models = models
         self.tools = tools
         self.watermarks = watermarks
         self.max_tool_rounds = max(1, max_tool_rounds)
@@ -129,7 +131,12 @@ class MemoryAgent:
             yield StepResult("stop")
             return
 
-        instructions = MEMORY_PROMPT
+        model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        # The profile's prompt replaces the built-in one; the NO_MEMORIES answer stays part
+        # of the contract (without it an empty extraction could not be told from prose).
+        instructions = model_call.system_prompt or MEMORY_PROMPT
+        if NO_MEMORIES not in instructions:
+            instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
         conversation: list[Msg] = [system(instructions), *transcript(fresh)]
@@ -148,7 +155,7 @@ class MemoryAgent:
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
             turn = TurnOutput()
             tools = () if last else offered
-            async for event in self._model_turn(conversation, tools, message_id, turn, tracker):
+            async for event in self._model_turn(model_call, conversation, tools, message_id, turn, tracker):
                 yield event
             if turn.usage is None:
                 turn.usage = turn.estimated_usage(messages_tokens(conversation) + tools_tokens(tools))
@@ -230,6 +237,7 @@ class MemoryAgent:
 
     async def _model_turn(
         self,
+        model_call: agent_config.CallSetup,
         conversation: Sequence[Msg],
         offered: Sequence[object],
         message_id: str,
@@ -237,7 +245,7 @@ class MemoryAgent:
         tracker: ToolCallTracker,
     ) -> AsyncIterator[StepItem]:
         text_open = False
-        async with aclosing(self.model.stream(conversation, tools=offered)) as stream:  # type: ignore[arg-type]
+        async with aclosing(model_call.stream(conversation, offered)) as stream:  # type: ignore[arg-type]
             async for chunk in stream:
                 for block in chunk.content:
                     if isinstance(block, TextBlock) and block.text:

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
+from services.executor import agent_config, core
 from services.executor import context as budget
-from services.executor import core
 from services.executor.agents.base import StepRequest
 from services.executor.core import ToolRoute
 from services.executor.events import (
@@ -55,10 +55,10 @@ from shared.messages import (
     Usage,
     assistant,
     new_id,
+    system,
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
-from shared.model.cards import ModelCard
 from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools
 
@@ -101,13 +101,13 @@ class WorkerAgent:
         *,
         max_tool_rounds: int,
         tool_timeout_seconds: float,
+        models: agent_config.ModelResolver | None = None,
     ) -> None:
         self.model = model
+        self.models = models
         self.tools = tools
         self.max_tool_rounds = max_tool_rounds
         self.tool_timeout_seconds = tool_timeout_seconds
-        card = getattr(model, "card", None)
-        self.card: ModelCard | None = card if isinstance(card, ModelCard) else None
 
     async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
         registered = self.tools.names()
@@ -117,7 +117,11 @@ class WorkerAgent:
         client = tuple(t.name for t in step.client_tools)
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
+        model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
         history = step.context
+        if model_call.system_prompt:
+            # The profile's prompt leads the context (the budget keeps leading system messages).
+            history = (system(model_call.system_prompt), *history)
         # This step's input and turns: always sent (the thread's earlier messages fit around them).
         conversation: list[Msg] = [step.input]
         usage = Usage()
@@ -131,7 +135,8 @@ class WorkerAgent:
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
-        budget_tokens = budget.input_budget(self.card) if self.card is not None else None
+        max_tokens = model_call.options.get("max_tokens")
+        budget_tokens = budget.input_budget(model_call.card, max_tokens) if model_call.card is not None else None
         for turn_no in range(self.max_tool_rounds + 1):
             last = turn_no == self.max_tool_rounds
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
@@ -150,7 +155,7 @@ class WorkerAgent:
                             extra={"fields": {"dropped": fitted.dropped, "budget": budget_tokens}},
                         )
                 try:
-                    async for event in self._model_turn(messages, tools, message_id, turn):
+                    async for event in self._model_turn(model_call, messages, tools, message_id, turn):
                         yield event
                 except ModelContextOverflow:
                     if turn.produced or budget_tokens is None or budget_tokens < 2:
@@ -214,13 +219,18 @@ class WorkerAgent:
                 return
 
     async def _model_turn(
-        self, conversation: Sequence[Msg], offered: Sequence[ToolSpec], message_id: str, turn: TurnOutput
+        self,
+        call: agent_config.CallSetup,
+        conversation: Sequence[Msg],
+        offered: Sequence[ToolSpec],
+        message_id: str,
+        turn: TurnOutput,
     ) -> AsyncIterator[StepItem]:
         text_open = False
         turn.produced = False
         # aclosing: a cancelled step closes the model's stream at once (the provider's
         # connection with it), instead of leaving it to the garbage collector.
-        async with aclosing(self.model.stream(conversation, tools=offered)) as stream:
+        async with aclosing(call.stream(conversation, offered)) as stream:
             async for chunk in stream:
                 turn.produced = True
                 for block in chunk.content:
