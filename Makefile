@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -81,11 +81,11 @@ lint: buf-lint
 test: install tools buf-lint buf-breaking test-embedded test-postgres test-realmodel
 
 test-embedded: install tools
-	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m 'not realmodel'
+	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q
 
 test-postgres: install tools
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
-		AGENTMESH_TEST_BACKEND=postgres $(BIN)/python -m pytest -q -m 'not realmodel'; \
+		AGENTMESH_TEST_BACKEND=postgres $(BIN)/python -m pytest -q; \
 	else \
 		echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) is not reachable:"; \
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
@@ -99,6 +99,10 @@ test-realmodel: install $(MODEL_STAMP)
 bench: install
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## agentmesh's overhead around the real local model (first text, tokens/s: gateway vs direct).
+bench-model: install $(MODEL_STAMP)
+	$(BIN)/python -m bench.model $(BENCH_ARGS)
 
 clean:
 	rm -rf data results .pytest_cache
