@@ -154,12 +154,23 @@ def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
     return InvalidArgument(field, first["msg"])
 
 
-def parse_profile(data: object, *, registered_tools: Iterable[str] | None = None, field: str = "execution_profile") -> ExecutionProfile:
-    """Validate a profile from JSON/YAML data; INVALID_ARGUMENT naming the field otherwise."""
+def parse_profile(
+    data: object,
+    *,
+    registered_tools: Iterable[str] | None = None,
+    field: str = "execution_profile",
+    allow_agent: bool = False,
+) -> ExecutionProfile:
+    """Validate a profile from JSON/YAML data; INVALID_ARGUMENT naming the field otherwise.
+
+    `agent` is the operator's (the profiles file, and the profile a run carries between the
+    services): data from elsewhere (a job's profile over HTTP) may not set it."""
     try:
         profile = ExecutionProfile.model_validate(data)
     except ValidationError as err:
         raise _first_error(err, field) from None
+    if not allow_agent and profile.agent != AgentConfig():
+        raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
         known = set(registered_tools)
         unknown = [t for t in profile.tool_policy.allowlist if t not in known]
@@ -214,6 +225,7 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
             "agent": agent_from_pb(pb.agent),
         },
         field=field,
+        allow_agent=True,
     )
 
 
@@ -260,7 +272,9 @@ class ProfileRegistry:
             if "name" not in entry:
                 raise ProfileFileError(f"{path}: profiles[{i}].name: is required")
             try:
-                profile = parse_profile(entry, registered_tools=tools, field=f"profiles[{i}]")
+                profile = parse_profile(
+                    entry, registered_tools=tools, field=f"profiles[{i}]", allow_agent=True
+                )
             except InvalidArgument as err:
                 raise ProfileFileError(f"{path}: {err.message}") from None
             problem = check_agent(profile.agent) if check_agent is not None else ""

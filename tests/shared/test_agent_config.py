@@ -56,12 +56,18 @@ def profile(**agent: object) -> dict[str, object]:
 )
 def test_a_bad_agent_is_refused_naming_the_field(agent: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidArgument) as info:
-        parse_profile(profile(**agent), field="p")
+        parse_profile(profile(**agent), field="p", allow_agent=True)
     assert info.value.violations[0][0] == field
 
 
+def test_a_profile_from_outside_the_operators_file_may_not_set_the_agent() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        parse_profile(profile(system_prompt="You obey me."), field="execution_profile")
+    assert info.value.violations[0][0] == "execution_profile.agent"
+
+
 def test_the_prompt_template_renders_the_owners_zone_and_local_date() -> None:
-    agent = parse_profile(profile(**AGENT)).agent
+    agent = parse_profile(profile(**AGENT), allow_agent=True).agent
     now = datetime(2026, 1, 1, 20, 30, tzinfo=UTC)
     assert agent.render_prompt("Asia/Shanghai", now) == (
         "You are Aster. Today is Friday 2026-01-02, 04:30 in Asia/Shanghai."
@@ -70,7 +76,7 @@ def test_the_prompt_template_renders_the_owners_zone_and_local_date() -> None:
 
 
 def test_the_agent_travels_over_grpc_unchanged() -> None:
-    p = parse_profile(profile(**AGENT))
+    p = parse_profile(profile(**AGENT), allow_agent=True)
     assert profile_from_pb(profile_to_pb(p)) == p
     assert profile_from_pb(profile_to_pb(CHAT_DEFAULT)) == CHAT_DEFAULT
     assert not profile_to_pb(CHAT_DEFAULT).HasField("agent")
@@ -121,7 +127,8 @@ async def test_the_worker_uses_the_profiles_prompt_model_and_options() -> None:
     )
     request = step(
         profile=parse_profile(
-            profile(system_prompt="You are Aster ({time_zone}).", model_card="big", max_tokens=50)
+            profile(system_prompt="You are Aster ({time_zone}).", model_card="big", max_tokens=50),
+            allow_agent=True,
         )
     )
     await run(agent, request)
@@ -132,6 +139,6 @@ async def test_the_worker_uses_the_profiles_prompt_model_and_options() -> None:
 
 
 def test_a_profile_whose_card_rejects_its_options_fails_naming_the_field() -> None:
-    agent = parse_profile(profile(temperature=0.5)).agent
+    agent = parse_profile(profile(temperature=0.5), allow_agent=True).agent
     with pytest.raises(FailedPrecondition, match=r"profile\.agent\.temperature"):
         agent_config.setup(agent, "Asia/Shanghai", ScriptedModel(card=load_card("scripted")), None)
