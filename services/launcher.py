@@ -241,6 +241,9 @@ class LocalModelServer:
             "--model_alias", LOCAL_MODEL_ID,
             "--chat_format", "chatml-function-calling",
             "--n_ctx", str(LOCAL_CONTEXT),
+            # Its default cuts a streaming answer short ([DONE]) when another request
+            # arrives; concurrent runs must wait for the model instead.
+            "--interrupt_requests", "false",
             "--n_threads", str(max(1, min(4, os.cpu_count() or 1))),
             "--host", "127.0.0.1",
             "--port", str(self.port),

@@ -21,7 +21,9 @@ Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent
   context_length_exceeded, llama.cpp's "exceed context window", ...), MODEL_AUTHENTICATION
   (401/403), MODEL_INVALID_REQUEST (other 4xx, an unknown model), MODEL_BAD_RESPONSE (a
   chunk that is not JSON or not a chunk). A refusal reported inside a 200 stream is
-  classified the same way. Messages name the card, never the key or the prompt.
+  classified the same way; a 200 stream dropped before its first event (llama-cpp-python
+  refuses a too-long prompt so) is asked again once, unstreamed for one token, to hear the
+  refusal. Messages name the card, never the key or the prompt.
 """
 
 from __future__ import annotations
@@ -430,6 +432,22 @@ class OpenAIChatModel:
             raise e.final(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _refusal_of(self, body: dict[str, Any]) -> ModelError | None:
+        """The endpoint's refusal of `body` asked unstreamed (max_tokens 1); None when it
+        does not refuse it (or cannot be asked)."""
+        probe = {k: v for k, v in body.items() if k != "stream_options"}
+        probe.update(stream=False, max_tokens=1)
+        try:
+            response = await self._http().post(self._url, json=probe, headers=self._headers)
+        except httpx.HTTPError:
+            return None
+        if 400 <= response.status_code < 500 and response.status_code != 429:
+            return classify_refusal(self.name, response.status_code, *_error_message(response.content))
+        detail, code = _error_message(response.content) if response.status_code != 200 else ("", "")
+        if is_context_overflow(detail, code):
+            return classify_refusal(self.name, response.status_code, detail, code)
+        return None
+
     async def stream(
         self,
         messages: Sequence[Msg],
@@ -440,8 +458,11 @@ class OpenAIChatModel:
         body = self.request_body(messages, tools, options)
         response = await self._open_with_retries(body)
         state = _StreamState()
+        received = False
+        broken: ModelStreamBroken | None = None
         try:
             async for data in sse_events(response.aiter_lines()):
+                received = True
                 if data.strip() == "[DONE]":
                     state.done = True
                     break
@@ -463,10 +484,19 @@ class OpenAIChatModel:
                 f"model {self.name}: no data from {self._url} for {self.card.timeout_seconds}s"
             ) from None
         except httpx.TransportError as e:
-            raise ModelStreamBroken(f"model {self.name}: the stream broke: {type(e).__name__}") from None
+            broken = ModelStreamBroken(f"model {self.name}: the stream broke: {type(e).__name__}")
         finally:
             await response.aclose()
-        if not state.done and not state.finished_reason:
-            raise ModelStreamBroken(f"model {self.name}: the stream ended before the response finished")
+        if broken is None and not state.done and not state.finished_reason:
+            broken = ModelStreamBroken(f"model {self.name}: the stream ended before the response finished")
+        if broken is not None:
+            if not received:
+                # Some servers (llama-cpp-python) answer 200 before they look at the request
+                # and drop the stream when they refuse it: ask once more, unstreamed and for
+                # one token, to hear the refusal itself (a context overflow is not transient).
+                refusal = await self._refusal_of(body)
+                if refusal is not None:
+                    raise refusal from None
+            raise broken from None
         reason = state.finished_reason or "stop"
         yield ChatResponse(is_last=True, finished_reason=reason, usage=state.usage)

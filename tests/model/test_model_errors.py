@@ -148,3 +148,24 @@ def test_only_the_transient_kinds_are_unavailable_at_the_grpc_edge() -> None:
     reasons = {cls("x").reason for cls in transient + final}
     assert len(reasons) == 8 and all(r.startswith("MODEL_") for r in reasons)
     assert classify_refusal("m", 403, "forbidden").reason == "MODEL_AUTHENTICATION"
+
+
+async def test_a_stream_dropped_before_any_event_is_asked_again_unstreamed_for_its_refusal() -> None:
+    # llama-cpp-python answers 200 at once and drops the stream when the prompt is too long.
+    overflow = error(400, "This model's maximum context length is 2048 tokens.", code="context_length_exceeded")
+    async with fake_openai([events(done=False), overflow]) as fake:
+        m = model(fake.base_url)
+        with pytest.raises(ModelContextOverflow):
+            await collect(m.stream([user(PROMPT)]))
+        await m.aclose()
+    first, probe = fake.requests
+    assert first.body["stream"] is True
+    assert probe.body["stream"] is False and probe.body["max_tokens"] == 1 and "stream_options" not in probe.body
+
+
+async def test_a_dropped_stream_whose_request_is_fine_stays_broken() -> None:
+    err, requests = await fails([events(done=False), recording("text.sse")])
+    assert err.reason == "MODEL_STREAM_BROKEN" and requests == 2
+    # Once something streamed, nothing is asked again.
+    err, requests = await fails([events(TEXT, done=False), recording("text.sse")])
+    assert err.reason == "MODEL_STREAM_BROKEN" and requests == 1
