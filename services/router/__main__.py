@@ -1,4 +1,3 @@
-from services.router.service import build, migrate
 from shared.server import run_main
-
+from services.router.service import build, migrate
 run_main("router", build, migrate)
