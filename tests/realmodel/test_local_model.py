@@ -244,7 +244,16 @@ def test_the_model_server_killed_mid_stream_is_a_classified_error_and_the_thread
     assert_well_formed(events)
     assert events[-1]["type"] == "RUN_ERROR", events[-1]
     assert events[-1]["code"] == "MODEL_STREAM_BROKEN" and "try again" in events[-1]["message"]
-    assert reply_messages(history(suite, owner, thread)) == []
+    # What it streamed before is kept as streamed (finishedReason "error"), nothing more.
+    kept = "".join(m["content"] for m in reply_messages(history(suite, owner, thread)))
+    assert streamed_text(events).startswith(kept)
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+    )
+    assert (
+        record.json()["state"] == "failed"
+        and record.json()["error"]["code"] == "MODEL_STREAM_BROKEN"
+    )
 
     # While it is down: a clear, transient error, quickly (the card's connect timeout).
     down = chat(suite, owner, thread, "Are you there?")
