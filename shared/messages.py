@@ -196,9 +196,16 @@ _ROLE_BLOCKS: dict[Role, tuple[type, ...]] = {
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    # Counted by agentmesh (shared.model.tokens) because the endpoint reported none; a sum
+    # with any estimated part is estimated.
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.estimated or other.estimated,
+        )
 
 
 # ---- metadata -----------------------------------------------------------------------
@@ -431,6 +438,7 @@ def msg_to_pb(msg: Msg) -> message_pb2.Message:
     if msg.usage is not None:
         pb.usage.input_tokens = msg.usage.input_tokens
         pb.usage.output_tokens = msg.usage.output_tokens
+        pb.usage.estimated = msg.usage.estimated
     meta = dict(msg.metadata)  # canonical already (Msg.__post_init__)
     if meta:
         md = pb.metadata
@@ -492,7 +500,11 @@ def msg_from_pb(pb: message_pb2.Message, field: str = "message") -> Msg:
             name=pb.name,
             metadata=_metadata_from_pb(pb.metadata),
             created_at=created,
-            usage=Usage(pb.usage.input_tokens, pb.usage.output_tokens) if pb.HasField("usage") else None,
+            usage=(
+                Usage(pb.usage.input_tokens, pb.usage.output_tokens, pb.usage.estimated)
+                if pb.HasField("usage")
+                else None
+            ),
             finished_reason=pb.finished_reason,
             thread_id=pb.thread_id,
             run_id=pb.run_id,

@@ -1,10 +1,13 @@
 """Execution profiles: which topology a run has (router on or off, which executor, which
-tools, which context window), validated strictly, with the built-in registry."""
+tools, which context window) and who its agent is (AgentConfig: system prompt template,
+model card, sampling, output limit), validated strictly, with the built-in registry."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import string
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +48,63 @@ class HistoryPolicy(BaseModel):
         return value
 
 
+# What a system prompt template may use: the owner's zone and their local date and time.
+PROMPT_FIELDS = ("time_zone", "local_date", "local_time", "weekday")
+CARD_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class AgentConfig(BaseModel):
+    """Who the profile's agent is. Every field is optional: unset, the executor's default
+    (its configured card, the card's parameter defaults, the agent's own prompt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A str.format template over PROMPT_FIELDS ("You help {local_date}'s user; zone {time_zone}").
+    system_prompt: str = Field(default="", max_length=8000)
+    # A model card name (models/<name>.yaml); its provider must be the configured one.
+    model_card: str = ""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        except ValueError as err:
+            raise ValueError(f"not a valid template ({err}); write a literal brace as {{{{ or }}}}") from None
+        for name in names:
+            if name not in PROMPT_FIELDS:
+                raise ValueError(f"unknown placeholder {{{name}}} (known: {', '.join(PROMPT_FIELDS)})")
+        return value
+
+    @field_validator("model_card")
+    @classmethod
+    def _card_name(cls, value: str) -> str:
+        if value and not CARD_NAME_RE.match(value):
+            raise ValueError("must be a model card name (lowercase letters, digits, . _ -)")
+        return value
+
+    def options(self) -> dict[str, float | int]:
+        """The model call options this config sets (checked against the card by the caller)."""
+        values = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        return {k: v for k, v in values.items() if v is not None}
+
+    def render_prompt(self, time_zone: str, now: datetime) -> str:
+        """The system prompt for an owner in `time_zone` at `now` (aware)."""
+        if not self.system_prompt:
+            return ""
+        from zoneinfo import ZoneInfo
+
+        local = now.astimezone(ZoneInfo(time_zone))
+        return self.system_prompt.format(
+            time_zone=time_zone,
+            local_date=local.date().isoformat(),
+            local_time=local.strftime("%H:%M"),
+            weekday=local.strftime("%A"),
+        )
+
+
 class ExecutionProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = Field(default="custom", min_length=1, max_length=100)
@@ -53,6 +113,7 @@ class ExecutionProfile(BaseModel):
     executor: ExecutorKind
     tool_policy: ToolPolicy = ToolPolicy()
     history_policy: HistoryPolicy = HistoryPolicy()
+    agent: AgentConfig = AgentConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -103,12 +164,23 @@ def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
     return InvalidArgument(field, first["msg"])
 
 
-def parse_profile(data: object, *, registered_tools: Iterable[str] | None = None, field: str = "execution_profile") -> ExecutionProfile:
-    """Validate a profile from JSON/YAML data; INVALID_ARGUMENT naming the field otherwise."""
+def parse_profile(
+    data: object,
+    *,
+    registered_tools: Iterable[str] | None = None,
+    field: str = "execution_profile",
+    allow_agent: bool = False,
+) -> ExecutionProfile:
+    """Validate a profile from JSON/YAML data; INVALID_ARGUMENT naming the field otherwise.
+
+    `agent` is the operator's (the profiles file, and the profile a run carries between the
+    services): data from elsewhere (a job's profile over HTTP) may not set it."""
     try:
         profile = ExecutionProfile.model_validate(data)
     except ValidationError as err:
         raise _first_error(err, field) from None
+    if not allow_agent and profile.agent != AgentConfig():
+        raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
         known = set(registered_tools)
         unknown = [t for t in profile.tool_policy.allowlist if t not in known]
@@ -127,7 +199,27 @@ def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionP
             allowlist=list(profile.tool_policy.allowlist),
         ),
         history_policy=execution_profile_pb2.HistoryPolicy(window=profile.history_policy.window),
+        agent=agent_to_pb(profile.agent) if profile.agent != AgentConfig() else None,
     )
+
+
+def agent_to_pb(agent: AgentConfig) -> execution_profile_pb2.AgentConfig:
+    pb = execution_profile_pb2.AgentConfig(system_prompt=agent.system_prompt, model_card=agent.model_card)
+    if agent.temperature is not None:
+        pb.temperature = agent.temperature
+    if agent.top_p is not None:
+        pb.top_p = agent.top_p
+    if agent.max_tokens is not None:
+        pb.max_tokens = agent.max_tokens
+    return pb
+
+
+def agent_from_pb(pb: execution_profile_pb2.AgentConfig) -> dict[str, object]:
+    data: dict[str, object] = {"system_prompt": pb.system_prompt, "model_card": pb.model_card}
+    for name in ("temperature", "top_p", "max_tokens"):
+        if pb.HasField(name):
+            data[name] = getattr(pb, name)
+    return data
 
 
 def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "profile") -> ExecutionProfile:
@@ -140,8 +232,10 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
             "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
             "tool_policy": {"allowlist": list(pb.tool_policy.allowlist)},
             "history_policy": {"window": pb.history_policy.window or "all"},
+            "agent": agent_from_pb(pb.agent),
         },
         field=field,
+        allow_agent=True,
     )
 
 
@@ -162,7 +256,14 @@ class ProfileRegistry:
         self._profiles = dict(profiles)
 
     @classmethod
-    def load(cls, path: Path | None, registered_tools: Iterable[str]) -> ProfileRegistry:
+    def load(
+        cls,
+        path: Path | None,
+        registered_tools: Iterable[str],
+        check_agent: Callable[[AgentConfig], str] | None = None,
+    ) -> ProfileRegistry:
+        """`check_agent` says what is wrong with an entry's agent against the model cards
+        ("agent.<field>: ..."; "" when nothing is)."""
         profiles = dict(BUILT_INS)
         if path is None:
             return cls(profiles)
@@ -181,9 +282,14 @@ class ProfileRegistry:
             if "name" not in entry:
                 raise ProfileFileError(f"{path}: profiles[{i}].name: is required")
             try:
-                profile = parse_profile(entry, registered_tools=tools, field=f"profiles[{i}]")
+                profile = parse_profile(
+                    entry, registered_tools=tools, field=f"profiles[{i}]", allow_agent=True
+                )
             except InvalidArgument as err:
                 raise ProfileFileError(f"{path}: {err.message}") from None
+            problem = check_agent(profile.agent) if check_agent is not None else ""
+            if problem:
+                raise ProfileFileError(f"{path}: profiles[{i}].{problem}")
             if profile.name in BUILT_INS:
                 raise ProfileFileError(
                     f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; use another name"

@@ -134,5 +134,6 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         )
         result.usage.input_tokens = item.usage.input_tokens
         result.usage.output_tokens = item.usage.output_tokens
+        result.usage.estimated = item.usage.estimated
         return pb.ExecuteResponse(result=result)
     return pb.ExecuteResponse(event=_event(item))

@@ -11,7 +11,7 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 from services.executor.agents import build_agents
 from services.executor.config import ExecutorConfig
 from services.executor.memory_tools import MemoryClient, memory_tools
-from services.executor.models import model_for
+from services.executor.models import CardModels, model_for
 from services.executor.servicer import ExecutorServicer
 from services.executor.tools import Tool, ToolRegistry
 from shared.model.base import ChatModel
@@ -37,7 +37,7 @@ async def build(
     if tools is None and set(registry.names()) != set(REGISTERED_TOOLS):
         raise RuntimeError("the executor's tools differ from shared.tools.REGISTERED_TOOLS")
     agents = build_agents(
-        model or model_for(settings), registry, config or ExecutorConfig(), memory
+        model or model_for(settings), registry, config or ExecutorConfig(), memory, CardModels(settings)
     )
     servicer = ExecutorServicer(agents)
 

@@ -65,6 +65,8 @@ def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
                 "inputTokens": p.usage.input_tokens,
                 "outputTokens": p.usage.output_tokens,
                 "totalTokens": p.usage.input_tokens + p.usage.output_tokens,
+                # The model's endpoint reported none: agentmesh counted them (an estimate).
+                **({"estimated": True} if p.usage.estimated else {}),
             }
         ]
     return out

@@ -322,7 +322,10 @@ def retries_executor_step(
     down, or could not be reached) and nothing of the step reached the run yet: a step that
     relayed an event or delivered a message may have run tools and has shown its output,
     so running it again could repeat both. And only `attempts` times in all."""
-    return isinstance(error, Unavailable) and not produced and attempt < attempts
+    # A model's failure is not its replica's: the model layer retried it already (its card's
+    # max_retries), another replica would call the same endpoint.
+    model_failed = error.reason.startswith("MODEL_")
+    return isinstance(error, Unavailable) and not model_failed and not produced and attempt < attempts
 
 
 def executor_retry_delay(attempt: int) -> float:

@@ -5,6 +5,8 @@ The orchestrator owns no tables (nothing to migrate); what it owns is the run ev
 
 from __future__ import annotations
 
+import functools
+
 import grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +17,7 @@ from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.admission import InFlight
 from shared.eventlog import RedisEventLog, open_event_log
+from shared.model.factory import agent_problem
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
@@ -48,7 +51,9 @@ def load_profiles(settings: Settings) -> ProfileRegistry:
     """The built-ins plus AGENTMESH_PROFILES_FILE, all validated; a bad file stops the
     service with a message naming the file, the entry and the field (nothing half-loaded)."""
     try:
-        return ProfileRegistry.load(settings.profiles_file, REGISTERED_TOOLS)
+        # Each profile's agent is checked against the model cards the executor will use.
+        check = functools.partial(agent_problem, settings)
+        return ProfileRegistry.load(settings.profiles_file, REGISTERED_TOOLS, check)
     except ProfileFileError as err:
         raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
 

@@ -43,6 +43,15 @@ def route_by_rule(request: RouteInput) -> Route:
     return Route(request.profile.executor, request.tools, "no tool named: all of the run's tools")
 
 
+def has_choice(request: RouteInput) -> bool:
+    """Whether a model could decide anything the rule does not: the executor is always the
+    profile's, so only which tools; with at most one tool, or when the input names the
+    tools it wants, the rule's answer is the answer."""
+    if len(request.tools) <= 1:
+        return False
+    return not any(_mentions(request.input_text, t) for t in request.tools)
+
+
 def clamp(decision: Route, request: RouteInput) -> Route:
     """Keep a decision inside the profile: its executor, and only tools the run already has.
 

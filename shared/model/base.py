@@ -51,13 +51,59 @@ class ChatModel(Protocol):
 
 
 class ModelError(Exception):
-    """A model call failed. The message says why; it never contains an API key."""
+    """A model call failed. The message says why; it never contains an API key or prompt text.
+
+    Each kind has its own reason, which becomes the RUN_ERROR code (sse-events.md). The
+    transient kinds are ModelUnavailable's (the gRPC edge says UNAVAILABLE; the run's
+    message says "try again"); the others are FailedPrecondition's: retrying the same call
+    would fail the same way, so nothing retries them and their message says what to change."""
 
 
 class ModelUnavailable(ModelError, Unavailable):
-    """The endpoint could not be reached, timed out, or kept failing (429/5xx) past the retries."""
+    """The endpoint could not be reached or kept failing (5xx) past the retries."""
+
+    default_reason = "MODEL_UNAVAILABLE"
+
+
+class ModelTimeout(ModelUnavailable):
+    """The endpoint did not answer, or went silent mid-stream, within the card's timeouts."""
+
+    default_reason = "MODEL_TIMEOUT"
+
+
+class ModelRateLimited(ModelUnavailable):
+    """The endpoint kept answering 429 past the retries."""
+
+    default_reason = "MODEL_RATE_LIMITED"
+
+
+class ModelStreamBroken(ModelUnavailable):
+    """The stream was cut (connection lost, or ended before the response finished)."""
+
+    default_reason = "MODEL_STREAM_BROKEN"
 
 
 class ModelRequestError(ModelError, FailedPrecondition):
-    """The endpoint refused the request (bad key, unknown model, bad parameters) or broke the
-    protocol; retrying will not help."""
+    """The endpoint refused the request (unknown model, bad parameters, ...); retrying will
+    not help."""
+
+    default_reason = "MODEL_INVALID_REQUEST"
+
+
+class ModelAuthError(ModelRequestError):
+    """The API key is missing, wrong or not allowed to use the model (401/403)."""
+
+    default_reason = "MODEL_AUTHENTICATION"
+
+
+class ModelContextOverflow(ModelRequestError):
+    """The request does not fit the model's context window."""
+
+    default_reason = "MODEL_CONTEXT_OVERFLOW"
+
+
+class ModelBadResponse(ModelRequestError):
+    """The endpoint broke the protocol: a stream event that is not JSON or not the shape of
+    a chat-completions chunk."""
+
+    default_reason = "MODEL_BAD_RESPONSE"

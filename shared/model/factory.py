@@ -12,6 +12,8 @@ switches a service to a network model. Further variables (ModelSettings):
                                    (same rules as the card's `parameters:`)
   AGENTMESH_MODEL_API_KEY_FILE     a secret file holding the API key (first line); wins
                                    over the card's api_key_env / api_key_file
+  AGENTMESH_MODEL_BASE_URL         replaces the card's base_url (the same model served
+                                   elsewhere: another host or port)
 The scripted model's token latency is settings.scripted_token_latency
 (AGENTMESH_SCRIPTED_TOKEN_LATENCY) unless the card or a call sets token_latency.
 """
@@ -29,6 +31,7 @@ from shared.model.base import ChatModel
 from shared.model.cards import CARDS_DIR, CardError, ModelCard, load_card
 from shared.model.openai import OpenAIChatModel, read_api_key
 from shared.model.scripted import ScriptedModel
+from shared.profiles import AgentConfig
 from shared.settings import Settings
 
 PROVIDERS = ("scripted", "openai")
@@ -41,6 +44,14 @@ class ModelSettings(BaseSettings):
     cards_dir: Path = CARDS_DIR
     parameters: str = ""
     api_key_file: Path | None = None
+    base_url: str = ""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("AGENTMESH_MODEL_BASE_URL must start with http:// or https://")
+        return value
 
     @field_validator("parameters")
     @classmethod
@@ -75,7 +86,24 @@ def resolve_card(
             f"AGENTMESH_MODEL_CARD: card {card.name} is for the {card.provider} provider but "
             f"AGENTMESH_MODEL_PROVIDER is {provider}"
         )
+    if ms.base_url and card.provider == "openai":
+        card = card.model_copy(update={"base_url": ms.base_url})
     return card
+
+
+def agent_problem(settings: Settings, agent: AgentConfig) -> str:
+    """What is wrong with a profile's agent against the model cards ("agent.<field>: ...";
+    "" when nothing is): its card must load for the configured provider, and the card must
+    offer its sampling parameters and output limit with those values."""
+    try:
+        card = resolve_card(settings, agent.model_card or None)
+    except CardError as err:
+        return f"agent.model_card: {err}"
+    try:
+        card.resolve_parameters(agent.options())
+    except ValueError as err:
+        return f"agent.{str(err).removeprefix('options.')}"
+    return ""
 
 
 def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:

@@ -14,10 +14,16 @@ Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent
 - The API key comes from the environment variable the card names (api_key_env) or a
   secret file (api_key_file, or the one the factory passes); it is sent as a bearer token
   and never logged or put in an error message.
-- Failures: ModelUnavailable (UNAVAILABLE at the gRPC edge) when the endpoint cannot be
-  reached, times out, keeps failing, or the stream breaks; ModelRequestError
-  (FAILED_PRECONDITION) when it refuses the request (4xx other than 429) or breaks the
-  protocol. Both are ModelError.
+- Failures, each its own ModelError (shared.model.base) and RUN_ERROR code: transient
+  (UNAVAILABLE at the gRPC edge) MODEL_UNAVAILABLE (cannot connect, 5xx), MODEL_TIMEOUT,
+  MODEL_RATE_LIMITED (429), MODEL_STREAM_BROKEN (cut mid-stream); final
+  (FAILED_PRECONDITION) MODEL_CONTEXT_OVERFLOW (classify_refusal: OpenAI's
+  context_length_exceeded, llama.cpp's "exceed context window", ...), MODEL_AUTHENTICATION
+  (401/403), MODEL_INVALID_REQUEST (other 4xx, an unknown model), MODEL_BAD_RESPONSE (a
+  chunk that is not JSON or not a chunk). A refusal reported inside a 200 stream is
+  classified the same way; a 200 stream dropped before its first event (llama-cpp-python
+  refuses a too-long prompt so) is asked again once, unstreamed for one token, to hear the
+  refusal. Messages name the card, never the key or the prompt.
 """
 
 from __future__ import annotations
@@ -44,7 +50,19 @@ from shared.messages import (
     ToolResultBlock,
     Usage,
 )
-from shared.model.base import ChatResponse, ModelRequestError, ModelUnavailable, ToolSpec
+from shared.model.base import (
+    ChatResponse,
+    ModelAuthError,
+    ModelBadResponse,
+    ModelContextOverflow,
+    ModelError,
+    ModelRateLimited,
+    ModelRequestError,
+    ModelStreamBroken,
+    ModelTimeout,
+    ModelUnavailable,
+    ToolSpec,
+)
 from shared.model.cards import ModelCard
 
 log = logging.getLogger(__name__)
@@ -163,10 +181,12 @@ class _StreamState:
         self.done = False
 
     def chunk(self, event: Mapping[str, Any]) -> ChatResponse | None:
+        """The blocks of one chunk; TypeError/AttributeError/ValueError when it is not the
+        shape of one (the caller says MODEL_BAD_RESPONSE)."""
+        if not isinstance(event, dict):
+            raise TypeError("a stream event is not a JSON object")
         if "error" in event:
-            error = event["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise ModelUnavailable(f"the endpoint reported an error mid-stream: {message}")
+            raise _StreamError(event["error"])
         if isinstance(event.get("usage"), dict):
             u = event["usage"]
             self.usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
@@ -216,11 +236,24 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
 # ---- the model ------------------------------------------------------------------------------------
 
 
+class _StreamError(Exception):
+    """An error object the endpoint sent inside a 200 stream."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__("error event")
+        self.error = error
+
+
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    """A failure worth another attempt; `final` is what it becomes when attempts run out."""
+
+    def __init__(
+        self, reason: str, retry_after: float | None = None, final: type[ModelUnavailable] = ModelUnavailable
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.final = final
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -231,14 +264,57 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _error_message(body: bytes) -> str:
+def _error_fields(error: Any) -> tuple[str, str]:
+    """(message, code-or-type) of an OpenAI-style error object (or whatever came instead)."""
+    if isinstance(error, dict):
+        inner = error.get("error", error)
+        if isinstance(inner, dict):
+            code = inner.get("code") or inner.get("type") or ""
+            return str(inner.get("message", inner))[:300], str(code)
+        return str(inner)[:300], ""
+    return str(error)[:300], ""
+
+
+def _error_message(body: bytes) -> tuple[str, str]:
     try:
-        data = json.loads(body)
-        error = data.get("error", data) if isinstance(data, dict) else data
-        message = error.get("message", error) if isinstance(error, dict) else error
-        return str(message)[:300]
-    except (ValueError, AttributeError):
-        return body.decode("utf-8", "replace")[:300]
+        return _error_fields(json.loads(body))
+    except ValueError:
+        return body.decode("utf-8", "replace")[:300], ""
+
+
+# How endpoints say a request does not fit the context window: OpenAI's and vLLM's code,
+# llama-cpp-python's message ("Requested tokens (3790) exceed context window of 2048"),
+# llama.cpp server's ("exceeds the available context size"), and the common phrasings.
+_OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")
+_OVERFLOW_PHRASES = (
+    "exceed context window",
+    "exceeds the available context size",
+    "maximum context length",
+    "context length exceeded",
+    "context window",
+    "too many tokens",
+    "input is too long",
+    "prompt is too long",
+)
+
+
+def is_context_overflow(message: str, code: str = "") -> bool:
+    text = message.lower()
+    return code.lower() in _OVERFLOW_CODES or any(p in text for p in _OVERFLOW_PHRASES)
+
+
+def classify_refusal(name: str, status: int, message: str, code: str = "") -> ModelError:
+    """The final error of a refusal that retrying will not change (status 0: one reported
+    inside a 200 stream)."""
+    detail = f": {message}" if message else ""
+    if is_context_overflow(message, code):
+        return ModelContextOverflow(f"model {name}: the request does not fit its context window{detail}")
+    if status in (401, 403) or code in ("invalid_api_key", "authentication_error"):
+        return ModelAuthError(f"model {name}: the endpoint refused the API key (HTTP {status}){detail}")
+    if status == 404 or code == "model_not_found":
+        return ModelRequestError(f"model {name}: the endpoint does not know this model{detail}")
+    where = f"HTTP {status}" if status else "mid-stream"
+    return ModelRequestError(f"model {name}: the endpoint refused the request ({where}){detail}")
 
 
 class OpenAIChatModel:
@@ -315,21 +391,30 @@ class OpenAIChatModel:
         try:
             response = await self._http().send(request, stream=True)
         except httpx.TimeoutException as e:
-            raise _Retryable(f"{type(e).__name__} talking to {self._url}") from None
+            raise _Retryable(f"{type(e).__name__} talking to {self._url}", final=ModelTimeout) from None
         except httpx.TransportError as e:
             raise _Retryable(f"cannot reach {self._url}: {type(e).__name__}: {e}") from None
-        if response.status_code == 200:
+        status = response.status_code
+        if status == 200:
             return response
         try:
-            detail = _error_message(await response.aread())
+            detail, code = _error_message(await response.aread())
         except httpx.HTTPError:
-            detail = ""
+            detail, code = "", ""
         finally:
             await response.aclose()
-        reason = f"HTTP {response.status_code} from {self._url}: {detail}".rstrip(": ")
-        if response.status_code == 429 or response.status_code >= 500:
+        reason = f"HTTP {status} from {self._url}: {detail}".rstrip(": ")
+        # A refusal some servers send as a 5xx (llama-cpp-python's context overflow) is
+        # still final: the same request would be refused again.
+        if is_context_overflow(detail, code):
+            raise classify_refusal(self.name, status, detail, code)
+        if status == 429 and code != "insufficient_quota":
+            raise _Retryable(reason, _retry_after(response), final=ModelRateLimited)
+        if status in (408, 504):
+            raise _Retryable(reason, _retry_after(response), final=ModelTimeout)
+        if status >= 500:
             raise _Retryable(reason, _retry_after(response))
-        raise ModelRequestError(f"model {self.name}: {reason}")
+        raise classify_refusal(self.name, status, detail, code)
 
     async def _open_with_retries(self, body: dict[str, Any]) -> httpx.Response:
         attempts = self.card.max_retries + 1
@@ -344,8 +429,24 @@ class OpenAIChatModel:
                 with attempt:
                     return await self._open(body)
         except _Retryable as e:
-            raise ModelUnavailable(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
+            raise e.final(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _refusal_of(self, body: dict[str, Any]) -> ModelError | None:
+        """The endpoint's refusal of `body` asked unstreamed (max_tokens 1); None when it
+        does not refuse it (or cannot be asked)."""
+        probe = {k: v for k, v in body.items() if k != "stream_options"}
+        probe.update(stream=False, max_tokens=1)
+        try:
+            response = await self._http().post(self._url, json=probe, headers=self._headers)
+        except httpx.HTTPError:
+            return None
+        if 400 <= response.status_code < 500 and response.status_code != 429:
+            return classify_refusal(self.name, response.status_code, *_error_message(response.content))
+        detail, code = _error_message(response.content) if response.status_code != 200 else ("", "")
+        if is_context_overflow(detail, code):
+            return classify_refusal(self.name, response.status_code, detail, code)
+        return None
 
     async def stream(
         self,
@@ -357,29 +458,45 @@ class OpenAIChatModel:
         body = self.request_body(messages, tools, options)
         response = await self._open_with_retries(body)
         state = _StreamState()
+        received = False
+        broken: ModelStreamBroken | None = None
         try:
             async for data in sse_events(response.aiter_lines()):
+                received = True
                 if data.strip() == "[DONE]":
                     state.done = True
                     break
                 try:
-                    event = json.loads(data)
+                    chunk = state.chunk(json.loads(data))
+                except _StreamError as e:
+                    raise classify_refusal(self.name, 0, *_error_fields(e.error)) from None
                 except json.JSONDecodeError:
-                    raise ModelRequestError(
-                        f"model {self.name}: a stream event is not JSON: {data[:100]!r}"
+                    # Never the event itself: it may be the model's text.
+                    raise ModelBadResponse(f"model {self.name}: a stream event is not JSON") from None
+                except (TypeError, AttributeError, ValueError) as e:
+                    raise ModelBadResponse(
+                        f"model {self.name}: a stream event is not a chat-completions chunk ({e})"
                     ) from None
-                chunk = state.chunk(event)
                 if chunk is not None:
                     yield chunk
         except httpx.TimeoutException:
-            raise ModelUnavailable(
+            raise ModelTimeout(
                 f"model {self.name}: no data from {self._url} for {self.card.timeout_seconds}s"
             ) from None
         except httpx.TransportError as e:
-            raise ModelUnavailable(f"model {self.name}: the stream broke: {type(e).__name__}") from None
+            broken = ModelStreamBroken(f"model {self.name}: the stream broke: {type(e).__name__}")
         finally:
             await response.aclose()
-        if not state.done and not state.finished_reason:
-            raise ModelUnavailable(f"model {self.name}: the stream ended before the response finished")
+        if broken is None and not state.done and not state.finished_reason:
+            broken = ModelStreamBroken(f"model {self.name}: the stream ended before the response finished")
+        if broken is not None:
+            if not received:
+                # Some servers (llama-cpp-python) answer 200 before they look at the request
+                # and drop the stream when they refuse it: ask once more, unstreamed and for
+                # one token, to hear the refusal itself (a context overflow is not transient).
+                refusal = await self._refusal_of(body)
+                if refusal is not None:
+                    raise refusal from None
+            raise broken from None
         reason = state.finished_reason or "stop"
         yield ChatResponse(is_last=True, finished_reason=reason, usage=state.usage)

@@ -13,7 +13,7 @@ What it does, decided from the conversation in this order (`respond` is the pure
    memory_write and/or memory_forget offered: the facts `extract_facts` finds in the user
    messages become one tool call each, in order: memory_write {"content", "kind"} for
    preference/dislike/name/place, memory_forget {"content_query"} for forget. No facts: the
-   reply "No durable facts found." After the tool results: a summary ("Saved 2 memories,
+   reply "NO_MEMORIES: no durable facts found." After the tool results: a summary ("Saved 2 memories,
    forgot 0.").
 3. Call tools. The last user message asks for a tool with
        (use|call|run|invoke) [the] <name> tool [with|using|:] [<JSON object>]
@@ -68,11 +68,15 @@ ROUTER_PROMPT = (
     'object and nothing else: {"executor": "worker" or "memory", "tools": [names of the offered '
     'tools the next step needs], "reason": "one short sentence"}.'
 )
+# What a memory model answers when the messages hold nothing to save or forget: the one text
+# answer the memory agent accepts instead of tool calls (any other prose is unusable output).
+NO_MEMORIES = "NO_MEMORIES"
 MEMORY_PROMPT = (
     f"{MEMORY_MARKER} You are the memory agent. Find durable facts about the user in the user "
     "messages (preferences, dislikes, name, where they live) and requests to forget something. "
     "Call memory_write once per new fact with its content and kind, and memory_forget with a "
-    "content_query for each request to forget. Reply briefly when done."
+    "content_query for each request to forget. Reply briefly when done. If there is nothing "
+    f"to save or forget, reply {NO_MEMORIES} and nothing else."
 )
 MEMORY_WRITE = "memory_write"
 MEMORY_FORGET = "memory_forget"
@@ -356,7 +360,7 @@ def respond(messages: Sequence[Msg], tools: Sequence[ToolSpec] = (), *, thinking
                     requests.append((MEMORY_WRITE, json.dumps(args, ensure_ascii=False)))
         requests = list(dict.fromkeys(requests))
         if not requests:
-            return Reply(text="No durable facts found.", thinking=think)
+            return Reply(text=f"{NO_MEMORIES}: no durable facts found.", thinking=think)
         return Reply(thinking=think, tool_calls=_calls(messages, requests), finished_reason="tool_calls")
 
     if already_called:

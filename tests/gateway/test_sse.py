@@ -168,3 +168,13 @@ def test_frame_is_one_data_line_and_a_blank_line_with_lf_only() -> None:
     assert raw.endswith(b"\n\n")
     assert raw.count(b"\n") == 2
     assert b"\r" not in raw
+
+
+def test_usage_agentmesh_counted_itself_is_marked_estimated() -> None:
+    usage = message_pb2.Usage(input_tokens=30, output_tokens=4, estimated=True)
+    out = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=usage)))
+    assert out is not None
+    EVENT.validate_python(out)
+    assert out["usage"] == [{"inputTokens": 30, "outputTokens": 4, "totalTokens": 34, "estimated": True}]
+    reported = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=message_pb2.Usage(input_tokens=3))))
+    assert reported is not None and "estimated" not in reported["usage"][0]

@@ -32,9 +32,21 @@ def recording(name: str, piece: int = 7) -> Reply:
     return Reply(body=(RECORDINGS / name).read_bytes(), headers={"Content-Type": "text/event-stream"}, piece=piece)
 
 
-def error(status: int, message: str = "boom", **headers: str) -> Reply:
-    body = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
+def error(
+    status: int, message: str = "boom", *, code: str | None = None, type: str = "server_error", **headers: str
+) -> Reply:
+    """An OpenAI-style error answer (`code` as OpenAI sets it, e.g. context_length_exceeded)."""
+    body = json.dumps({"error": {"message": message, "type": type, "code": code}}).encode()
     return Reply(status=status, body=body, headers={"Content-Type": "application/json", **headers})
+
+
+def events(*payloads: object, done: bool = True) -> Reply:
+    """A 200 stream of these data payloads (a str goes out as it is, anything else as JSON)."""
+    lines = [p if isinstance(p, str) else json.dumps(p) for p in payloads]
+    if done:
+        lines.append("[DONE]")
+    body = "".join(f"data: {line}\n\n" for line in lines).encode()
+    return Reply(body=body, headers={"Content-Type": "text/event-stream"})
 
 
 @dataclass
@@ -75,7 +87,7 @@ class FakeOpenAI:
             reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
             if reply.stall:
                 await asyncio.sleep(reply.stall)
-            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(reply.status, "X")
+            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(reply.status, "Error")
             head_out = [f"HTTP/1.1 {reply.status} {reason}", "Connection: close"]
             head_out += [f"{k}: {v}" for k, v in reply.headers.items()]
             # A stream ends when the connection closes; a declared length that the cut does

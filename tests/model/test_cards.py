@@ -151,3 +151,12 @@ def test_call_options_override_defaults_and_are_checked() -> None:
 def test_card_is_a_validated_pydantic_model() -> None:
     card = ModelCard(name="x", provider="scripted", model="s", context_size=10, output_size=5)
     assert card.supports("text") and not card.supports("thinking")
+
+
+def test_the_local_card_refuses_a_tool_choice_up_front() -> None:
+    local = load_card("smollm2-local")
+    assert "tool_choice" not in local.resolve_parameters()
+    with pytest.raises(ValueError, match=r"options\.tool_choice: not a parameter of model card smollm2-local"):
+        local.resolve_parameters({"tool_choice": "required"})
+    with pytest.raises(CardError, match=r"tool_choice: unknown parameter"):
+        load_card("smollm2-local", overrides={"tool_choice": {"default": "required"}})

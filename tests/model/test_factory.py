@@ -15,7 +15,7 @@ from shared.settings import Settings
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("CARD", "CARDS_DIR", "PARAMETERS", "API_KEY_FILE"):
+    for name in ("CARD", "CARDS_DIR", "PARAMETERS", "API_KEY_FILE", "BASE_URL"):
         monkeypatch.delenv(f"AGENTMESH_MODEL_{name}", raising=False)
 
 
@@ -29,6 +29,22 @@ def test_openai_provider_with_a_card_from_the_environment(monkeypatch: pytest.Mo
     monkeypatch.setenv("AGENTMESH_MODEL_CARD", "llama3.1-ollama")
     model = create_model(Settings(model_provider="openai"))
     assert isinstance(model, OpenAIChatModel) and model.name == "llama3.1-ollama"
+
+
+def test_base_url_from_the_environment_replaces_the_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "smollm2-local")
+    monkeypatch.setenv("AGENTMESH_MODEL_BASE_URL", "http://127.0.0.1:9999/v1")
+    model = create_model(Settings(model_provider="openai"))
+    assert isinstance(model, OpenAIChatModel)
+    assert model.card.base_url == "http://127.0.0.1:9999/v1"
+    assert model.card.context_size == 2048 and model.card.resolve_parameters()["max_tokens"] == 200
+
+
+def test_a_base_url_that_is_not_http_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_MODEL_CARD", "smollm2-local")
+    monkeypatch.setenv("AGENTMESH_MODEL_BASE_URL", "127.0.0.1:9999")
+    with pytest.raises(ValueError, match="AGENTMESH_MODEL_BASE_URL"):
+        create_model(Settings(model_provider="openai"))
 
 
 def test_card_name_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

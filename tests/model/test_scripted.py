@@ -150,7 +150,7 @@ async def test_memory_prompt_turns_forget_into_memory_forget_matching_the_writte
 
 async def test_memory_prompt_without_facts_replies_without_tools() -> None:
     msg = await reply([system(MEMORY_PROMPT), user("what's the weather?")], tools=MEMORY_TOOLS)
-    assert (msg.tool_calls, msg.text) == ([], "No durable facts found.")
+    assert (msg.tool_calls, msg.text) == ([], "NO_MEMORIES: no durable facts found.")
 
 
 async def test_memory_prompt_summarises_after_the_results() -> None:

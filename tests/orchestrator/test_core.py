@@ -202,3 +202,11 @@ def test_a_chat_run_may_not_name_a_jobs_thread() -> None:
 def test_automation_runs_and_other_chat_threads_pass_the_thread_rule() -> None:
     core.check_thread_for_origin("automation:job-1", RuntimeMode.AUTOMATION)
     core.check_thread_for_origin("my-automation:notes", RuntimeMode.CHAT)
+
+
+def test_a_model_that_is_unavailable_is_not_retried_on_another_executor_replica() -> None:
+    from shared.model.base import ModelStreamBroken, ModelUnavailable
+
+    assert core.retries_executor_step(Unavailable("replica down"), produced=False, attempt=1)
+    assert not core.retries_executor_step(ModelUnavailable("model down"), produced=False, attempt=1)
+    assert not core.retries_executor_step(ModelStreamBroken("cut"), produced=False, attempt=1)

@@ -80,3 +80,13 @@ def test_model_answer_is_parsed_from_its_json() -> None:
 
 def test_model_answer_without_json_is_no_decision() -> None:
     assert core.parse_model_route("I would use the search tool", route_input("x")) is None
+
+
+def test_there_is_a_choice_only_with_several_tools_none_of_them_named() -> None:
+    def request(text: str, tools: tuple[str, ...]) -> core.RouteInput:
+        return core.RouteInput(profile=CHAT_DEFAULT, input_text=text, tools=tools)
+
+    assert not core.has_choice(request("hello", ()))
+    assert not core.has_choice(request("hello", ("memory_search",)))
+    assert not core.has_choice(request("use memory search", ("memory_search", "web_search")))
+    assert core.has_choice(request("hello", ("memory_search", "web_search")))

@@ -3,6 +3,7 @@ orchestration) and the memory agent (extract, write and forget memories)."""
 
 from __future__ import annotations
 
+from services.executor.agent_config import ModelResolver
 from services.executor.agents.base import Agent, StepRequest
 from services.executor.agents.memory import MemoryAgent, Watermarks
 from services.executor.agents.worker import WorkerAgent
@@ -15,14 +16,20 @@ __all__ = ["Agent", "StepRequest", "build_agents"]
 
 
 def build_agents(
-    model: ChatModel, tools: ToolRegistry, config: ExecutorConfig, watermarks: Watermarks
+    model: ChatModel,
+    tools: ToolRegistry,
+    config: ExecutorConfig,
+    watermarks: Watermarks,
+    models: ModelResolver | None = None,
 ) -> dict[ExecutorKind, Agent]:
+    """`models` gives a profile's model card its model (AgentConfig.model_card)."""
     return {
         ExecutorKind.WORKER: WorkerAgent(
             model,
             tools,
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,
+            models=models,
         ),
         ExecutorKind.MEMORY: MemoryAgent(
             model,
@@ -30,5 +37,6 @@ def build_agents(
             watermarks,
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,
+            models=models,
         ),
     }

@@ -13,6 +13,12 @@ Two runs at once: before running any tool the agent re-reads the watermark; if a
 moved it, the messages are that run's and this one writes nothing. If the final
 compare-and-set loses anyway (the other run advanced in between), this run's writes were
 the same idempotent facts and the run ends normally.
+
+Output it cannot use (small models answer in prose): the model's first answer must call a
+memory tool or say NO_MEMORIES (the prompt asks for one or the other). Prose instead, or
+calls none of which succeeded (arguments that are not JSON, tools it may not call), fail the
+step with MEMORY_OUTPUT_UNUSABLE (a FailedPrecondition: the job run's error says so), and
+the watermark stays where it was: those messages are read again by the next run.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from services.executor import core
+from services.executor import agent_config, core
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import (
     TurnOutput,
@@ -36,7 +42,7 @@ from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, T
 from services.executor.memory_tools import Watermark
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
-from shared.errors import InvalidArgument
+from shared.errors import FailedPrecondition, InvalidArgument
 from shared.messages import (
     Msg,
     Role,
@@ -54,7 +60,8 @@ from shared.messages import (
     user,
 )
 from shared.model.base import ChatModel
-from shared.model.scripted import MEMORY_PROMPT
+from shared.model.scripted import MEMORY_PROMPT, NO_MEMORIES
+from shared.model.tokens import messages_tokens, tools_tokens
 from shared.toolcalls import ToolCallTracker
 from shared.tools import authorize, effective_tools
 
@@ -62,6 +69,14 @@ log = logging.getLogger("agentmesh.executor.memory")
 
 NOTHING_NEW = "No new messages since the last memory run: nothing to save or forget."
 TAKEN = "Another memory run processed these messages first: nothing was written twice."
+
+
+def unusable(why: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"the memory model's output could not be used ({why}); the watermark did not move, "
+        "the next run reads these messages again",
+        reason="MEMORY_OUTPUT_UNUSABLE",
+    )
 
 
 class Watermarks(Protocol):
@@ -100,8 +115,10 @@ class MemoryAgent:
         *,
         max_tool_rounds: int,
         tool_timeout_seconds: float,
+        models: agent_config.ModelResolver | None = None,
     ) -> None:
         self.model = model
+        self.models = models
         self.tools = tools
         self.watermarks = watermarks
         self.max_tool_rounds = max(1, max_tool_rounds)
@@ -120,7 +137,12 @@ class MemoryAgent:
             yield StepResult("stop")
             return
 
-        instructions = MEMORY_PROMPT
+        model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        # The profile's prompt replaces the built-in one; the NO_MEMORIES answer stays part
+        # of the contract (without it an empty extraction could not be told from prose).
+        instructions = model_call.system_prompt or MEMORY_PROMPT
+        if NO_MEMORIES not in instructions:
+            instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
         conversation: list[Msg] = [system(instructions), *transcript(fresh)]
@@ -138,8 +160,11 @@ class MemoryAgent:
             last = turn_no == self.max_tool_rounds
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
             turn = TurnOutput()
-            async for event in self._model_turn(conversation, () if last else offered, message_id, turn, tracker):
+            tools = () if last else offered
+            async for event in self._model_turn(model_call, conversation, tools, message_id, turn, tracker):
                 yield event
+            if turn.usage is None:
+                turn.usage = turn.estimated_usage(messages_tokens(conversation) + tools_tokens(tools))
             usage = usage + turn.usage
             calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
             reasons = {c.id: authorize(c.name, step.declared, step.profile, registered) for c in calls}
@@ -152,6 +177,8 @@ class MemoryAgent:
             )
             yield message
             if not calls:
+                if turn_no == 0 and NO_MEMORIES not in "".join(turn.text):
+                    raise unusable(f"it answered in prose instead of calling a memory tool or saying {NO_MEMORIES}")
                 break
             conversation.append(message)
             if not checked:
@@ -168,7 +195,7 @@ class MemoryAgent:
                         yield item
                     yield StepResult("stop", usage)
                     return
-            results = []
+            results: list[ToolResultBlock] = []
             for call in calls:
                 lifecycle = tracker.track(call.id, call.name)
                 reason = reasons[call.id]
@@ -194,6 +221,8 @@ class MemoryAgent:
                 yield item
             assert results_msg is not None
             conversation.append(results_msg)
+            if turn_no == 0 and not any(r.state is ToolResultState.SUCCESS for r in results):
+                raise unusable("none of its tool calls could be run")
 
         newest = max(fresh, key=lambda m: core.message_key(m.created_at, m.thread_id, m.position))
         key = core.message_key(newest.created_at, newest.thread_id, newest.position)
@@ -215,6 +244,7 @@ class MemoryAgent:
 
     async def _model_turn(
         self,
+        model_call: agent_config.CallSetup,
         conversation: Sequence[Msg],
         offered: Sequence[object],
         message_id: str,
@@ -222,7 +252,7 @@ class MemoryAgent:
         tracker: ToolCallTracker,
     ) -> AsyncIterator[StepItem]:
         text_open = False
-        async with aclosing(self.model.stream(conversation, tools=offered)) as stream:  # type: ignore[arg-type]
+        async with aclosing(model_call.stream(conversation, offered)) as stream:  # type: ignore[arg-type]
             async for chunk in stream:
                 for block in chunk.content:
                     if isinstance(block, TextBlock) and block.text:

@@ -7,6 +7,11 @@ client-side tool ends the step (the run finishes with outcome interrupt); any ot
 not executed: the model gets an error result and the step reports a ToolDenied for the audit.
 After `max_tool_rounds` rounds of tool results, one last turn is offered no tools, so the
 step always ends.
+
+Each turn's messages fit the model card's context (services.executor.context): the oldest
+of the thread go first. Should the endpoint still find them too long (the count is an
+estimate), the turn is tried once more, before anything streamed, within half the budget.
+A turn whose endpoint reports no usage gets an estimated one (shared.model.tokens).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
-from services.executor import core
+from services.executor import agent_config, core
+from services.executor import context as budget
 from services.executor.agents.base import StepRequest
 from services.executor.core import ToolRoute
 from services.executor.events import (
@@ -28,10 +34,10 @@ from services.executor.events import (
     TextEnd,
     TextStart,
     ToolCallArgs,
-    ToolDenied,
     ToolCallEnd,
     ToolCallResult,
     ToolCallStart,
+    ToolDenied,
 )
 from services.executor.tools import ToolContext, ToolError, ToolRegistry
 from shared import metrics
@@ -49,9 +55,11 @@ from shared.messages import (
     Usage,
     assistant,
     new_id,
+    system,
     tool_result_message_id,
 )
-from shared.model.base import ChatModel, ToolSpec
+from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
+from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.worker")
@@ -64,8 +72,16 @@ class TurnOutput:
     text: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     calls: core.ToolCallAssembler = field(default_factory=core.ToolCallAssembler)
-    usage: Usage = Usage()
+    usage: Usage | None = None
     finished_reason: str = ""
+    # Whether anything of the turn streamed (a turn that streamed is never tried again).
+    produced: bool = False
+
+    def estimated_usage(self, input_tokens: int) -> Usage:
+        """The turn's usage when the endpoint reported none (shared.model.tokens)."""
+        output = text_tokens("".join(self.text)) + text_tokens("".join(self.thinking))
+        output += sum(text_tokens(c.name) + text_tokens(c.input) for c in self.calls.blocks())
+        return Usage(input_tokens, output, estimated=True)
 
     def content(self, calls: Sequence[ToolCallBlock]) -> tuple[Block, ...]:
         blocks: list[Block] = []
@@ -85,8 +101,10 @@ class WorkerAgent:
         *,
         max_tool_rounds: int,
         tool_timeout_seconds: float,
+        models: agent_config.ModelResolver | None = None,
     ) -> None:
         self.model = model
+        self.models = models
         self.tools = tools
         self.max_tool_rounds = max_tool_rounds
         self.tool_timeout_seconds = tool_timeout_seconds
@@ -99,7 +117,13 @@ class WorkerAgent:
         client = tuple(t.name for t in step.client_tools)
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
-        conversation: list[Msg] = [*step.context, step.input]
+        model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        history = step.context
+        if model_call.system_prompt:
+            # The profile's prompt leads the context (the budget keeps leading system messages).
+            history = (system(model_call.system_prompt), *history)
+        # This step's input and turns: always sent (the thread's earlier messages fit around them).
+        conversation: list[Msg] = [step.input]
         usage = Usage()
 
         def decide(call: ToolCallBlock, last: bool) -> tuple[ToolRoute, DenialReason | None]:
@@ -111,12 +135,40 @@ class WorkerAgent:
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
+        max_tokens = model_call.options.get("max_tokens")
+        budget_tokens = budget.input_budget(model_call.card, max_tokens) if model_call.card is not None else None
         for turn_no in range(self.max_tool_rounds + 1):
             last = turn_no == self.max_tool_rounds
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
-            turn = TurnOutput()
-            async for event in self._model_turn(conversation, () if last else offered, message_id, turn):
-                yield event
+            tools = () if last else offered
+            while True:
+                turn = TurnOutput()
+                if budget_tokens is None:
+                    messages = [*history, *conversation]
+                    input_tokens = messages_tokens(messages) + tools_tokens(tools)
+                else:
+                    fitted = budget.fit(history, conversation, tools, budget_tokens)
+                    messages, input_tokens = fitted.messages, fitted.input_tokens
+                    if fitted.dropped:
+                        log.info(
+                            "context: left out the oldest messages to fit the model's window",
+                            extra={"fields": {"dropped": fitted.dropped, "budget": budget_tokens}},
+                        )
+                try:
+                    async for event in self._model_turn(model_call, messages, tools, message_id, turn):
+                        yield event
+                except ModelContextOverflow:
+                    if turn.produced or budget_tokens is None or budget_tokens < 2:
+                        raise
+                    budget_tokens //= 2
+                    log.warning(
+                        "context: the model found the turn too long; fitting into half the budget",
+                        extra={"fields": {"budget": budget_tokens}},
+                    )
+                    continue
+                break
+            if turn.usage is None:
+                turn.usage = turn.estimated_usage(input_tokens)
             usage = usage + turn.usage
             calls = turn.calls.blocks()
             routes = {c.id: decide(c, last) for c in calls}
@@ -167,13 +219,20 @@ class WorkerAgent:
                 return
 
     async def _model_turn(
-        self, conversation: Sequence[Msg], offered: Sequence[ToolSpec], message_id: str, turn: TurnOutput
+        self,
+        call: agent_config.CallSetup,
+        conversation: Sequence[Msg],
+        offered: Sequence[ToolSpec],
+        message_id: str,
+        turn: TurnOutput,
     ) -> AsyncIterator[StepItem]:
         text_open = False
+        turn.produced = False
         # aclosing: a cancelled step closes the model's stream at once (the provider's
         # connection with it), instead of leaving it to the garbage collector.
-        async with aclosing(self.model.stream(conversation, tools=offered)) as stream:
+        async with aclosing(call.stream(conversation, offered)) as stream:
             async for chunk in stream:
+                turn.produced = True
                 for block in chunk.content:
                     if isinstance(block, TextBlock):
                         if not block.text:

@@ -37,16 +37,32 @@ class HistoryPolicy(_message.Message):
     window: str
     def __init__(self, window: _Optional[str] = ...) -> None: ...
 
+class AgentConfig(_message.Message):
+    __slots__ = ("system_prompt", "model_card", "temperature", "top_p", "max_tokens")
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    system_prompt: str
+    model_card: str
+    temperature: float
+    top_p: float
+    max_tokens: int
+    def __init__(self, system_prompt: _Optional[str] = ..., model_card: _Optional[str] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
 class ExecutionProfile(_message.Message):
-    __slots__ = ("name", "enable_router", "executor", "tool_policy", "history_policy")
+    __slots__ = ("name", "enable_router", "executor", "tool_policy", "history_policy", "agent")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENABLE_ROUTER_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     TOOL_POLICY_FIELD_NUMBER: _ClassVar[int]
     HISTORY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     enable_router: bool
     executor: Executor
     tool_policy: ToolPolicy
     history_policy: HistoryPolicy
-    def __init__(self, name: _Optional[str] = ..., enable_router: _Optional[bool] = ..., executor: _Optional[_Union[Executor, str]] = ..., tool_policy: _Optional[_Union[ToolPolicy, _Mapping]] = ..., history_policy: _Optional[_Union[HistoryPolicy, _Mapping]] = ...) -> None: ...
+    agent: AgentConfig
+    def __init__(self, name: _Optional[str] = ..., enable_router: _Optional[bool] = ..., executor: _Optional[_Union[Executor, str]] = ..., tool_policy: _Optional[_Union[ToolPolicy, _Mapping]] = ..., history_policy: _Optional[_Union[HistoryPolicy, _Mapping]] = ..., agent: _Optional[_Union[AgentConfig, _Mapping]] = ...) -> None: ...

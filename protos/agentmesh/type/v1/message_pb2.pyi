@@ -47,12 +47,14 @@ MESSAGE_KIND_TOOL_CALL: MessageKind
 MESSAGE_KIND_TOOL_RESULT: MessageKind
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens")
+    __slots__ = ("input_tokens", "output_tokens", "estimated")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
+    estimated: bool
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., estimated: _Optional[bool] = ...) -> None: ...
 
 class MessageMetadata(_message.Message):
     __slots__ = ("hidden_from_user", "origin", "executor", "execution_profile_name", "extra", "extra_json")

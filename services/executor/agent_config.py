@@ -1,0 +1,69 @@
+"""A step's model call setup from its profile's AgentConfig (shared.profiles): which model
+(the profile's card, else the executor's), which options (sampling, output limit), which
+system prompt (the template rendered for the owner's zone and local date)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.errors import FailedPrecondition
+from shared.messages import Msg
+from shared.model.base import ChatModel, ChatResponse, ToolSpec
+from shared.model.cards import CardError, ModelCard
+from shared.profiles import AgentConfig
+
+# A card name -> that card's model (the executor's factory, models cached).
+ModelResolver = Callable[[str], ChatModel]
+
+
+@dataclass(frozen=True)
+class CallSetup:
+    model: ChatModel
+    card: ModelCard | None
+    options: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str = ""
+
+    def stream(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSpec]
+    ) -> AsyncIterator[ChatResponse]:
+        if self.options:
+            return self.model.stream(messages, tools=tools, options=self.options)
+        return self.model.stream(messages, tools=tools)
+
+
+def card_of(model: ChatModel) -> ModelCard | None:
+    card = getattr(model, "card", None)
+    return card if isinstance(card, ModelCard) else None
+
+
+def setup(
+    agent: AgentConfig,
+    time_zone: str,
+    default: ChatModel,
+    resolve: ModelResolver | None,
+    now: datetime | None = None,
+) -> CallSetup:
+    """The call setup of a step; FAILED_PRECONDITION naming profile.agent.<field> when the
+    profile's card cannot be used or rejects its options."""
+    model = default
+    if agent.model_card and resolve is not None:
+        try:
+            model = resolve(agent.model_card)
+        except CardError as err:
+            raise FailedPrecondition(
+                f"profile.agent.model_card: {err}", reason="AGENT_CONFIG_INVALID"
+            ) from None
+    card = card_of(model)
+    options = agent.options()
+    if card is not None and options:
+        try:
+            card.resolve_parameters(options)
+        except ValueError as err:
+            raise FailedPrecondition(
+                f"profile.agent.{str(err).removeprefix('options.')}", reason="AGENT_CONFIG_INVALID"
+            ) from None
+    prompt = agent.render_prompt(time_zone, now or datetime.now(UTC))
+    return CallSetup(model, card, options, prompt)

@@ -1,0 +1,265 @@
+"""The suite's real processes against the real local model (SmolLM2-135M on
+llama-cpp-python): what holds for any competent model, never its wording."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orch_pb
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
+from agentmesh.type.v1 import message_pb2, run_event_pb2
+
+from services.launcher import LOCAL_CONTEXT, LocalModelServer, Suite
+from shared.identity import call_metadata
+from shared.messages import msg_to_pb, user
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
+from tests.e2e.conftest import run_body
+from tests.realmodel.conftest import assert_well_formed, auth, chat, history, new_id, streamed_text
+
+pytestmark = pytest.mark.realmodel
+
+# About 1,500 tokens by agentmesh's estimate (1,100 or so by SmolLM2's tokenizer): two of
+# these outgrow the model's 2,048-token window.
+LONG = " ".join(
+    f"Note {i}: the harbour office opens at nine and the ferry leaves at ten." for i in range(64)
+)
+
+
+def reply_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in messages if m["role"] == "assistant" and m.get("content")]
+
+
+def test_a_chat_run_streams_real_text_stores_it_and_reports_usage(suite: Suite) -> None:
+    owner, thread = new_id("ann"), new_id("t")
+    start = time.perf_counter()
+    events = chat(suite, owner, thread, "Say hello in one short sentence.")
+    elapsed = time.perf_counter() - start
+    assert_well_formed(events)
+    finished = events[-1]
+    assert finished["type"] == "RUN_FINISHED" and finished["outcome"] == {"type": "success"}, (
+        finished
+    )
+    text = streamed_text(events)
+    assert text.strip()
+    [usage] = finished["usage"]
+    assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
+    assert usage["inputTokens"] + usage["outputTokens"] <= LOCAL_CONTEXT
+    # With one tool (memory_search) the router has nothing to decide: its step is immediate.
+    assert [e["stepName"] for e in events if e["type"] == "STEP_STARTED"] == ["router", "worker"]
+    # Stored as streamed (one reply, or the text of each turn if the model used its tool).
+    stored = reply_messages(history(suite, owner, thread))
+    assert "".join(m["content"] for m in stored) == text
+    print(f"chat run: {elapsed:.2f}s end to end")
+
+
+def test_a_thread_grown_past_the_context_window_keeps_answering(suite: Suite) -> None:
+    owner, thread = new_id("bob"), new_id("t")
+    for n in range(3):
+        events = chat(suite, owner, thread, f"Part {n}. {LONG}")
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+    events = chat(suite, owner, thread, "When does the ferry leave?")
+    assert_well_formed(events)
+    finished = events[-1]
+    assert finished["type"] == "RUN_FINISHED", finished
+    [usage] = finished["usage"]
+    # What went to the model fit its window (the thread holds far more than 2,048 tokens).
+    assert usage["inputTokens"] + usage["outputTokens"] <= LOCAL_CONTEXT
+    assert streamed_text(events).strip()
+    said = [m for m in history(suite, owner, thread) if m["role"] == "user"]
+    assert len(said) == 4
+
+
+def test_a_run_cancelled_mid_stream_keeps_its_partial_reply_and_the_thread_goes_on(
+    suite: Suite,
+) -> None:
+    owner, thread, run_id = new_id("cat"), new_id("t"), new_id("r")
+    body = run_body(
+        thread, run_id, "Write a long story about a dragon who learns to cook, in many paragraphs."
+    )
+    events: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers=auth(owner),
+        timeout=300,
+    ) as resp:
+        assert resp.status_code == 200
+        cancelled = False
+        for line in resp.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if events[-1]["type"] == "TEXT_MESSAGE_CONTENT" and not cancelled:
+                cancelled = True
+                answer = httpx.post(
+                    f"{suite.gateway_url}/api/v1/agent/runs/{run_id}:cancel",
+                    headers=auth(owner),
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text
+    assert_well_formed(events)
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"] == {
+        "type": "cancelled"
+    }, events[-1]
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+    ).json()
+    assert record["state"] == "cancelled"
+    partial = reply_messages(history(suite, owner, thread))
+    assert partial and partial[-1]["content"].strip()
+    sent, kept = streamed_text(events), "".join(m["content"] for m in partial)
+    assert sent.startswith(kept) or kept.startswith(sent)
+    follow = chat(suite, owner, thread, "Thanks. Say goodbye.")
+    assert follow[-1]["type"] == "RUN_FINISHED" and streamed_text(follow).strip()
+
+
+def test_a_client_tool_call_if_the_model_makes_one_is_streamed_and_ends_the_run_as_an_interrupt(
+    suite: Suite,
+) -> None:
+    owner, thread = new_id("dan"), new_id("t")
+    tool = {
+        "name": "get_weather",
+        "description": "Get the current weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+    events = chat(
+        suite,
+        owner,
+        thread,
+        "What is the weather in Paris? Use the get_weather tool.",
+        tools=[tool],
+    )
+    assert_well_formed(events)
+    finished = events[-1]
+    assert finished["type"] == "RUN_FINISHED", finished
+    starts = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    if not starts:
+        # The model answered in text instead: a plain, stored reply.
+        assert finished["outcome"] == {"type": "success"} and streamed_text(events).strip()
+        return
+    ids = [e["toolCallId"] for e in starts]
+    assert all(e["toolCallName"] == "get_weather" for e in starts)
+    assert finished["outcome"]["type"] == "interrupt"
+    assert [i["toolCallId"] for i in finished["outcome"]["interrupts"]] == ids
+    for call_id in ids:
+        kinds = [e["type"] for e in events if e.get("toolCallId") == call_id]
+        assert kinds[0] == "TOOL_CALL_START" and kinds[-1] == "TOOL_CALL_END"
+    stored = [m for m in history(suite, owner, thread) if m.get("toolCalls")]
+    assert [c["id"] for m in stored for c in m["toolCalls"]] == ids
+
+
+def automation_run(suite: Suite, owner: str) -> tuple[str, list[run_event_pb2.RunEvent]]:
+    """The owner's memory job, as the scheduler's trigger starts it."""
+    run_id = new_id("job")
+    request = orch_pb.StartRunRequest(
+        thread_id=f"job-memory-{owner}",
+        run_id=run_id,
+        messages=[msg_to_pb(user("Extract the user's durable memories.", id=f"in-{run_id}"))],
+        origin=message_pb2.RUNTIME_MODE_AUTOMATION,
+        profile=profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
+        declared_tools=["memory_write", "memory_forget"],
+        time_zone="Asia/Shanghai",
+    )
+    with grpc.insecure_channel(suite.address("orchestrator")) as ch:
+        stub = orch_grpc.OrchestratorServiceStub(ch)
+        events = [
+            r.event for r in stub.StartRun(request, metadata=call_metadata(owner), timeout=240)
+        ]
+    return run_id, events
+
+
+def test_a_memory_job_either_extracts_and_moves_on_or_says_its_output_was_unusable(
+    suite: Suite,
+) -> None:
+    owner = new_id("lin")
+    chat(suite, owner, new_id("t"), "My name is Lin and I love green tea. Please remember that.")
+    run_id, events = automation_run(suite, owner)
+    last = events[-1].WhichOneof("payload")
+    assert last in ("run_finished", "run_error")
+    resp = httpx.get(f"{suite.gateway_url}/api/v1/memories", headers=auth(owner), timeout=30)
+    saved = resp.json()["memories"]
+    _, again = automation_run(suite, owner)
+    again_text = "".join(
+        e.text_message_content.delta
+        for e in again
+        if e.WhichOneof("payload") == "text_message_content"
+    )
+    if last == "run_error":
+        error = events[-1].run_error
+        assert error.code in ("MEMORY_OUTPUT_UNUSABLE", "MODEL_BAD_RESPONSE"), error
+        if error.code == "MEMORY_OUTPUT_UNUSABLE":
+            assert "watermark did not move" in error.message
+        # The watermark stayed: the next run reads the same messages again.
+        assert "No new messages" not in again_text
+        record = httpx.get(
+            f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+        )
+        assert record.json()["state"] == "failed" and record.json()["error"]["code"] == error.code
+    else:
+        # It processed the messages: the watermark moved past them, nothing is read twice.
+        assert again[-1].WhichOneof("payload") == "run_finished" and "No new messages" in again_text
+    assert isinstance(saved, list)
+
+
+@pytest.fixture
+def restarted(model_server: LocalModelServer) -> Iterator[LocalModelServer]:
+    """The shared model server, started again after the test (whatever the test did to it)."""
+    yield model_server
+    if not model_server.is_ready():
+        model_server.stop()
+        model_server.start(timeout=180)
+
+
+def test_the_model_server_killed_mid_stream_is_a_classified_error_and_the_thread_stays_usable(
+    suite: Suite, restarted: LocalModelServer
+) -> None:
+    owner, thread, run_id = new_id("eve"), new_id("t"), new_id("r")
+    body = run_body(
+        thread, run_id, "Write a long story about a lighthouse keeper, in many paragraphs."
+    )
+    events: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers=auth(owner),
+        timeout=300,
+    ) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "TEXT_MESSAGE_CONTENT" and restarted.proc.poll() is None:
+                    restarted.kill()
+    assert_well_formed(events)
+    assert events[-1]["type"] == "RUN_ERROR", events[-1]
+    assert events[-1]["code"] == "MODEL_STREAM_BROKEN" and "try again" in events[-1]["message"]
+    # What it streamed before is kept as streamed (finishedReason "error"), nothing more.
+    kept = "".join(m["content"] for m in reply_messages(history(suite, owner, thread)))
+    assert streamed_text(events).startswith(kept)
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+    )
+    assert (
+        record.json()["state"] == "failed"
+        and record.json()["error"]["code"] == "MODEL_STREAM_BROKEN"
+    )
+
+    # While it is down: a clear, transient error, quickly (the card's connect timeout).
+    down = chat(suite, owner, thread, "Are you there?")
+    assert down[-1]["type"] == "RUN_ERROR" and down[-1]["code"] == "MODEL_UNAVAILABLE", down[-1]
+    assert "try again" in down[-1]["message"]
+
+    restarted.start(timeout=180)
+    back = chat(suite, owner, thread, "Say hello.")
+    assert back[-1]["type"] == "RUN_FINISHED" and streamed_text(back).strip()

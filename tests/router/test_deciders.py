@@ -1,0 +1,80 @@
+"""The model decider asks its model only when there is something to decide, and then
+within bounds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from services.router.core import RouteInput
+from services.router.deciders import MODEL_CONTEXT_MESSAGES, MODEL_MAX_TOKENS, ModelDecider
+from shared.messages import Msg, TextBlock, user
+from shared.model.base import ChatResponse, ModelUnavailable, ToolSpec
+from shared.model.cards import load_card
+from shared.profiles import CHAT_DEFAULT
+
+
+class CountingModel:
+    name = "counting"
+
+    def __init__(
+        self, answer: str = '{"tools": ["web_search"]}', *, fail: bool = False, stall: float = 0
+    ) -> None:
+        self.card = load_card("smollm2-local")
+        self.answer, self.fail, self.stall = answer, fail, stall
+        self.calls: list[tuple[list[Msg], Mapping[str, Any] | None]] = []
+
+    async def stream(
+        self,
+        messages: Sequence[Msg],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatResponse]:
+        self.calls.append((list(messages), options))
+        if self.stall:
+            await asyncio.sleep(self.stall)
+        if self.fail:
+            raise ModelUnavailable("model counting: cannot reach it")
+        yield ChatResponse(content=(TextBlock(self.answer),))
+        yield ChatResponse(is_last=True, finished_reason="stop")
+
+
+def request(text: str, tools: tuple[str, ...]) -> RouteInput:
+    return RouteInput(profile=CHAT_DEFAULT, input_text=text, tools=tools)
+
+
+async def test_one_tool_or_none_is_decided_without_the_model() -> None:
+    model = CountingModel()
+    decider = ModelDecider(model, timeout_seconds=1)
+    assert (await decider.decide(request("hi", ()), [user("hi")])).tool_names == ()
+    assert (await decider.decide(request("hi", ("memory_search",)), [user("hi")])).tool_names == (
+        "memory_search",
+    )
+    named = await decider.decide(
+        request("use web search", ("memory_search", "web_search")), [user("x")]
+    )
+    assert named.tool_names == ("web_search",)
+    assert model.calls == []
+
+
+async def test_a_real_choice_asks_the_model_with_a_bounded_call() -> None:
+    model = CountingModel()
+    conversation = [user(f"message {i}") for i in range(20)]
+    route = await ModelDecider(model, timeout_seconds=1).decide(
+        request("hi", ("memory_search", "web_search")), conversation
+    )
+    assert route.tool_names == ("web_search",)
+    [(prompt, options)] = model.calls
+    assert len(prompt) == 1 + MODEL_CONTEXT_MESSAGES and prompt[-1].text == "message 19"
+    assert options == {"max_tokens": MODEL_MAX_TOKENS}
+
+
+async def test_a_failing_or_late_model_falls_back_to_the_rule() -> None:
+    tools = ("memory_search", "web_search")
+    for model in (CountingModel(fail=True), CountingModel(stall=5)):
+        route = await ModelDecider(model, timeout_seconds=0.2).decide(
+            request("hi", tools), [user("hi")]
+        )
+        assert route.tool_names == tools and len(model.calls) == 1
