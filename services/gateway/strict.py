@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +19,7 @@ from google.protobuf import timestamp_pb2
 from starlette.requests import Request
 
 from services.gateway.errors import invalid
+from shared.text import TEXT_RULE, is_storable
 
 # Objects and arrays nest at most this deep, the body itself being level 1. `state` and
 # `forwardedProps` travel as google.protobuf.Value, three messages per JSON level, and a
@@ -29,10 +29,6 @@ MAX_JSON_DEPTH = 32
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _INT_RULE = f"must be an integer from {INT64_MIN} to {INT64_MAX}"
-# Text that no store can keep: NUL (PostgreSQL text refuses it) and lone surrogates (not
-# encodable as UTF-8: JSON's \ud800 escapes can produce them).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_TEXT_RULE = "must not contain NUL characters or lone surrogates (\\u0000, \\ud800-\\udfff)"
 
 
 class _Refused:
@@ -103,8 +99,8 @@ def _check(data: Any) -> None:
     while stack:
         value, loc = stack.pop()
         if isinstance(value, str):
-            if _UNSTORABLE.search(value):
-                raise invalid(field_path(loc) or "body", _TEXT_RULE)
+            if not is_storable(value):
+                raise invalid(field_path(loc) or "body", TEXT_RULE)
         elif isinstance(value, _Refused):
             raise invalid(field_path(loc) or "body", value.why)
         elif isinstance(value, dict | list):
@@ -116,9 +112,9 @@ def _check(data: Any) -> None:
                 stack.extend((item, (*loc, i)) for i, item in enumerate(value))
                 continue
             for key, item in value.items():
-                if _UNSTORABLE.search(key):
+                if not is_storable(key):
                     # The key itself is not echoed: it could not be written in the answer.
-                    raise invalid(field_path(loc) or "body", f"has a key that {_TEXT_RULE}")
+                    raise invalid(field_path(loc) or "body", f"has a key that {TEXT_RULE}")
                 stack.append((item, (*loc, key)))
 
 

@@ -26,6 +26,7 @@ from datetime import datetime
 from shared import pagination
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, id_problem, optional_identifier
+from shared.text import check_storable
 
 MAX_CONTENT_CHARS = 2000
 MAX_QUERY_CHARS = 2000
@@ -128,7 +129,7 @@ def matches(query: str, content: str) -> bool:
 def validate_write(
     content: str, kind: str, source_run_id: str, source_message_ids: Sequence[str]
 ) -> MemoryWrite:
-    text = content.strip()
+    text = check_storable(content, "content").strip()
     if not text:
         raise InvalidArgument("content", "must not be empty")
     if len(text) > MAX_CONTENT_CHARS:
@@ -163,7 +164,7 @@ def merge_sources(old: Iterable[str], new: Iterable[str]) -> tuple[str, ...]:
 
 
 def validate_query(field: str, query: str) -> str:
-    text = query.strip()
+    text = check_storable(query, field).strip()
     if not text:
         raise InvalidArgument(field, "must not be empty")
     if len(text) > MAX_QUERY_CHARS:

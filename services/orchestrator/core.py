@@ -33,6 +33,7 @@ from shared.ids import check_identifier
 from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
+from shared.text import check_storable
 from shared.tools import REGISTERED_TOOLS, effective_tools
 
 ROUTER_STEP = "router"
@@ -149,6 +150,7 @@ def check_inputs(messages: Sequence[Msg], max_chars: int) -> None:
             check_identifier(msg.id, f"messages[{i}].id")
         if len(msg.text) > max_chars:
             raise InvalidArgument(f"messages[{i}].content", f"must be at most {max_chars} characters")
+        check_storable(msg.text, f"messages[{i}].content")
         input_kind(msg, f"messages[{i}]")
     last = len(messages) - 1
     if messages[last].role is not Role.USER:

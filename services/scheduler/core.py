@@ -14,6 +14,7 @@ from services.scheduler.schedule import Schedule, ScheduleError, ScheduleType
 from shared.domain import automation_thread_id
 from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
+from shared.text import check_storable
 from shared.tools import REGISTERED_TOOLS
 
 # The tools a job may declare in config.tools; the executor registers the same names.
@@ -205,9 +206,7 @@ def thread_id(job_id: str) -> str:
 
 
 def _storable(field: str, text: str) -> None:
-    # PostgreSQL text and JSONB refuse NUL; SQLite would keep it: refused on both backends.
-    if "\x00" in text:
-        raise InvalidArgument(field, "must not contain NUL characters")
+    check_storable(text, field)
 
 
 def _tool_names(field: str, tools: Sequence[str], *, once: bool) -> None:

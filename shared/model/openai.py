@@ -64,6 +64,7 @@ from shared.model.base import (
     ToolSpec,
 )
 from shared.model.cards import ModelCard
+from shared.text import storable
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +197,11 @@ class _StreamState:
                 continue
             delta = choice.get("delta") or {}
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning:
-                blocks.append(ThinkingBlock(reasoning))
-            if delta.get("content"):
-                blocks.append(TextBlock(delta["content"]))
+            # A model may send NUL or a lone surrogate (as JSON escapes); no store keeps them.
+            if isinstance(reasoning, str) and reasoning:
+                blocks.append(ThinkingBlock(storable(reasoning)))
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                blocks.append(TextBlock(storable(delta["content"])))
             for call in delta.get("tool_calls") or ():
                 index = int(call.get("index", 0))
                 if call.get("id"):
@@ -207,6 +209,8 @@ class _StreamState:
                 call_id = self.ids.setdefault(index, f"call_{index}")
                 function = call.get("function") or {}
                 name, arguments = function.get("name") or "", function.get("arguments") or ""
+                if isinstance(arguments, str):
+                    arguments = storable(arguments)
                 blocks.append(ToolCallBlock(id=call_id, name=name, input=arguments))
             if choice.get("finish_reason"):
                 reason = choice["finish_reason"]

@@ -329,6 +329,18 @@ async def test_memory_edge(settings: Settings) -> None:
             "source_message_ids",
         ),
         Row(
+            "WriteMemory content with a NUL",
+            svc + "WriteMemory",
+            _raw(memory_pb.WriteMemoryRequest(content="User likes\x00tea")),
+            "content",
+        ),
+        Row(
+            "SearchMemories query with a NUL",
+            svc + "SearchMemories",
+            _raw(memory_pb.SearchMemoriesRequest(query="tea\x00")),
+            "query",
+        ),
+        Row(
             "ListMemories without an owner",
             svc + "ListMemories",
             _raw(memory_pb.ListMemoriesRequest()),
@@ -537,6 +549,13 @@ async def test_orchestrator_edge(settings: Settings) -> None:
             svc + "StartRun",
             _raw(_start(profile=_tool_policy_mode(UNKNOWN_ENUM))),
             "profile.tool_policy.mode",
+            streaming=True,
+        ),
+        Row(
+            "StartRun content with a NUL",
+            svc + "StartRun",
+            _raw(_start(messages=[msg_to_pb(user("a\x00b"))])),
+            "messages[0].content",
             streaming=True,
         ),
         Row(
