@@ -264,6 +264,17 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
+    return _run_stream(call, first, req, settings, on_abandon)
+
+
+def _run_stream(
+    call: Call,
+    first: Any,
+    req: orchestrator_service_pb2.StartRunRequest,
+    settings: Settings,
+    on_abandon: Callable[[], Awaitable[None]] | None,
+) -> StreamingResponse:
+    """The 200 SSE answer of a run whose first response `first` was read from `call`."""
     return StreamingResponse(
         _events(
             call,
@@ -308,18 +319,7 @@ async def _started_or_pending(
             f"it with GET /api/v1/agent/runs/{req.run_id}/events), never with a new runId",
             extra={"runId": req.run_id, "threadId": req.thread_id},
         )
-    return StreamingResponse(
-        _events(
-            call,
-            first,
-            req.thread_id,
-            req.run_id,
-            heartbeat=settings.sse_heartbeat_seconds,
-            on_abandon=on_abandon,
-        ),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    return _run_stream(call, first, req, settings, on_abandon)
 
 
 def _overloaded(exc: DomainError) -> ApiError:
