@@ -7,7 +7,8 @@ The faults are real: the suite runs on a PostgreSQL instance and a Redis server 
 module's own, on free ports, which the tests stop and start again (PostgreSQL with pg_ctl,
 as the `postgres` user when the tests run as root, since PostgreSQL refuses to run as root).
 The embedded backend has neither (SQLite files and an in-memory log live and die with their
-service), so there the tests return at once.
+service), so there they are skipped: the condition is the backend chosen, never whether a
+store can be reached (the PostgreSQL pass, which CI always runs, runs them).
 """
 
 from __future__ import annotations
@@ -115,8 +116,7 @@ class Outage:
 @pytest.fixture(scope="module")
 def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
     if not USES_POSTGRES:
-        yield None  # type: ignore[misc]
-        return
+        pytest.skip("the embedded backend has no database server or Redis to lose")
     tmp = tmp_path_factory.mktemp("outage")
     postgres = Postgres(free_port())
     postgres.start()
@@ -209,8 +209,6 @@ def _nothing_stored(client: httpx.Client, gw: str, owner: str, thread_id: str, r
 
 
 def test_database_outage_is_503_and_unavailable_and_recovers_by_itself(outage: Outage) -> None:
-    if outage is None:
-        return
     owner = "db-outage"
     before = outage.pids()
     with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=CONCURRENT)) as client:
@@ -248,8 +246,6 @@ def test_database_outage_is_503_and_unavailable_and_recovers_by_itself(outage: O
 
 
 def test_event_log_outage_is_503_and_unavailable_and_recovers_by_itself(outage: Outage) -> None:
-    if outage is None:
-        return
     owner = "redis-outage"
     before = outage.pids()
     with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=CONCURRENT)) as client:

@@ -62,9 +62,8 @@ async def test_engine_and_direct_unit_of_a_down_database_are_unavailable() -> No
         await engine.dispose()
 
 
+@pytest.mark.skipif(not USES_POSTGRES, reason="the embedded backend has no server to lose")
 async def test_statements_on_a_terminated_backend_are_unavailable(tmp_path: Path) -> None:
-    if not USES_POSTGRES:
-        return  # the embedded backend has no server connection to lose
     engine = db.create_engine(Settings(database_url=PG_URL, data_dir=tmp_path), "history")
     killer = await asyncpg.connect(PG_URL)
     try:
