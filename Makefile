@@ -37,6 +37,10 @@ $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 
 model-server: $(MODEL_STAMP)
 
+# The model server's venv must not see this project (PYTHONPATH would show pip the suite's
+# own egg-info and its unmet requirements).
+$(MODEL_STAMP): export PYTHONPATH :=
+
 $(MODEL_STAMP): Makefile
 	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
 	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
