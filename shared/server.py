@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shared import logs, metrics, telemetry
+from shared import heap, logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 
@@ -223,6 +223,7 @@ async def serve(name: str, build: Builder, settings: Settings) -> None:
         health_probe_seconds=settings.health_probe_seconds,
     )
     await server.start(settings.host, settings.listen_port(name))
+    heap.freeze_start_up()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
