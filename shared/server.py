@@ -87,7 +87,9 @@ class ServiceParts:
     # The stores the service cannot serve without, by health name (DATABASE, EVENT_LOG),
     # each with a cheap check that raises when the store cannot be reached. The server
     # checks them every health_probe_seconds: while one fails, the server and its services
-    # are NOT_SERVING on grpc.health.v1, and so is the entry of that name.
+    # are NOT_SERVING on grpc.health.v1, and so is the entry of that name. A check that
+    # holds a connection of its own (shared.db.HealthCheck) has an `aclose`: the server
+    # closes it when it stops, after on_stop.
     dependencies: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
 
@@ -203,6 +205,10 @@ class GrpcServer:
         await self.server.stop(self.grace_seconds)
         if self.parts.on_stop is not None:
             await self.parts.on_stop()
+        for check in self.parts.dependencies.values():
+            close = getattr(check, "aclose", None)
+            if close is not None:
+                await close()
         if self._stop_metrics is not None:
             self._stop_metrics()
             self._stop_metrics = None
