@@ -10,6 +10,7 @@ from services.gateway.app import create_app
 from services.gateway.clients import Clients
 from shared.admission import InFlight
 from shared.settings import Settings
+from tests.conftest import assert_overloaded
 from tests.gateway.conftest import bearer, run_body, serve_app
 
 
@@ -41,14 +42,7 @@ async def test_a_full_gateway_refuses_runs_at_the_door_and_keeps_the_connection(
         )
         no_auth = await http.post("/api/v1/agent/runs", json=run_body())
     for resp in (refused, again):
-        assert resp.status_code == 503, resp.text
-        assert resp.headers["Retry-After"] == "1"
-        error = resp.json()["error"]
-        assert (error["code"], error["reason"], error["scope"]) == (
-            "UNAVAILABLE",
-            "OVERLOADED",
-            "process",
-        )
+        error = assert_overloaded(resp, "process")
         assert "bound is 2" in error["message"] and "nothing was stored" in error["message"]
         assert error["requestId"] == resp.headers["X-Request-ID"]
     assert refused.headers["X-Request-ID"] == "door-check-1"
