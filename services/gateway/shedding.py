@@ -13,6 +13,7 @@ through may still be refused there.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -26,7 +27,12 @@ from shared.errors import DomainError
 from shared.ids import is_request_id
 from shared.logs import request_id_var
 
+log = logging.getLogger("agentmesh.gateway")
+
 RUNS_PATH = "/api/v1/agent/runs"
+# Refusals at the door are not in the access log (a line each would cost more than the
+# refusal): one warning at most this often says how many there were.
+LOG_EVERY_SECONDS = 10.0
 
 
 def overloaded(exc: DomainError) -> ApiError:
@@ -59,6 +65,8 @@ class ShedRuns:
     def __init__(self, app: ASGIApp, in_flight: InFlight) -> None:
         self.app = app
         self.in_flight = in_flight
+        self.refused = 0  # since the last warning
+        self.logged_at = float("-inf")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -80,3 +88,11 @@ class ShedRuns:
         finally:
             request_id_var.reset(token)
         metrics.http_request("POST", RUNS_PATH, 503, time.perf_counter() - started)
+        self.refused += 1
+        if started - self.logged_at >= LOG_EVERY_SECONDS:
+            log.warning(
+                "refusing runs: this gateway's bound of runs in flight is reached",
+                extra={"fields": {"bound": self.in_flight.limit, "refused": self.refused}},
+            )
+            self.refused = 0
+            self.logged_at = started

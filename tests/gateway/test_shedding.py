@@ -4,7 +4,10 @@ the body is read; everything else, and a run once there is room, is served as be
 
 from __future__ import annotations
 
+import logging
+
 import httpx
+import pytest
 
 from services.gateway.app import create_app
 from services.gateway.clients import Clients
@@ -15,7 +18,7 @@ from tests.gateway.conftest import bearer, run_body, serve_app
 
 
 async def test_a_full_gateway_refuses_runs_at_the_door_and_keeps_the_connection(
-    gw_settings: Settings, clients: Clients
+    gw_settings: Settings, clients: Clients, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = gw_settings.model_copy(update={"max_runs_in_flight": 2})
     app = create_app(settings, clients)
@@ -52,3 +55,6 @@ async def test_a_full_gateway_refuses_runs_at_the_door_and_keeps_the_connection(
     assert admitted.json()["error"]["code"] == "INVALID_ARGUMENT"
     assert no_auth.status_code == 401
     assert in_flight.total == 1  # the refusals took no room; the bad body gave its back
+    # Not a line per refusal: one warning for both (at most one every LOG_EVERY_SECONDS).
+    warned = [r for r in caplog.records if r.getMessage().startswith("refusing runs")]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
