@@ -2,7 +2,7 @@
 
     python -m bench [--backends embedded,postgres] [--concurrency 1,8,32,128] [--duration 10]
                     [--repeats 3] [--processes 2] [--long-words 10000] [--memory-runs 20000]
-                    [--history] [--scheduler] [--profile] [--breakdown] [--shedding]
+                    [--history] [--scheduler] [--profile] [--breakdown] [--no-shedding]
                     [--out results]
 
 Each number is the median of --repeats runs, with min and max. Writes results/bench-<time>.json,
@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench import floor, skeleton
+from bench import floor, shedding, skeleton
 from bench.stats import median_of_runs
 from bench.suite import load, long_stream, rss_mb, start_suite
 
@@ -277,6 +277,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {b['backend']} | {ls['median']} ({round(ls['median'] / fl['sse_events_per_s']['median'], 2)}) "
             f"| {idle[1]} ({idle[0]}) | {growth_text} |"
         )
+    for shed in results.get("shedding", []):
+        lines += ["", *shedding.lines(shed)]
     return "\n".join(lines) + "\n"
 
 
@@ -321,8 +323,10 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy profile of the orchestrator under load")
     parser.add_argument(
         "--shedding",
-        action="store_true",
-        help="also load shedding at 2x the saturation load (bench.shedding, each backend)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="load shedding at 2x the saturation load (bench.shedding, each backend; its "
+        "table and target ratios go in latest.md)",
     )
     parser.add_argument(
         "--breakdown",
@@ -354,12 +358,17 @@ def main() -> None:
     if args.scheduler:
         subprocess.run([sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"], cwd=ROOT, env=env, check=False)
     if args.shedding:
+        results["shedding"] = []
         for backend in args.backends.split(","):
+            target = out_dir / f"shedding-{backend}.json"
+            target.unlink(missing_ok=True)
             subprocess.run(
                 [sys.executable, "-m", "bench.shedding", "--backend", backend, "--duration",
                  str(args.duration), "--processes", str(args.processes), "--out", str(out_dir)],
                 cwd=ROOT, env=env, check=False,
             )
+            if target.exists():
+                results["shedding"].append(json.loads(target.read_text()))
     if args.breakdown:
         for command in (
             ["bench.cpu", "--backends", "postgres"],

@@ -34,9 +34,15 @@ class InFlight:
     total: int = 0
     owners: Counter[str] = field(default_factory=Counter)
 
+    def full(self) -> bool:
+        """The process bound is reached: what a check made before the caller is known (its
+        owner authenticated) can tell. `acquire` stays the rule; this only lets a refusal
+        skip the work a request costs before it."""
+        return self.total >= self.limit
+
     def refusal(self, owner: str) -> Scope | None:
         """Which bound one more run of `owner` would pass (None: it fits)."""
-        if self.total >= self.limit:
+        if self.full():
             return Scope.PROCESS
         if self.owners[owner] >= self.per_owner:
             return Scope.OWNER
@@ -46,9 +52,13 @@ class InFlight:
         """Count one more run of `owner`, or raise `overloaded` (nothing counted)."""
         scope = self.refusal(owner)
         if scope is not None:
-            raise overloaded(scope, self.limit if scope is Scope.PROCESS else self.per_owner)
+            raise self.refused(scope)
         self.total += 1
         self.owners[owner] += 1
+
+    def refused(self, scope: Scope) -> Unavailable:
+        """The refusal of one more run over the bound of `scope`."""
+        return overloaded(scope, self.limit if scope is Scope.PROCESS else self.per_owner)
 
     def release(self, owner: str) -> None:
         self.total -= 1

@@ -86,10 +86,13 @@ class HealthCheck:
         await self.engine.dispose()
 
 
-def health_check(settings: Settings, service: str) -> HealthCheck | None:
-    """The check of the service's database (shared.server.ServiceParts.dependencies); None
-    for SQLite, a file of the service's own host that cannot be lost apart from it."""
-    return HealthCheck(settings, service) if settings.database_url else None
+def health_checks(settings: Settings, service: str) -> dict[str, HealthCheck]:
+    """The service's database as a dependency (shared.server.ServiceParts.dependencies,
+    which closes the check when the server stops); none for SQLite, a file of the service's
+    own host that cannot be lost apart from it."""
+    from shared.server import DATABASE
+
+    return {DATABASE: HealthCheck(settings, service)} if settings.database_url else {}
 
 
 def _sqlite_pragmas(engine: AsyncEngine) -> None:

@@ -244,4 +244,11 @@ async def unit(engine: AsyncEngine, *, transaction: bool) -> AsyncIterator[Conne
                 engine.sync_engine.pool._invalidate(pooled, err, _checkin=False)
             if broke or not isinstance(err, Exception):
                 await sa.invalidate()
+            if broke and raw.is_closed():
+                # Said the way SQLAlchemy says a disconnect it saw (shared.errors then
+                # answers UNAVAILABLE): what asyncpg raises on a connection whose server
+                # end just went away varies with where the loss met the protocol (one of
+                # them is "cannot switch to state 11; another operation (2) is in
+                # progress"), but the connection is closed by then, each time.
+                raise exc.DBAPIError(None, None, err, connection_invalidated=True) from err
             raise

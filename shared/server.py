@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shared import logs, metrics, telemetry
+from shared import heap, logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 
@@ -87,7 +87,9 @@ class ServiceParts:
     # The stores the service cannot serve without, by health name (DATABASE, EVENT_LOG),
     # each with a cheap check that raises when the store cannot be reached. The server
     # checks them every health_probe_seconds: while one fails, the server and its services
-    # are NOT_SERVING on grpc.health.v1, and so is the entry of that name.
+    # are NOT_SERVING on grpc.health.v1, and so is the entry of that name. A check that
+    # holds a connection of its own (shared.db.HealthCheck) has an `aclose`: the server
+    # closes it when it stops, after on_stop.
     dependencies: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
 
@@ -203,6 +205,10 @@ class GrpcServer:
         await self.server.stop(self.grace_seconds)
         if self.parts.on_stop is not None:
             await self.parts.on_stop()
+        for check in self.parts.dependencies.values():
+            close = getattr(check, "aclose", None)
+            if close is not None:
+                await close()
         if self._stop_metrics is not None:
             self._stop_metrics()
             self._stop_metrics = None
@@ -223,6 +229,7 @@ async def serve(name: str, build: Builder, settings: Settings) -> None:
         health_probe_seconds=settings.health_probe_seconds,
     )
     await server.start(settings.host, settings.listen_port(name))
+    heap.freeze_start_up()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

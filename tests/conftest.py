@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -98,3 +99,13 @@ async def redis_client() -> AsyncIterator[aioredis.Redis]:
     await client.ping()
     yield client
     await client.aclose()
+
+
+def assert_overloaded(resp: httpx.Response, scope: str) -> dict[str, str]:
+    """`resp` is a load-shedding refusal (api-endpoints.md): 503, Retry-After, reason
+    OVERLOADED of `scope`; its error object."""
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["Retry-After"] == "1"
+    error: dict[str, str] = resp.json()["error"]
+    assert (error["code"], error["reason"], error["scope"]) == ("UNAVAILABLE", "OVERLOADED", scope)
+    return error

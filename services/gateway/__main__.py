@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import sys
 from collections.abc import Iterator
 
 import uvicorn
 
 from services.gateway.auth import DEFAULT_TTL_SECONDS, issue_token
-from shared import logs
+from shared import heap, logs
 from shared.settings import get_settings
 
 
 class _Server(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        # The app, its clients and every module exist now: out of the collector's walks.
+        heap.freeze_start_up()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         with super().capture_signals():

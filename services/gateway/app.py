@@ -34,6 +34,7 @@ from services.gateway import (
 )
 from services.gateway.clients import Clients, open_clients
 from services.gateway.errors import ApiError, internal, invalid
+from services.gateway.shedding import ShedRuns
 from shared import metrics, telemetry
 from shared.admission import InFlight
 from shared.ids import is_request_id
@@ -260,6 +261,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             expose_headers=["X-Request-ID"],
         )
     app.add_middleware(RequestContext)
-    # Outermost: its span is current in RequestContext's log lines and in every gRPC call.
+    # Its span is current in RequestContext's log lines and in every gRPC call.
     app.add_middleware(telemetry.HttpMiddleware)
+    # Outermost: a run refused by the process bound costs no span, log line or routing.
+    app.add_middleware(ShedRuns, in_flight=app.state.in_flight)
     return app

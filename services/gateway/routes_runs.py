@@ -36,7 +36,8 @@ from services.gateway.run_input import (
     time_zone,
     too_large,
 )
-from shared.admission import OVERLOADED, RETRY_AFTER_SECONDS, InFlight
+from services.gateway.shedding import overloaded
+from shared.admission import OVERLOADED, InFlight
 from shared.errors import DomainError, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
@@ -207,12 +208,13 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
     clients: Clients = request.app.state.clients
     # Load shedding: over a bound, refused at once, before the body is even read (a refusal
     # must cost next to nothing, or refusals slow the runs admitted) and before the
-    # orchestrator is asked.
+    # orchestrator is asked. The process bound is checked earlier still, by the first
+    # middleware (services/gateway/shedding.py); this is the rule, and the owner's bound.
     in_flight: InFlight = request.app.state.in_flight
     try:
         in_flight.acquire(who.owner)
     except DomainError as exc:
-        raise _overloaded(exc) from None
+        raise overloaded(exc) from None
     try:
         body = await read_body(request, settings.max_request_bytes)
         parsed = parse_body(body)
@@ -252,7 +254,7 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         )
         domain = from_rpc_error(err)
         if domain.reason == OVERLOADED:
-            raise _overloaded(domain) from None
+            raise overloaded(domain) from None
         if domain.reason == "THREAD_BUSY":
             api.extra = {
                 "reason": "THREAD_BUSY",
@@ -320,19 +322,6 @@ async def _started_or_pending(
             extra={"runId": req.run_id, "threadId": req.thread_id},
         )
     return _run_stream(call, first, req, settings, on_abandon)
-
-
-def _overloaded(exc: DomainError) -> ApiError:
-    """503 with Retry-After for a run refused by a bound of the gateway or the orchestrator
-    (shared/admission.py): nothing of it was stored, the same request may be sent again."""
-    retry_after = exc.metadata.get("retry_after_seconds", str(RETRY_AFTER_SECONDS))
-    return ApiError(
-        503,
-        "UNAVAILABLE",
-        exc.message,
-        headers={"Retry-After": retry_after},
-        extra={"reason": OVERLOADED, "scope": exc.metadata.get("scope", "process")},
-    )
 
 
 # A sequence number: ASCII digits only (str.isdigit() also takes "²" and other digits that

@@ -10,7 +10,7 @@ from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
 from services.history.servicer import Clock, HistoryServicer, utc_now
 from shared import db
 from shared.pagination import PageTokens
-from shared.server import DATABASE, ServiceParts
+from shared.server import ServiceParts
 from shared.settings import Settings
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -32,19 +32,13 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     servicer = HistoryServicer(
         engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
     )
-    check = db.health_check(settings, "history")
 
     def register(server: grpc.aio.Server) -> None:
         history_service_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, server)
 
-    async def on_stop() -> None:
-        await engine.dispose()
-        if check is not None:
-            await check.aclose()
-
     return ServiceParts(
         register=register,
         service_names=[SERVICE_NAME],
-        on_stop=on_stop,
-        dependencies={DATABASE: check} if check is not None else {},
+        on_stop=engine.dispose,
+        dependencies=db.health_checks(settings, "history"),
     )

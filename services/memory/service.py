@@ -10,7 +10,7 @@ from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from services.memory.servicer import MemoryServicer
 from shared import db
 from shared.pagination import PageTokens
-from shared.server import DATABASE, ServiceParts
+from shared.server import ServiceParts
 from shared.settings import Settings
 
 SERVICE = "memory"
@@ -34,19 +34,13 @@ async def build(settings: Settings) -> ServiceParts:
         await engine.dispose()
         raise
     servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret))
-    check = db.health_check(settings, SERVICE)
 
     def register(server: grpc.aio.Server) -> None:
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
 
-    async def on_stop() -> None:
-        await engine.dispose()
-        if check is not None:
-            await check.aclose()
-
     return ServiceParts(
         register=register,
         service_names=[SERVICE_NAME],
-        on_stop=on_stop,
-        dependencies={DATABASE: check} if check is not None else {},
+        on_stop=engine.dispose,
+        dependencies=db.health_checks(settings, SERVICE),
     )

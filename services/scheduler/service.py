@@ -15,7 +15,7 @@ from services.scheduler.settings import SchedulerSettings
 from shared import db
 from shared.clients import open_channel
 from shared.pagination import PageTokens
-from shared.server import DATABASE, ServiceParts
+from shared.server import ServiceParts
 from shared.settings import Settings
 
 NAME = "scheduler"
@@ -44,7 +44,6 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     dispatcher = Dispatcher(engine, channel, history, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
     servicer = SchedulerServicer(engine, dispatcher, cfg, PageTokens(settings.page_token_secret))
-    check = db.health_check(settings, NAME)
 
     def register(server: object) -> None:
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]
@@ -54,13 +53,11 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
         await channel.close()
         await history.close()
         await engine.dispose()
-        if check is not None:
-            await check.aclose()
 
     return ServiceParts(
         register=register,
         service_names=[SERVICE_NAME],
         on_stop=on_stop,
         background=[loop.run_forever],
-        dependencies={DATABASE: check} if check is not None else {},
+        dependencies=db.health_checks(settings, NAME),
     )

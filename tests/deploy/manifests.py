@@ -34,7 +34,12 @@ CALLS = {
     "scheduler": ("orchestrator",),
 }
 # Settings that carry credentials: only ever from a Secret.
-SECRET_SETTINGS = ("AGENTMESH_DATABASE_URL", "AGENTMESH_EVENT_LOG_URL", "AGENTMESH_JWT_SECRET")
+SECRET_SETTINGS = (
+    "AGENTMESH_DATABASE_URL",
+    "AGENTMESH_EVENT_LOG_URL",
+    "AGENTMESH_JWT_SECRET",
+    "AGENTMESH_PAGE_TOKEN_SECRET",
+)
 SECRET_NAME = "agentmesh-secrets"
 PRESTOP_SLEEP_SECONDS = 5
 

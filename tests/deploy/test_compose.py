@@ -115,7 +115,8 @@ def test_environment_names_real_settings_and_dns_targets() -> None:
 def test_secrets_are_interpolated_never_literal() -> None:
     env = SERVICES["gateway"]["environment"]
     # ${VAR:?message}: compose refuses to start without a real secret.
-    assert re.fullmatch(r"\$\{AGENTMESH_JWT_SECRET:\?[^}]+\}", env["AGENTMESH_JWT_SECRET"])
+    for name in ("AGENTMESH_JWT_SECRET", "AGENTMESH_PAGE_TOKEN_SECRET"):
+        assert re.fullmatch(rf"\$\{{{name}:\?[^}}]+\}}", env[name]), name
     assert set(SECRET_SETTINGS) <= set(env)
 
 

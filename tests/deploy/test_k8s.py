@@ -326,9 +326,10 @@ def test_base_has_no_secret_and_reads_credentials_only_from_the_secret() -> None
 
 def test_each_pod_gets_only_the_credentials_it_uses() -> None:
     expected = {
-        "history": {"AGENTMESH_DATABASE_URL"},
-        "memory": {"AGENTMESH_DATABASE_URL"},
-        "scheduler": {"AGENTMESH_DATABASE_URL"},
+        # Page tokens are HMAC'd with AGENTMESH_PAGE_TOKEN_SECRET: every replica has it.
+        "history": {"AGENTMESH_DATABASE_URL", "AGENTMESH_PAGE_TOKEN_SECRET"},
+        "memory": {"AGENTMESH_DATABASE_URL", "AGENTMESH_PAGE_TOKEN_SECRET"},
+        "scheduler": {"AGENTMESH_DATABASE_URL", "AGENTMESH_PAGE_TOKEN_SECRET"},
         "orchestrator": {"AGENTMESH_EVENT_LOG_URL"},
         "gateway": {"AGENTMESH_JWT_SECRET"},
         "router": set(),

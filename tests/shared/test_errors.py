@@ -13,7 +13,7 @@ import asyncpg
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from sqlalchemy import text
+from sqlalchemy import literal_column, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.launcher import free_port
@@ -23,6 +23,7 @@ from shared.settings import Settings
 from tests.conftest import PG_URL, USES_POSTGRES
 
 _SERVICE = "agentmesh.test.Store"
+_ONE = pgdirect.reused(select(literal_column("1")))
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -68,22 +69,31 @@ async def test_statements_on_a_terminated_backend_are_unavailable(tmp_path: Path
     killer = await asyncpg.connect(PG_URL)
     try:
 
-        async def terminated_then(run: str) -> BaseException:
+        async def through_sqlalchemy() -> BaseException:
             conn = await engine.connect()
             try:
                 pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
                 await killer.execute("SELECT pg_terminate_backend($1)", pid)
-                if run == "sqlalchemy":
-                    return await _raised(conn.execute(text("SELECT 1")))
-                raw = (await conn.get_raw_connection()).driver_connection
-                return await _raised(raw.fetch("SELECT 1"))
+                return await _raised(conn.execute(text("SELECT 1")))
             finally:
                 await conn.invalidate()
 
-        wrapped = await terminated_then("sqlalchemy")
+        async def direct(transaction: bool) -> BaseException:
+            # The services' direct path: a `reused` statement run by asyncpg itself.
+            async def unit() -> None:
+                async with pgdirect.unit(engine, transaction=transaction) as conn:
+                    pid = await conn.raw.fetchval("SELECT pg_backend_pid()")
+                    await killer.execute("SELECT pg_terminate_backend($1)", pid)
+                    await conn.execute(_ONE)
+
+            return await _raised(unit())
+
+        wrapped = await through_sqlalchemy()
         assert wrapped.__class__.__module__ == "sqlalchemy.exc"  # SQLAlchemy's wrapper
         assert _unavailable(wrapped)
-        assert _unavailable(await terminated_then("asyncpg"))
+        # Whichever error asyncpg raises for the lost connection (it varies from run to run).
+        for transaction in (False, True):
+            assert _unavailable(await direct(transaction))
     finally:
         await killer.close()
         await engine.dispose()

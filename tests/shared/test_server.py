@@ -158,3 +158,32 @@ async def test_a_dependency_check_slower_than_the_interval_counts_as_lost() -> N
         ] * 2
     finally:
         await server.stop()
+
+
+async def test_the_server_closes_the_dependency_checks_it_ran_after_the_service() -> None:
+    """A check holding a connection of its own (shared.db.HealthCheck) is the server's to
+    close: once, when it stops, after the service's on_stop (which may still use it)."""
+    closed: list[str] = []
+
+    class Check:
+        async def __call__(self) -> None:
+            return None
+
+        async def aclose(self) -> None:
+            closed.append("check")
+
+    async def bare() -> None:  # a plain function: nothing to close
+        return None
+
+    async def on_stop() -> None:
+        closed.append("service")
+
+    parts = _parts({"action": "ok"})
+    parts.dependencies = {"database": Check(), "event_log": bare}
+    parts.on_stop = on_stop
+    server = GrpcServer("probe", parts, grace_seconds=1, health_probe_seconds=0.1)
+    await server.start("127.0.0.1", 0)
+    assert await server.check_dependencies() == frozenset()
+    assert closed == []
+    await server.stop()
+    assert closed == ["service", "check"]
