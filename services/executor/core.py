@@ -4,7 +4,10 @@ shared.tools' rule. No I/O."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -108,6 +111,40 @@ class ToolCallAssembler:
         return bool(self._calls)
 
 
+# ---- the memory agent's provenance --------------------------------------------------------
+
+_WORD_RE = re.compile(r"[^\W_]+")
+
+
+def _cjk(c: str) -> bool:
+    return "\u3040" <= c <= "\u30ff" or "\u3400" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af"
+
+
+def _features(text: str) -> set[str]:
+    """What two texts about one fact share: the words of two letters or more (casefolded),
+    and the character pairs of CJK runs (written without spaces)."""
+    out: set[str] = set()
+    for word in _WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()):
+        run = "".join(c if _cjk(c) else " " for c in word)
+        for piece in run.split():
+            out.update(piece[i : i + 2] for i in range(max(1, len(piece) - 1)))
+        rest = "".join(" " if _cjk(c) else c for c in word).split()
+        out.update(w for w in rest if len(w) > 1)
+    return out
+
+
+def stating_messages(fact: str, ids: Sequence[str], texts: Sequence[str]) -> tuple[str, ...]:
+    """The messages (of `ids`, texts `texts`) that state `fact`: those sharing the most words
+    (CJK: character pairs) with it. When none shares any, all of them: the fact came from
+    the window and no one message can be told."""
+    fact_features = _features(fact)
+    scores = [len(fact_features & _features(t)) for t in texts]
+    best = max(scores, default=0)
+    if best == 0 or len(ids) != len(texts):
+        return tuple(ids)
+    return tuple(i for i, score in zip(ids, scores, strict=True) if score == best)
+
+
 # ---- the memory agent's watermark -----------------------------------------------------------
 
 # Where a message sits among an owner's messages across threads: history's order of a
@@ -117,6 +154,22 @@ MessageKey = tuple[datetime, str, int]
 
 def message_key(created_at: datetime, thread_id: str, position: int) -> MessageKey:
     return (created_at.astimezone(UTC), thread_id, position)
+
+
+# The tools by which a memory run acts on what it reads: what it can do with a request.
+ACTING_MEMORY_TOOLS = ("memory_forget", "memory_write")
+
+
+def watermark_name(thread_id: str, offered: Iterable[str]) -> str:
+    """The watermark of a memory run: one per consumer and capability. A job runs on a
+    thread of its own, so the thread names the job; the memory tools it may call say what
+    it can act on. So a job that may only write never moves the watermark of one that may
+    forget too: each reads every message once itself, and no request is used up by a job
+    that cannot act on it (a job whose tools change starts a new watermark and reads its
+    window again: its writes are idempotent)."""
+    acting = ",".join(t for t in ACTING_MEMORY_TOOLS if t in set(offered))
+    digest = hashlib.sha256(f"{thread_id}\n{acting}".encode()).hexdigest()[:40]
+    return f"memory_agent.{digest}"
 
 
 def watermark_position(key: MessageKey, message_id: str) -> str:

@@ -17,6 +17,7 @@ from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
 
 from shared.messages import tool_result_message_id
+from shared.profiles import MemoryPolicy, memory_from_pb
 
 ROLE_NAMES = {
     message_pb2.ROLE_USER: "user",
@@ -206,6 +207,14 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
         out["toolPolicy"] = {"mode": "intersection", "allowlist": list(p.tool_policy.allowlist)}
     if p.HasField("history_policy") and p.history_policy.window:
         out["historyPolicy"] = {"window": p.history_policy.window}
+    if p.HasField("memory"):
+        policy = MemoryPolicy.model_validate(memory_from_pb(p.memory))
+        out["memory"] = {
+            "mode": policy.mode,
+            "topK": policy.top_k,
+            "minRelevance": policy.min_relevance,
+            "maxTokens": policy.max_tokens,
+        }
     return out
 
 

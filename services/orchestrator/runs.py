@@ -530,7 +530,12 @@ class RunManager:
                     progress.produced = True
                     await self._emit(run, item.event)
             elif which == "message":
-                progress.produced = True
+                if item.message.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
+                    # What the step recalled, for the audit: it streamed nothing, so the
+                    # step may still be tried again, and the new attempt's record replaces it.
+                    run.outputs = [m for m in run.outputs if m.id != item.message.id]
+                else:
+                    progress.produced = True
                 run.outputs.append(convert.stamp_output(item.message, run.plan))
             elif which == "tool_denial":
                 progress.produced = True

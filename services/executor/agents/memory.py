@@ -29,7 +29,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from services.executor import agent_config, core
+from services.executor import agent_config, core, recall
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import (
     TurnOutput,
@@ -80,9 +80,11 @@ def unusable(why: str) -> FailedPrecondition:
 
 
 class Watermarks(Protocol):
-    async def watermark(self, owner: str) -> Watermark: ...
+    async def watermark(self, owner: str, name: str) -> Watermark: ...
 
-    async def advance(self, owner: str, expected: str, position: str, time: object) -> bool: ...
+    async def advance(
+        self, owner: str, name: str, expected: str, position: str, time: object
+    ) -> bool: ...
 
 
 def new_messages(context: Sequence[Msg], after: core.MessageKey | None) -> list[Msg]:
@@ -116,9 +118,11 @@ class MemoryAgent:
         max_tool_rounds: int,
         tool_timeout_seconds: float,
         models: agent_config.ModelResolver | None = None,
+        memories: recall.MemorySearch | None = None,
     ) -> None:
         self.model = model
         self.models = models
+        self.memories = memories
         self.tools = tools
         self.watermarks = watermarks
         self.max_tool_rounds = max(1, max_tool_rounds)
@@ -129,7 +133,8 @@ class MemoryAgent:
             raise InvalidArgument("client_tools", "the memory agent runs no client-side tools")
         registered = self.tools.names()
         offered = [self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)]
-        mark = await self.watermarks.watermark(step.owner)
+        watermark = core.watermark_name(step.thread_id, [t.name for t in offered])
+        mark = await self.watermarks.watermark(step.owner, watermark)
         fresh = new_messages(step.context, core.watermark_key(mark.position))
         if not fresh:
             async for item in _reply(step.reply_message_id, NOTHING_NEW):
@@ -138,20 +143,33 @@ class MemoryAgent:
             return
 
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        # The owner's memories the new messages may restate or contradict: the model updates
+        # or forgets them instead of writing near-duplicates.
+        said = [m.text for m in fresh if m.role is Role.USER]
+        limit = step.profile.memory.max_tokens
+        recalled = await recall.recall(self.memories, step.owner, step.profile.memory, said, limit)
+        if recalled:
+            yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
+        block = recall.block_text(recalled)
+        prompt, placed = model_call.prompt_with(block)
         # The profile's prompt replaces the built-in one; the NO_MEMORIES answer stays part
         # of the contract (without it an empty extraction could not be told from prose).
-        instructions = model_call.system_prompt or MEMORY_PROMPT
+        instructions = prompt or MEMORY_PROMPT
         if NO_MEMORIES not in instructions:
             instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
-        conversation: list[Msg] = [system(instructions), *transcript(fresh)]
+        leading = [system(instructions)]
+        if block and not placed:
+            leading.append(system(block))
+        conversation: list[Msg] = [*leading, *transcript(fresh)]
         context = ToolContext(
             step.owner,
             step.run_id,
             step.thread_id,
             step.time_zone,
             source_message_ids=tuple(m.id for m in fresh if m.role is Role.USER),
+            source_texts=tuple(m.text for m in fresh if m.role is Role.USER),
         )
         tracker = ToolCallTracker()
         usage = Usage()
@@ -183,7 +201,7 @@ class MemoryAgent:
             conversation.append(message)
             if not checked:
                 checked = True
-                if (await self.watermarks.watermark(step.owner)).position != mark.position:
+                if (await self.watermarks.watermark(step.owner, watermark)).position != mark.position:
                     results = [
                         ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
                     ]
@@ -227,7 +245,7 @@ class MemoryAgent:
         newest = max(fresh, key=lambda m: core.message_key(m.created_at, m.thread_id, m.position))
         key = core.message_key(newest.created_at, newest.thread_id, newest.position)
         advanced = await self.watermarks.advance(
-            step.owner, mark.position, core.watermark_position(key, newest.id), newest.created_at
+            step.owner, watermark, mark.position, core.watermark_position(key, newest.id), newest.created_at
         )
         if not advanced:
             log.info("another memory run advanced the watermark first")
