@@ -42,7 +42,8 @@ class CallSetup:
         {memories} placeholder, and whether the template placed it (else the block goes in
         a system message of its own after the prompt)."""
         if memories and self.agent is not None and self.agent.places_memories():
-            return self.agent.render_prompt(self.time_zone, self.now or datetime.now(UTC), memories), True
+            now = self.now or datetime.now(UTC)
+            return self.agent.render_prompt(self.time_zone, now, memories), True
         return self.system_prompt, False
 
 

@@ -133,16 +133,20 @@ def _features(text: str) -> set[str]:
     return out
 
 
-def stating_messages(fact: str, ids: Sequence[str], texts: Sequence[str]) -> tuple[str, ...]:
-    """The messages (of `ids`, texts `texts`) that state `fact`: those sharing the most words
-    (CJK: character pairs) with it. When none shares any, all of them: the fact came from
-    the window and no one message can be told."""
+def stating_messages(
+    fact: str, ids: Sequence[str], texts: Sequence[str], *, newest: bool = False
+) -> tuple[str, ...]:
+    """The messages (of `ids`, oldest first, texts `texts`) that state `fact`: those sharing
+    the most words (CJK: character pairs) with it; with `newest`, only the newest of them
+    (a forget: the request comes after the messages that told the fact). When none shares
+    any, all of them: the fact came from the window and no one message can be told."""
     fact_features = _features(fact)
     scores = [len(fact_features & _features(t)) for t in texts]
     best = max(scores, default=0)
     if best == 0 or len(ids) != len(texts):
         return tuple(ids)
-    return tuple(i for i, score in zip(ids, scores, strict=True) if score == best)
+    chosen = tuple(i for i, score in zip(ids, scores, strict=True) if score == best)
+    return chosen[-1:] if newest else chosen
 
 
 # ---- the memory agent's watermark -----------------------------------------------------------

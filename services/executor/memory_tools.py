@@ -98,7 +98,9 @@ class MemoryClient:
         self, owner: str, name: str, expected: str, position: str, time: datetime
     ) -> bool:
         """Compare-and-set; False when another run moved the watermark first (ABORTED)."""
-        request = pb.AdvanceWatermarkRequest(name=name, expected_position=expected, position=position)
+        request = pb.AdvanceWatermarkRequest(
+            name=name, expected_position=expected, position=position
+        )
         request.time.FromDatetime(time)
         try:
             await self._call(self._stub.AdvanceWatermark, request, owner)
@@ -144,7 +146,9 @@ class MemoryWrite:
             raise ToolError("content is required")
         if args.get("kind", "") not in ("", *MEMORY_KINDS):
             raise ToolError(f"kind must be one of {', '.join(MEMORY_KINDS)}")
-        sources = stating_messages(args["content"], context.source_message_ids, context.source_texts)
+        sources = stating_messages(
+            args["content"], context.source_message_ids, context.source_texts
+        )
         response = await self.client.write(
             context.owner, args["content"], args.get("kind", ""), context.run_id, sources
         )
@@ -174,7 +178,9 @@ class MemoryForget:
         if bool(query) == bool(memory_id):
             raise ToolError("give exactly one of content_query or id")
         # The messages that asked for it: those that state what is to be forgotten.
-        sources = stating_messages(query or memory_id, context.source_message_ids, context.source_texts)
+        sources = stating_messages(
+            query or memory_id, context.source_message_ids, context.source_texts, newest=True
+        )
         forgotten = await self.client.forget(
             context.owner,
             memory_id=memory_id,

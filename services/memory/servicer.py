@@ -69,7 +69,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpdateMemoryResponse:
         owner = owner_id(context)
-        edit = core.validate_edit(request.id, request.content, request.kind, request.expected_version)
+        edit = core.validate_edit(
+            request.id, request.content, request.kind, request.expected_version
+        )
         actor = core.validate_actor(request.actor)
         async with self.engine.begin() as conn:
             now = store.utc_now()

@@ -201,7 +201,8 @@ class MemoryAgent:
             conversation.append(message)
             if not checked:
                 checked = True
-                if (await self.watermarks.watermark(step.owner, watermark)).position != mark.position:
+                current = await self.watermarks.watermark(step.owner, watermark)
+                if current.position != mark.position:
                     results = [
                         ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
                     ]
@@ -244,8 +245,9 @@ class MemoryAgent:
 
         newest = max(fresh, key=lambda m: core.message_key(m.created_at, m.thread_id, m.position))
         key = core.message_key(newest.created_at, newest.thread_id, newest.position)
+        position = core.watermark_position(key, newest.id)
         advanced = await self.watermarks.advance(
-            step.owner, watermark, mark.position, core.watermark_position(key, newest.id), newest.created_at
+            step.owner, watermark, mark.position, position, newest.created_at
         )
         if not advanced:
             log.info("another memory run advanced the watermark first")

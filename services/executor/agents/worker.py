@@ -121,8 +121,11 @@ class WorkerAgent:
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
         max_tokens = model_call.options.get("max_tokens")
-        budget_tokens = budget.input_budget(model_call.card, max_tokens) if model_call.card is not None else None
-        carried = [system(model_call.system_prompt), step.input] if model_call.system_prompt else [step.input]
+        card = model_call.card
+        budget_tokens = budget.input_budget(card, max_tokens) if card is not None else None
+        carried = [step.input]
+        if model_call.system_prompt:
+            carried.insert(0, system(model_call.system_prompt))
         recalled = await recall.recall(
             self.memories,
             step.owner,

@@ -18,7 +18,12 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "memory_changes",
-        sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column(
+            "seq",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column("owner_id", sa.String(128), nullable=False),
         sa.Column("action", sa.String(16), nullable=False),
         sa.Column("memory_id", sa.String(36), nullable=False),
