@@ -176,7 +176,9 @@ def test_a_job_that_cannot_forget_does_not_use_up_a_forget_request(
 def test_the_memory_api_creates_edits_searches_deletes_and_exports(suite: Suite) -> None:
     owner, other = _owner("ann"), _owner("bob")
     url = f"{suite.gateway_url}/api/v1/memories"
-    created = httpx.post(url, json={"content": "I live in Hangzhou", "kind": "place"}, headers=_auth(owner))
+    created = httpx.post(
+        url, json={"content": "I live in Hangzhou", "kind": "place"}, headers=_auth(owner)
+    )
     assert created.status_code == 201, created.text
     memory = created.json()
     assert created.headers["location"] == f"/api/v1/memories/{memory['id']}"
@@ -201,7 +203,9 @@ def test_the_memory_api_creates_edits_searches_deletes_and_exports(suite: Suite)
     # Another owner can neither see, edit nor delete it.
     assert httpx.get(f"{url}/{memory['id']}", headers=_auth(other)).status_code == 404
     assert (
-        httpx.patch(f"{url}/{memory['id']}", json={"kind": "fact"}, headers=_auth(other)).status_code
+        httpx.patch(
+            f"{url}/{memory['id']}", json={"kind": "fact"}, headers=_auth(other)
+        ).status_code
         == 404
     )
     assert httpx.delete(f"{url}/{memory['id']}", headers=_auth(other)).status_code == 404
@@ -252,3 +256,37 @@ def test_bad_memory_input_is_400_naming_the_field(
     resp = httpx.request(method.upper(), url, json=body, headers=_auth(owner))
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["details"][0]["field"] == field
+
+
+def test_a_job_sets_its_memory_policy_in_camel_case(suite: Suite) -> None:
+    owner = _owner("job")
+    url = f"{suite.gateway_url}/api/v1/automation/jobs"
+    profile = {
+        "name": "digest",
+        "enableRouter": False,
+        "executor": "memory",
+        "memory": {"mode": "recall", "topK": 3, "maxTokens": 100},
+    }
+    body = {
+        "title": "digest",
+        "schedule": {"type": "daily", "localTime": "10:00"},
+        "config": {"prompt": "Extract."},
+        "executionProfile": profile,
+    }
+    created = httpx.post(url, json=body, headers=_auth(owner), timeout=10)
+    assert created.status_code == 201, created.text
+    assert created.json()["executionProfile"]["memory"] == {
+        "mode": "recall",
+        "topK": 3,
+        "minRelevance": 0.0,
+        "maxTokens": 100,
+    }
+    for memory, field in [
+        ({"mode": "recall", "top_k": 3}, "executionProfile.memory.top_k"),
+        ({"mode": "recall", "topK": 99}, "executionProfile.memory.topK"),
+        ({"mode": "sometimes"}, "executionProfile.memory.mode"),
+    ]:
+        bad = {**body, "executionProfile": {**profile, "memory": memory}}
+        resp = httpx.post(url, json=bad, headers=_auth(owner), timeout=10)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["details"][0]["field"] == field
