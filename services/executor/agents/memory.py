@@ -2,12 +2,17 @@
 recent chat messages (seed 001 §4.2).
 
 Its context is the owner's chat messages in the profile's window, across threads (the
-orchestrator loads them); it keeps only those after the owner's watermark (memory service),
-so a second run over the same messages writes nothing. It asks the model (MEMORY_PROMPT and
-the job's prompt as the system message, the new messages as the conversation), runs the
-memory_write / memory_forget calls that shared.tools authorises, streams TOOL_CALL_* events
-through shared.toolcalls.ToolCallTracker, then moves the watermark to the last message it
-processed with a compare-and-set.
+orchestrator loads them); it keeps only those after its watermark (memory service), so a
+second run over the same messages writes nothing. The watermark is the job's own, for the
+memory tools it may call (core.watermark_name): a job that cannot forget never moves the
+watermark of one that can. It counts in history's per-owner commit sequence, bounded by
+the context's sequence horizon (core.unread), so a message that commits late is read by
+the next run instead of being skipped. It asks the model (MEMORY_PROMPT and the job's
+prompt as the system message, the owner's memories those messages recall
+(services.executor.recall) so that it rewrites rather than duplicates, the new messages
+as the conversation), runs the memory_write / memory_forget calls that shared.tools
+authorises, streams TOOL_CALL_* events through shared.toolcalls.ToolCallTracker, then
+moves the watermark with a compare-and-set.
 
 Two runs at once: before running any tool the agent re-reads the watermark; if another run
 moved it, the messages are that run's and this one writes nothing. If the final
@@ -87,15 +92,6 @@ class Watermarks(Protocol):
     ) -> bool: ...
 
 
-def new_messages(context: Sequence[Msg], after: core.MessageKey | None) -> list[Msg]:
-    """The chat messages after the watermark, oldest first."""
-    keyed = sorted(
-        ((core.message_key(m.created_at, m.thread_id, m.position), m) for m in context),
-        key=lambda pair: pair[0],
-    )
-    return [m for key, m in keyed if after is None or key > after]
-
-
 def transcript(messages: Sequence[Msg]) -> list[Msg]:
     """What the model reads of them: the user's and the assistant's text, nothing else (no
     tool calls whose results the window may have cut)."""
@@ -135,7 +131,10 @@ class MemoryAgent:
         offered = [self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)]
         watermark = core.watermark_name(step.thread_id, [t.name for t in offered])
         mark = await self.watermarks.watermark(step.owner, watermark)
-        fresh = new_messages(step.context, core.watermark_key(mark.position))
+        reading = core.unread(
+            step.context, core.watermark_sequence(mark.position), step.sequence_horizon
+        )
+        fresh = reading.messages
         if not fresh:
             async for item in _reply(step.reply_message_id, NOTHING_NEW):
                 yield item
@@ -243,9 +242,8 @@ class MemoryAgent:
             if turn_no == 0 and not any(r.state is ToolResultState.SUCCESS for r in results):
                 raise unusable("none of its tool calls could be run")
 
-        newest = max(fresh, key=lambda m: core.message_key(m.created_at, m.thread_id, m.position))
-        key = core.message_key(newest.created_at, newest.thread_id, newest.position)
-        position = core.watermark_position(key, newest.id)
+        newest = fresh[-1]
+        position = core.watermark_position(reading.upto, newest.id)
         advanced = await self.watermarks.advance(
             step.owner, watermark, mark.position, position, newest.created_at
         )
