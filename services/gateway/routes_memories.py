@@ -3,6 +3,7 @@ and the record of every change (who changed what, and why)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -134,33 +135,30 @@ async def export_memories(
     request: Request, response: Response, who: Caller = Depends(caller)
 ) -> dict[str, Any]:
     exported = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    memories: list[dict[str, Any]] = []
+    memories = await _every_page(request, who, "ListMemories", pb.ListMemoriesRequest, "memories")
+    changes = await _every_page(
+        request, who, "ListMemoryChanges", pb.ListMemoryChangesRequest, "changes"
+    )
+    response.headers["Content-Disposition"] = 'attachment; filename="memories.json"'
+    return {
+        "exportTime": exported,
+        "memories": [convert.memory_json(m) for m in memories],
+        "changes": [convert.memory_change_json(c) for c in changes],
+    }
+
+
+async def _every_page(
+    request: Request, who: Caller, method: str, make: Callable[..., Any], field: str
+) -> list[Any]:
+    """Every item of a paged listing of the caller's, following next_page_token."""
+    items: list[Any] = []
     token = ""
     while True:
-        page = await _memory(
-            request,
-            who,
-            "ListMemories",
-            pb.ListMemoriesRequest(page_size=MAX_PAGE_SIZE, page_token=token),
-        )
-        memories.extend(convert.memory_json(m) for m in page.memories)
+        page = await _memory(request, who, method, make(page_size=MAX_PAGE_SIZE, page_token=token))
+        items.extend(getattr(page, field))
         token = page.next_page_token
         if not token:
-            break
-    changes: list[dict[str, Any]] = []
-    while True:
-        log = await _memory(
-            request,
-            who,
-            "ListMemoryChanges",
-            pb.ListMemoryChangesRequest(page_size=MAX_PAGE_SIZE, page_token=token),
-        )
-        changes.extend(convert.memory_change_json(c) for c in log.changes)
-        token = log.next_page_token
-        if not token:
-            break
-    response.headers["Content-Disposition"] = 'attachment; filename="memories.json"'
-    return {"exportTime": exported, "memories": memories, "changes": changes}
+            return items
 
 
 @router.get(
