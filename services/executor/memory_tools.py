@@ -24,6 +24,7 @@ from shared.clients import open_channel
 from shared.errors import Aborted, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
+from shared.text import storable
 
 MEMORY_KINDS = ("fact", "preference", "dislike", "name", "place")
 WATERMARK = "memory_agent"
@@ -185,7 +186,8 @@ class MemoryForget:
             context.owner,
             memory_id=memory_id,
             content_query=query,
-            reason=(args.get("reason") or _asked(sources, context))[:MAX_REASON_CHARS],
+            # A model's NUL or lone surrogate must not cost the forget (shared.text).
+            reason=storable(args.get("reason") or _asked(sources, context))[:MAX_REASON_CHARS],
             run_id=context.run_id,
             message_ids=sources,
         )

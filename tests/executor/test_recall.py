@@ -11,8 +11,9 @@ from services.executor import context, core, recall
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
 from services.executor.agents.worker import WorkerAgent
+from services.executor.memory_tools import memory_tools
 from services.executor.recall import Recalled
-from services.executor.tools import ToolRegistry
+from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import ExecutorKind, MessageKind
 from shared.errors import InvalidArgument, Unavailable
 from shared.messages import Msg, Role, user
@@ -245,3 +246,55 @@ async def test_the_memory_agent_sees_the_memories_its_new_messages_recall() -> N
     assert memories.asked == [("alice", "I now prefer black tea", 20)]
     assert f"{recall.HEADER}\n- User likes green tea" in systems(model.seen[0][0])
     assert any(isinstance(i, Msg) and i.kind is MessageKind.MEMORY_RECALL for i in items)
+
+
+class Client:
+    """The memory service behind the memory tools: records what the tools ask."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, tuple[str, ...]]] = []
+        self.forgets: list[dict[str, Any]] = []
+
+    async def write(
+        self, owner: str, content: str, kind: str, run_id: str, message_ids: Any
+    ) -> Any:
+        self.writes.append((content, tuple(message_ids)))
+        memory = type("M", (), {"id": "mem-1", "content": content})()
+        return type("R", (), {"created": True, "memory": memory})()
+
+    async def forget(self, owner: str, **fields: Any) -> list[Any]:
+        self.forgets.append(fields)
+        return [Found("mem-1", "User likes pears")]
+
+
+def told(*texts: str) -> ToolContext:
+    return ToolContext(
+        "alice",
+        "job-1",
+        "automation:job-1",
+        "UTC",
+        source_message_ids=tuple(f"m{i}" for i in range(1, len(texts) + 1)),
+        source_texts=texts,
+    )
+
+
+async def test_a_written_memory_cites_the_message_that_stated_it() -> None:
+    client = Client()
+    [write, _, _] = memory_tools(client)  # type: ignore[arg-type]
+    context = told("I love pears.", "I live in Hangzhou.")
+    await write.execute({"content": "User lives in Hangzhou", "kind": "place"}, context)
+    assert client.writes == [("User lives in Hangzhou", ("m2",))]
+
+
+async def test_a_forget_cites_what_it_forgot_the_request_and_why() -> None:
+    client = Client()
+    [_, forget, _] = memory_tools(client)  # type: ignore[arg-type]
+    context = told("I love pears.", "Please forget that I love pears.")
+    result = await forget.execute({"content_query": "pears"}, context)
+    assert result == "forgot 1 memory; mem-1: User likes pears"
+    [asked] = client.forgets
+    assert asked["message_ids"] == ("m2",) and asked["run_id"] == "job-1"
+    assert asked["reason"] == "the user said: Please forget that I love pears."
+    # The model's own reason wins; text no store keeps is made storable, not refused.
+    await forget.execute({"content_query": "pears", "reason": "asked\u0000 to"}, context)
+    assert client.forgets[-1]["reason"] == "asked\ufffd to"
