@@ -5,6 +5,7 @@ creates, edits, deletes, searches and exports, and every change is on record."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -290,3 +291,49 @@ def test_a_job_sets_its_memory_policy_in_camel_case(suite: Suite) -> None:
         resp = httpx.post(url, json=bad, headers=_auth(owner), timeout=10)
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["details"][0]["field"] == field
+
+
+def _trigger_and_wait(suite: Suite, owner: str, job_id: str) -> dict[str, Any]:
+    """`:trigger` a job and wait for that run to end; the job run."""
+    url = f"{suite.gateway_url}/api/v1/automation/jobs/{job_id}"
+    triggered = httpx.post(f"{url}:trigger", headers=_auth(owner), timeout=10)
+    assert triggered.status_code == 202, triggered.text
+    run_id = triggered.json()["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = httpx.get(f"{url}/runs", headers=_auth(owner), timeout=10).json()["runs"]
+        [run] = [r for r in runs if r["id"] == run_id]
+        if run["state"] in ("succeeded", "failed"):
+            return dict(run)
+        time.sleep(0.3)
+    raise AssertionError(f"job run {run_id} did not end")
+
+
+def test_the_pears_scenario_of_issue_19_through_the_api(suite: Suite) -> None:
+    owner = _owner("pears")
+    base = suite.gateway_url
+    registered = httpx.post(f"{base}/api/v1/users", json={}, headers=_auth(owner), timeout=10)
+    assert registered.status_code == 200, registered.text
+    [default] = [j for j in registered.json()["jobs"] if j["defaultJob"]]
+    writer = httpx.post(
+        f"{base}/api/v1/automation/jobs",
+        json={
+            "title": "writer",
+            "schedule": {"type": "daily", "localTime": "03:00"},
+            "config": {"prompt": JOB_PROMPT, "tools": ["memory_write"]},
+        },
+        headers=_auth(owner),
+        timeout=10,
+    )
+    assert writer.status_code == 201, writer.text
+
+    chat(suite, owner, f"c-{owner}", "I love pears.")
+    assert _trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
+    assert set(memories(suite, owner)) == {"User likes pears"}
+    chat(suite, owner, f"c-{owner}", "Please forget that I love pears.")
+    assert _trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
+    assert set(memories(suite, owner)) == {"User likes pears"}
+
+    # The default job may forget: the request is still there for it.
+    assert _trigger_and_wait(suite, owner, default["id"])["state"] == "succeeded"
+    assert memories(suite, owner) == {}
