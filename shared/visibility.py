@@ -5,9 +5,9 @@
 
 chat and automation never share a thread, so (runtime_mode, kind) decides everything:
 a chat turn is seen and remembered; an automation input is neither shown nor assembled
-(it stays auditable); an automation reply is shown but never fed back as context. The memories a run recalled
-into its context are neither shown nor assembled again (each run recalls its own): they
-are kept for the audit.
+(it stays auditable); an automation reply is shown but never fed back as context. The
+memories a run recalled into its context are neither shown nor assembled again (each run
+recalls its own): they are kept for the audit.
 """
 
 from __future__ import annotations

@@ -83,7 +83,12 @@ _PROFILE_KEYS = {
 }
 _PROFILE_JSON_KEYS = frozenset({"name", "executor", "memory", *_PROFILE_KEYS})
 # Camel-case keys of a memory policy (shared.profiles.MemoryPolicy).
-_MEMORY_KEYS = {"mode": "mode", "topK": "top_k", "minRelevance": "min_relevance", "maxTokens": "max_tokens"}
+_MEMORY_KEYS = {
+    "mode": "mode",
+    "topK": "top_k",
+    "minRelevance": "min_relevance",
+    "maxTokens": "max_tokens",
+}
 _CAMEL = {snake: camel for camel, snake in _PROFILE_KEYS.items()}
 
 
