@@ -431,25 +431,39 @@ async def messages_by_id(
     return {r.id: _message(r) for r in rows}
 
 
+def _next_sequences_stmt(insert: Any) -> Any:
+    n = sa.bindparam("n", type_=sa.BigInteger)
+    stmt = insert(owner_sequences).values(owner_id=sa.bindparam("o", type_=sa.String), last_seq=n)
+    return stmt.on_conflict_do_update(
+        index_elements=["owner_id"], set_={"last_seq": owner_sequences.c.last_seq + n}
+    ).returning(owner_sequences.c.last_seq)
+
+
+# Built once: it runs in every transaction that stores messages.
+_NEXT_SEQUENCES = {
+    "postgresql": _next_sequences_stmt(postgresql.insert),
+    "sqlite": _next_sequences_stmt(sqlite.insert),
+}
+_SEQUENCE_HORIZON = sa.select(owner_sequences.c.last_seq).where(
+    owner_sequences.c.owner_id == sa.bindparam("o")
+)
+
+
 async def next_sequences(conn: Conn, owner_id: str, n: int) -> int:
     """Takes `n` commit sequence numbers of the owner; the first. The owner's counter row
     stays locked until the caller's transaction ends (PostgreSQL row lock; SQLite has one
     writer), so a transaction that takes numbers after another waits for it to commit or
     roll back: every number below one a reader sees committed is committed too."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(owner_sequences).values(owner_id=owner_id, last_seq=n)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["owner_id"], set_={"last_seq": owner_sequences.c.last_seq + n}
-    ).returning(owner_sequences.c.last_seq)
-    last = (await conn.execute(stmt)).scalar_one()
+    stmt = _NEXT_SEQUENCES[conn.dialect.name]
+    last = (await conn.execute(stmt, {"o": owner_id, "n": n})).scalar_one()
     return int(last) - n + 1
 
 
 async def sequence_horizon(conn: Conn, owner_id: str) -> int:
     """The owner's last committed sequence number: every message of theirs numbered up to
     it has committed (next_sequences), so a reader that reads after this misses none."""
-    stmt = sa.select(owner_sequences.c.last_seq).where(owner_sequences.c.owner_id == owner_id)
-    return int((await conn.execute(stmt)).scalar_one_or_none() or 0)
+    found = (await conn.execute(_SEQUENCE_HORIZON, {"o": owner_id})).scalar_one_or_none()
+    return int(found or 0)
 
 
 async def insert_messages(
