@@ -21,23 +21,14 @@ from services.launcher import Suite
 from shared.identity import call_metadata
 from shared.messages import msg_to_pb, user
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
-from tests.e2e.conftest import parse_sse, run_body, token
-
-JOB_PROMPT = "Extract the user's durable memories from today's and yesterday's conversations."
+from tests.e2e.conftest import parse_sse, run_body
+from tests.e2e.test_memory_agent import JOB_PROMPT, _auth, _owner, memories
 
 
 @pytest.fixture(scope="module")
 def orchestrator(suite: Suite) -> Iterator[orch_grpc.OrchestratorServiceStub]:
     with grpc.insecure_channel(suite.address("orchestrator")) as ch:
         yield orch_grpc.OrchestratorServiceStub(ch)
-
-
-def _owner(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def _auth(owner: str, *, admin: bool = False) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token(owner, admin=admin)}"}
 
 
 def chat(suite: Suite, owner: str, thread_id: str, text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -76,12 +67,6 @@ def job_run(
     )
     assert events[-1].WhichOneof("payload") == "run_finished", events[-1]
     return events
-
-
-def memories(suite: Suite, owner: str) -> dict[str, dict[str, Any]]:
-    resp = httpx.get(f"{suite.gateway_url}/api/v1/memories", headers=_auth(owner), timeout=10)
-    assert resp.status_code == 200, resp.text
-    return {m["content"]: m for m in resp.json()["memories"]}
 
 
 def audit(suite: Suite, owner: str, thread_id: str) -> list[dict[str, Any]]:
