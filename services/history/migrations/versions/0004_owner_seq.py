@@ -5,7 +5,7 @@ owner_sequences holds each owner's last number; the insert that takes numbers ke
 row locked until commit. Messages stored before this revision have none (NULL): a memory
 job reads them on its first run only.
 
-Revision ID: 0004
+Revision ID: 0004_owner_seq
 Revises: 0003
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
+revision = "0004_owner_seq"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
