@@ -19,6 +19,8 @@ class MessageKind(StrEnum):
     AGENT_REPLY = "agent_reply"
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
+    # The memories a run recalled into its context (services/executor/recall.py).
+    MEMORY_RECALL = "memory_recall"
 
 
 class ExecutorKind(StrEnum):
@@ -51,6 +53,7 @@ MESSAGE_KIND_TO_PB = {
     MessageKind.AGENT_REPLY: message_pb2.MESSAGE_KIND_AGENT_REPLY,
     MessageKind.TOOL_CALL: message_pb2.MESSAGE_KIND_TOOL_CALL,
     MessageKind.TOOL_RESULT: message_pb2.MESSAGE_KIND_TOOL_RESULT,
+    MessageKind.MEMORY_RECALL: message_pb2.MESSAGE_KIND_MEMORY_RECALL,
 }
 MESSAGE_KIND_FROM_PB = {v: k for k, v in MESSAGE_KIND_TO_PB.items()}
 

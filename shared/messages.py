@@ -277,6 +277,8 @@ class Msg:
     kind: MessageKind | None = None
     visibility_mask: int = 0
     position: int = 0
+    # The owner's commit sequence (history; 0: none).
+    sequence: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", Role(self.role))
@@ -431,6 +433,7 @@ def msg_to_pb(msg: Msg) -> message_pb2.Message:
         run_id=msg.run_id,
         visibility_mask=msg.visibility_mask,
         position=msg.position,
+        owner_sequence=msg.sequence,
     )
     pb.created_at.FromDatetime(msg.created_at)
     if msg.kind is not None:
@@ -511,6 +514,7 @@ def msg_from_pb(pb: message_pb2.Message, field: str = "message") -> Msg:
             kind=MESSAGE_KIND_FROM_PB.get(pb.kind),
             visibility_mask=pb.visibility_mask,
             position=pb.position,
+            sequence=pb.owner_sequence,
         )
     except ValueError as e:
         raise InvalidArgument(field, str(e)) from None

@@ -48,8 +48,22 @@ class HistoryPolicy(BaseModel):
         return value
 
 
-# What a system prompt template may use: the owner's zone and their local date and time.
-PROMPT_FIELDS = ("time_zone", "local_date", "local_time", "weekday")
+class MemoryPolicy(BaseModel):
+    """Which of the owner's memories a run sees: off, or recall (the `top_k` memories most
+    relevant to the input, of at least `min_relevance`, within `max_tokens` of the context;
+    services/executor/recall.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mode: Literal["off", "recall"] = "off"
+    top_k: int = Field(default=5, ge=1, le=50)
+    min_relevance: float = Field(default=0.0, ge=0, le=1)
+    max_tokens: int = Field(default=400, ge=1, le=100_000)
+
+
+# What a system prompt template may use: the owner's zone and their local date and time,
+# and where the recalled memories go (MemoryPolicy; without it they follow the prompt).
+PROMPT_FIELDS = ("time_zone", "local_date", "local_time", "weekday", "memories")
+MEMORIES_FIELD = "memories"
 CARD_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -90,8 +104,15 @@ class AgentConfig(BaseModel):
         values = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
         return {k: v for k, v in values.items() if v is not None}
 
-    def render_prompt(self, time_zone: str, now: datetime) -> str:
-        """The system prompt for an owner in `time_zone` at `now` (aware)."""
+    def places_memories(self) -> bool:
+        """Whether the template has a {memories} placeholder."""
+        return any(
+            name == MEMORIES_FIELD for _, name, _, _ in string.Formatter().parse(self.system_prompt)
+        )
+
+    def render_prompt(self, time_zone: str, now: datetime, memories: str = "") -> str:
+        """The system prompt for an owner in `time_zone` at `now` (aware), with the recalled
+        memories block at its {memories} placeholder."""
         if not self.system_prompt:
             return ""
         from zoneinfo import ZoneInfo
@@ -102,6 +123,7 @@ class AgentConfig(BaseModel):
             local_date=local.date().isoformat(),
             local_time=local.strftime("%H:%M"),
             weekday=local.strftime("%A"),
+            memories=memories,
         )
 
 
@@ -114,6 +136,7 @@ class ExecutionProfile(BaseModel):
     tool_policy: ToolPolicy = ToolPolicy()
     history_policy: HistoryPolicy = HistoryPolicy()
     agent: AgentConfig = AgentConfig()
+    memory: MemoryPolicy = MemoryPolicy()
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +166,7 @@ CHAT_DEFAULT = ExecutionProfile(
     enable_router=True,
     executor=ExecutorKind.WORKER,
     tool_policy=ToolPolicy(allowlist=("memory_search",)),
+    memory=MemoryPolicy(mode="recall"),
 )
 AUTOMATION_MEMORY_DEFAULT = ExecutionProfile(
     name="automation_memory_default",
@@ -150,6 +174,9 @@ AUTOMATION_MEMORY_DEFAULT = ExecutionProfile(
     executor=ExecutorKind.MEMORY,
     tool_policy=ToolPolicy(allowlist=("memory_write", "memory_forget")),
     history_policy=HistoryPolicy(window="today_yesterday"),
+    # The memories the new messages may update or contradict: the agent rewrites them
+    # instead of writing a near-duplicate.
+    memory=MemoryPolicy(mode="recall", top_k=20, max_tokens=800),
 )
 BUILT_INS = {p.name: p for p in (CHAT_DEFAULT, AUTOMATION_MEMORY_DEFAULT)}
 
@@ -200,7 +227,36 @@ def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionP
         ),
         history_policy=execution_profile_pb2.HistoryPolicy(window=profile.history_policy.window),
         agent=agent_to_pb(profile.agent) if profile.agent != AgentConfig() else None,
+        memory=memory_to_pb(profile.memory) if profile.memory != MemoryPolicy() else None,
     )
+
+
+_MEMORY_MODE_TO_PB = {
+    "off": execution_profile_pb2.MEMORY_MODE_OFF,
+    "recall": execution_profile_pb2.MEMORY_MODE_RECALL,
+}
+_MEMORY_MODE_FROM_PB = {v: k for k, v in _MEMORY_MODE_TO_PB.items()}
+
+
+def memory_to_pb(policy: MemoryPolicy) -> execution_profile_pb2.MemoryPolicy:
+    return execution_profile_pb2.MemoryPolicy(
+        mode=_MEMORY_MODE_TO_PB[policy.mode],
+        top_k=policy.top_k,
+        min_relevance=policy.min_relevance,
+        max_tokens=policy.max_tokens,
+    )
+
+
+def memory_from_pb(pb: execution_profile_pb2.MemoryPolicy) -> dict[str, object]:
+    """Unset numbers take their defaults; an unset mode is off."""
+    data: dict[str, object] = {"mode": _MEMORY_MODE_FROM_PB.get(pb.mode, "off")}
+    if pb.top_k:
+        data["top_k"] = pb.top_k
+    if pb.min_relevance:
+        data["min_relevance"] = pb.min_relevance
+    if pb.max_tokens:
+        data["max_tokens"] = pb.max_tokens
+    return data
 
 
 def agent_to_pb(agent: AgentConfig) -> execution_profile_pb2.AgentConfig:
@@ -233,6 +289,7 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
             "tool_policy": {"allowlist": list(pb.tool_policy.allowlist)},
             "history_policy": {"window": pb.history_policy.window or "all"},
             "agent": agent_from_pb(pb.agent),
+            "memory": memory_from_pb(pb.memory),
         },
         field=field,
         allow_agent=True,

@@ -5,7 +5,9 @@
 
 chat and automation never share a thread, so (runtime_mode, kind) decides everything:
 a chat turn is seen and remembered; an automation input is neither shown nor assembled
-(it stays auditable); an automation reply is shown but never fed back as context.
+(it stays auditable); an automation reply is shown but never fed back as context. The
+memories a run recalled into its context are neither shown nor assembled again (each run
+recalls its own): they are kept for the audit.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ _MASKS: dict[tuple[RuntimeMode, MessageKind], int] = {
     (RuntimeMode.CHAT, MessageKind.AGENT_REPLY): UI_HISTORY | CONTEXT_ASSEMBLY,
     (RuntimeMode.AUTOMATION, MessageKind.USER_MESSAGE): 0,
     (RuntimeMode.AUTOMATION, MessageKind.AGENT_REPLY): UI_HISTORY,
+    (RuntimeMode.CHAT, MessageKind.MEMORY_RECALL): 0,
+    (RuntimeMode.AUTOMATION, MessageKind.MEMORY_RECALL): 0,
 }
 
 # Tool calls and tool results travel with the reply of their run.

@@ -25,6 +25,10 @@ class CallSetup:
     card: ModelCard | None
     options: dict[str, Any] = field(default_factory=dict)
     system_prompt: str = ""
+    # The template, to place recalled memories at its {memories} placeholder.
+    agent: AgentConfig | None = None
+    time_zone: str = "UTC"
+    now: datetime | None = None
 
     def stream(
         self, messages: Sequence[Msg], tools: Sequence[ToolSpec]
@@ -32,6 +36,15 @@ class CallSetup:
         if self.options:
             return self.model.stream(messages, tools=tools, options=self.options)
         return self.model.stream(messages, tools=tools)
+
+    def prompt_with(self, memories: str) -> tuple[str, bool]:
+        """The system prompt with the recalled `memories` block at the template's
+        {memories} placeholder, and whether the template placed it (else the block goes in
+        a system message of its own after the prompt)."""
+        if memories and self.agent is not None and self.agent.places_memories():
+            now = self.now or datetime.now(UTC)
+            return self.agent.render_prompt(self.time_zone, now, memories), True
+        return self.system_prompt, False
 
 
 def card_of(model: ChatModel) -> ModelCard | None:
@@ -65,5 +78,6 @@ def setup(
             raise FailedPrecondition(
                 f"profile.agent.{str(err).removeprefix('options.')}", reason="AGENT_CONFIG_INVALID"
             ) from None
-    prompt = agent.render_prompt(time_zone, now or datetime.now(UTC))
-    return CallSetup(model, card, options, prompt)
+    now = now or datetime.now(UTC)
+    prompt = agent.render_prompt(time_zone, now)
+    return CallSetup(model, card, options, prompt, agent, time_zone, now)

@@ -43,6 +43,19 @@ def input_budget(card: ModelCard, max_tokens: int | None = None) -> int:
     return max(0, card.context_size - output_reserve(card, max_tokens))
 
 
+def recall_budget(
+    budget: int | None, carried: Sequence[Msg], tools: Sequence[ToolSpec], limit: int
+) -> int:
+    """The tokens a recalled memories block may take (services.executor.recall): `limit`
+    (the profile's), and no more than is left of `budget` once the call carries `carried`
+    (the prompt, this step's input) and `tools`. The block leads the context, so the
+    thread's earlier messages make room for it, never the other way round."""
+    if budget is None:
+        return limit
+    left = budget - messages_tokens(carried) - tools_tokens(tools)
+    return max(0, min(limit, left))
+
+
 def groups(messages: Sequence[Msg]) -> list[list[Msg]]:
     """The messages in units that stay together: a message whose tool results answer calls
     of the group before it joins that group."""

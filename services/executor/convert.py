@@ -49,6 +49,8 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         check_identifier(value, name)
     if not request.HasField("input_message"):
         raise InvalidArgument("input_message", "is required")
+    if request.sequence_horizon < 0:
+        raise InvalidArgument("sequence_horizon", "must not be negative")
     return StepRequest(
         run_id=request.run_id,
         thread_id=request.thread_id,
@@ -66,6 +68,7 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         time_zone=request.time_zone,
         reply_message_id=request.reply_message_id,
         declared_tools=tuple(request.declared_tools),
+        sequence_horizon=request.sequence_horizon,
     )
 
 

@@ -4,16 +4,19 @@ shared.tools' rule. No I/O."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from enum import StrEnum
 from typing import TypeVar
 
 from shared.domain import ExecutorKind, MessageKind
 from shared.errors import FailedPrecondition, InvalidArgument
-from shared.messages import ToolCallBlock, ToolCallState, new_id
+from shared.messages import Msg, ToolCallBlock, ToolCallState, new_id
 
 A = TypeVar("A")
 
@@ -108,44 +111,106 @@ class ToolCallAssembler:
         return bool(self._calls)
 
 
+# ---- the memory agent's provenance --------------------------------------------------------
+
+_WORD_RE = re.compile(r"[^\W_]+")
+
+
+def _cjk(c: str) -> bool:
+    return "\u3040" <= c <= "\u30ff" or "\u3400" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af"
+
+
+def _features(text: str) -> set[str]:
+    """What two texts about one fact share: the words of two letters or more (casefolded),
+    and the character pairs of CJK runs (written without spaces)."""
+    out: set[str] = set()
+    for word in _WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold()):
+        run = "".join(c if _cjk(c) else " " for c in word)
+        for piece in run.split():
+            out.update(piece[i : i + 2] for i in range(max(1, len(piece) - 1)))
+        rest = "".join(" " if _cjk(c) else c for c in word).split()
+        out.update(w for w in rest if len(w) > 1)
+    return out
+
+
+def stating_messages(
+    fact: str, ids: Sequence[str], texts: Sequence[str], *, newest: bool = False
+) -> tuple[str, ...]:
+    """The messages (of `ids`, oldest first, texts `texts`) that state `fact`: those sharing
+    the most words (CJK: character pairs) with it; with `newest`, only the newest of them
+    (a forget: the request comes after the messages that told the fact). When none shares
+    any, all of them: the fact came from the window and no one message can be told."""
+    fact_features = _features(fact)
+    scores = [len(fact_features & _features(t)) for t in texts]
+    best = max(scores, default=0)
+    if best == 0 or len(ids) != len(texts):
+        return tuple(ids)
+    chosen = tuple(i for i, score in zip(ids, scores, strict=True) if score == best)
+    return chosen[-1:] if newest else chosen
+
+
 # ---- the memory agent's watermark -----------------------------------------------------------
 
-# Where a message sits among an owner's messages across threads: history's order of a
-# cross-thread context (created_at, thread_id, position).
-MessageKey = tuple[datetime, str, int]
+# The tools by which a memory run acts on what it reads: what it can do with a request.
+ACTING_MEMORY_TOOLS = ("memory_forget", "memory_write")
 
 
-def message_key(created_at: datetime, thread_id: str, position: int) -> MessageKey:
-    return (created_at.astimezone(UTC), thread_id, position)
+def watermark_name(thread_id: str, offered: Iterable[str]) -> str:
+    """The watermark of a memory run: one per consumer and capability. A job runs on a
+    thread of its own, so the thread names the job; the memory tools it may call say what
+    it can act on. So a job that may only write never moves the watermark of one that may
+    forget too: each reads every message once itself, and no request is used up by a job
+    that cannot act on it (a job whose tools change starts a new watermark and reads its
+    window again: its writes are idempotent)."""
+    acting = ",".join(t for t in ACTING_MEMORY_TOOLS if t in set(offered))
+    digest = hashlib.sha256(f"{thread_id}\n{acting}".encode()).hexdigest()[:40]
+    return f"memory_agent.{digest}"
 
 
-def watermark_position(key: MessageKey, message_id: str) -> str:
-    """The watermark's opaque position for the last message processed."""
-    created_at, thread_id, position = key
-    return json.dumps(
-        {
-            "message_time": created_at.isoformat(),
-            "thread_id": thread_id,
-            "position": position,
-            "message_id": message_id,
-        },
-        separators=(",", ":"),
-    )
+def watermark_position(sequence: int, message_id: str) -> str:
+    """The watermark's opaque position: the owner commit sequence processed up to."""
+    return json.dumps({"sequence": sequence, "message_id": message_id}, separators=(",", ":"))
 
 
-def watermark_key(position: str) -> MessageKey | None:
-    """The key of a watermark's position; None for a never-advanced (or unreadable) one.
-
-    An unreadable position is treated as never advanced: reprocessing is harmless (memory
-    writes are idempotent), skipping messages would not be.
-    """
+def watermark_sequence(position: str) -> int | None:
+    """The sequence of a watermark's position; None for a never-advanced one, or one that
+    is unreadable or of the old form (by message time): reprocessing is harmless (memory
+    writes are idempotent), skipping messages would not be."""
     if not position:
         return None
     try:
-        data = json.loads(position)
-        created_at = datetime.fromisoformat(data["message_time"])
-        if created_at.tzinfo is None:
-            return None
-        return message_key(created_at, str(data["thread_id"]), int(data["position"]))
+        sequence = json.loads(position)["sequence"]
     except (ValueError, KeyError, TypeError):
         return None
+    return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else None
+
+
+@dataclass(frozen=True)
+class Unread:
+    """What a memory run reads, and where its watermark goes once it has."""
+
+    messages: list[Msg]
+    # The sequence the watermark moves to.
+    upto: int
+
+
+def unread(context: Sequence[Msg], after: int | None, horizon: int) -> Unread:
+    """The messages after the watermark `after`, oldest commit first, and where the
+    watermark moves once they are processed.
+
+    `horizon` (history's: every message of the owner numbered up to it had committed before
+    the context was read) bounds both: a message numbered above it is left to the next run
+    (it committed while the context was read, and a message numbered below it might not
+    have been visible yet), and the watermark moves to the horizon. So a message that
+    commits late is never skipped: it has a higher number than any committed before it.
+    Without a horizon (0): every newer message, and the watermark moves to the newest.
+    Messages stored before sequences existed (0) are read by a watermark's first run only.
+    """
+    fresh = [
+        m
+        for m in context
+        if (after is None or m.sequence > after) and (not horizon or m.sequence <= horizon)
+    ]
+    fresh.sort(key=lambda m: (m.sequence, m.created_at.astimezone(UTC), m.thread_id, m.position))
+    upto = horizon or max((m.sequence for m in fresh), default=after or 0)
+    return Unread(fresh, max(upto, after or 0))

@@ -18,14 +18,18 @@ import grpc
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 
+from services.executor.core import stating_messages
 from services.executor.tools import ToolContext, ToolError
 from shared.clients import open_channel
 from shared.errors import Aborted, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
+from shared.text import storable
 
 MEMORY_KINDS = ("fact", "preference", "dislike", "name", "place")
 WATERMARK = "memory_agent"
+# The memory service's bound of a forget's reason.
+MAX_REASON_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -59,29 +63,44 @@ class MemoryClient:
         )
         return await self._call(self._stub.WriteMemory, request, owner)
 
-    async def forget(self, owner: str, *, memory_id: str = "", content_query: str = "") -> list[str]:
-        request = (
-            pb.ForgetMemoryRequest(id=memory_id)
-            if memory_id
-            else pb.ForgetMemoryRequest(content_query=content_query)
+    async def forget(
+        self,
+        owner: str,
+        *,
+        memory_id: str = "",
+        content_query: str = "",
+        reason: str = "",
+        run_id: str = "",
+        message_ids: Sequence[str] = (),
+    ) -> list[pb.Memory]:
+        """The memories forgotten, as they were; the memory service records the forget with
+        its reason and the run and messages that asked for it."""
+        request = pb.ForgetMemoryRequest(
+            reason=reason, source_run_id=run_id, source_message_ids=list(message_ids)
         )
+        if memory_id:
+            request.id = memory_id
+        else:
+            request.content_query = content_query
         response = await self._call(self._stub.ForgetMemory, request, owner)
-        return list(response.forgotten_ids)
+        return list(response.memories)
 
     async def search(self, owner: str, query: str, page_size: int = 10) -> list[pb.Memory]:
         request = pb.SearchMemoriesRequest(query=query, page_size=page_size)
         response = await self._call(self._stub.SearchMemories, request, owner)
         return list(response.memories)
 
-    async def watermark(self, owner: str) -> Watermark:
-        request = pb.GetWatermarkRequest(name=WATERMARK)
+    async def watermark(self, owner: str, name: str = WATERMARK) -> Watermark:
+        request = pb.GetWatermarkRequest(name=name)
         response = await self._call(self._stub.GetWatermark, request, owner)
         return Watermark(response.watermark.position)
 
-    async def advance(self, owner: str, expected: str, position: str, time: datetime) -> bool:
+    async def advance(
+        self, owner: str, name: str, expected: str, position: str, time: datetime
+    ) -> bool:
         """Compare-and-set; False when another run moved the watermark first (ABORTED)."""
         request = pb.AdvanceWatermarkRequest(
-            name=WATERMARK, expected_position=expected, position=position
+            name=name, expected_position=expected, position=position
         )
         request.time.FromDatetime(time)
         try:
@@ -128,12 +147,11 @@ class MemoryWrite:
             raise ToolError("content is required")
         if args.get("kind", "") not in ("", *MEMORY_KINDS):
             raise ToolError(f"kind must be one of {', '.join(MEMORY_KINDS)}")
+        sources = stating_messages(
+            args["content"], context.source_message_ids, context.source_texts
+        )
         response = await self.client.write(
-            context.owner,
-            args["content"],
-            args.get("kind", ""),
-            context.run_id,
-            context.source_message_ids,
+            context.owner, args["content"], args.get("kind", ""), context.run_id, sources
         )
         verb = "saved" if response.created else "updated"
         return f"{verb} memory {response.memory.id}: {response.memory.content}"
@@ -147,6 +165,7 @@ class MemoryForget:
         "properties": {
             "content_query": {"type": "string", "description": "What the memory says"},
             "id": {"type": "string", "description": "A memory id"},
+            "reason": {"type": "string", "description": "Why, e.g. what the user asked"},
         },
         "additionalProperties": False,
     }
@@ -155,14 +174,26 @@ class MemoryForget:
         self.client = client
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
-        args = _arguments(arguments, ("content_query", "id"))
+        args = _arguments(arguments, ("content_query", "id", "reason"))
         query, memory_id = args.get("content_query", ""), args.get("id", "")
         if bool(query) == bool(memory_id):
             raise ToolError("give exactly one of content_query or id")
-        forgotten = await self.client.forget(
-            context.owner, memory_id=memory_id, content_query=query
+        # The messages that asked for it: those that state what is to be forgotten.
+        sources = stating_messages(
+            query or memory_id, context.source_message_ids, context.source_texts, newest=True
         )
-        return f"forgot {len(forgotten)} {'memory' if len(forgotten) == 1 else 'memories'}"
+        forgotten = await self.client.forget(
+            context.owner,
+            memory_id=memory_id,
+            content_query=query,
+            # A model's NUL or lone surrogate must not cost the forget (shared.text).
+            reason=storable(args.get("reason") or _asked(sources, context))[:MAX_REASON_CHARS],
+            run_id=context.run_id,
+            message_ids=sources,
+        )
+        noun = "memory" if len(forgotten) == 1 else "memories"
+        cited = "".join(f"; {m.id}: {m.content}" for m in forgotten)
+        return f"forgot {len(forgotten)} {noun}{cited}"
 
 
 class MemorySearch:
@@ -186,6 +217,13 @@ class MemorySearch:
         return json.dumps(
             [{"id": m.id, "content": m.content, "kind": m.kind} for m in found], ensure_ascii=False
         )
+
+
+def _asked(sources: Sequence[str], context: ToolContext) -> str:
+    """A forget's reason when the model gave none: the user's words that asked for it."""
+    texts = dict(zip(context.source_message_ids, context.source_texts, strict=False))
+    said = [texts[i] for i in sources if i in texts]
+    return f"the user said: {' / '.join(said)}" if said else ""
 
 
 def memory_tools(client: MemoryClient) -> tuple[MemoryWrite, MemoryForget, MemorySearch]:

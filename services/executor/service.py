@@ -37,7 +37,12 @@ async def build(
     if tools is None and set(registry.names()) != set(REGISTERED_TOOLS):
         raise RuntimeError("the executor's tools differ from shared.tools.REGISTERED_TOOLS")
     agents = build_agents(
-        model or model_for(settings), registry, config or ExecutorConfig(), memory, CardModels(settings)
+        model or model_for(settings),
+        registry,
+        config or ExecutorConfig(),
+        memory,
+        CardModels(settings),
+        memories=memory,
     )
     servicer = ExecutorServicer(agents)
 

@@ -21,6 +21,9 @@ class ToolContext:
     time_zone: str
     # The messages the step works from (the memory agent's sources of a memory).
     source_message_ids: tuple[str, ...] = ()
+    # Their texts, in the same order: a memory cites those that state it
+    # (services.executor.core.stating_messages).
+    source_texts: tuple[str, ...] = ()
 
 
 class ToolError(Exception):

@@ -8,6 +8,7 @@ docs/protocols/agent/api-endpoints.md lists.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
 
 from shared.messages import tool_result_message_id
+from shared.profiles import MemoryPolicy, memory_from_pb
 
 ROLE_NAMES = {
     message_pb2.ROLE_USER: "user",
@@ -32,6 +34,7 @@ KIND_NAMES = {
     message_pb2.MESSAGE_KIND_AGENT_REPLY: "agent_reply",
     message_pb2.MESSAGE_KIND_TOOL_CALL: "tool_call",
     message_pb2.MESSAGE_KIND_TOOL_RESULT: "tool_result",
+    message_pb2.MESSAGE_KIND_MEMORY_RECALL: "memory_recall",
 }
 EXECUTOR_NAMES = {
     execution_profile_pb2.EXECUTOR_WORKER: "worker",
@@ -179,7 +182,18 @@ def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[st
         extras["createdAt"] = timestamp(m.created_at)
     if audit:
         extras["visibilityMask"] = m.visibility_mask
+    if m.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
+        # The memories the run recalled into its context: their ids and scores.
+        extras["metadata"]["memoryRecall"] = _extra(m.metadata).get("memory_recall", [])
     return [item | extras for item in agui_messages(m)]
+
+
+def _extra(md: message_pb2.MessageMetadata) -> dict[str, Any]:
+    try:
+        extra = json.loads(md.extra_json) if md.extra_json else {}
+    except ValueError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
 
 
 def messages_json(messages: Any, *, audit: bool = False) -> list[dict[str, Any]]:
@@ -206,6 +220,14 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
         out["toolPolicy"] = {"mode": "intersection", "allowlist": list(p.tool_policy.allowlist)}
     if p.HasField("history_policy") and p.history_policy.window:
         out["historyPolicy"] = {"window": p.history_policy.window}
+    if p.HasField("memory"):
+        policy = MemoryPolicy.model_validate(memory_from_pb(p.memory))
+        out["memory"] = {
+            "mode": policy.mode,
+            "topK": policy.top_k,
+            "minRelevance": policy.min_relevance,
+            "maxTokens": policy.max_tokens,
+        }
     return out
 
 
@@ -246,6 +268,28 @@ def memory_json(m: memory_service_pb2.Memory) -> dict[str, Any]:
         out["createTime"] = timestamp(m.create_time)
     if m.HasField("update_time"):
         out["updateTime"] = timestamp(m.update_time)
+    return out
+
+
+def memory_change_json(c: memory_service_pb2.MemoryChange) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "action": c.action,
+        "memoryId": c.memory_id,
+        "content": c.content,
+        "actor": c.actor,
+    }
+    if c.kind:
+        out["kind"] = c.kind
+    if c.previous_content:
+        out["previousContent"] = c.previous_content
+    if c.source_run_id:
+        out["sourceRunId"] = c.source_run_id
+    if c.source_message_ids:
+        out["sourceMessageIds"] = list(c.source_message_ids)
+    if c.reason:
+        out["reason"] = c.reason
+    if c.HasField("create_time"):
+        out["createTime"] = timestamp(c.create_time)
     return out
 
 

@@ -81,7 +81,14 @@ _PROFILE_KEYS = {
     "toolPolicy": "tool_policy",
     "historyPolicy": "history_policy",
 }
-_PROFILE_JSON_KEYS = frozenset({"name", "executor", *_PROFILE_KEYS})
+_PROFILE_JSON_KEYS = frozenset({"name", "executor", "memory", *_PROFILE_KEYS})
+# Camel-case keys of a memory policy (shared.profiles.MemoryPolicy).
+_MEMORY_KEYS = {
+    "mode": "mode",
+    "topK": "top_k",
+    "minRelevance": "min_relevance",
+    "maxTokens": "max_tokens",
+}
 _CAMEL = {snake: camel for camel, snake in _PROFILE_KEYS.items()}
 
 
@@ -162,6 +169,12 @@ def _profile_pb(data: dict[str, Any]) -> execution_profile_pb2.ExecutionProfile:
             hint = f" (the JSON name is {_CAMEL[key]})" if key in _CAMEL else ""
             raise invalid(f"executionProfile.{key}", f"is not a known field{hint}")
     snake = {_PROFILE_KEYS.get(k, k): v for k, v in data.items()}
+    memory = snake.get("memory")
+    if isinstance(memory, dict):
+        for key in memory:
+            if key not in _MEMORY_KEYS:
+                raise invalid(f"executionProfile.memory.{key}", "is not a known field")
+        snake["memory"] = {_MEMORY_KEYS[k]: v for k, v in memory.items()}
     try:
         profile = parse_profile(snake, field="execution_profile")
     except InvalidArgument as err:

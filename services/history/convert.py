@@ -180,6 +180,7 @@ def message_to_pb(m: Message) -> message_pb2.Message:
         kind=MESSAGE_KIND_TO_PB[m.kind],
         visibility_mask=m.visibility_mask,
         position=m.position,
+        owner_sequence=m.sequence,
     )
     if m.input_tokens or m.output_tokens:
         out.usage.input_tokens = m.input_tokens

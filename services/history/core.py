@@ -250,6 +250,10 @@ class Message:
     output_tokens: int
     finished_reason: str
     created_at: datetime
+    # The owner's commit sequence (store.next_sequences): one counter per owner, taken
+    # under its row lock until commit, so sequence order is the order messages committed
+    # in. 0: stored before there was one.
+    sequence: int = 0
 
 
 # --- writing ------------------------------------------------------------------------
@@ -281,6 +285,7 @@ def stamp(
     mode: RuntimeMode,
     position: int,
     created_at: datetime,
+    sequence: int = 0,
 ) -> Message:
     """The stored form: the mask comes only from (thread mode, kind); never from the caller."""
     mask = visibility_mask_for(mode, message.kind)
@@ -304,6 +309,7 @@ def stamp(
         output_tokens=message.output_tokens,
         finished_reason=message.finished_reason,
         created_at=created_at,
+        sequence=sequence,
     )
 
 

@@ -151,6 +151,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             # The thread is locked: its count is the last position taken.
             first = thread.message_count + 1
             last = thread.message_count + len(fresh)
+            # Taken last, just before the insert: the owner's counter stays locked until
+            # commit (the order of commits is the order of sequences).
+            sequence = await store.next_sequences(conn, thread.owner_id, len(fresh))
             stamped = [
                 core.stamp(
                     m,
@@ -159,6 +162,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     mode=thread.runtime_mode,
                     position=first + i,
                     created_at=now,
+                    sequence=sequence + i,
                 )
                 for i, m in enumerate(fresh)
             ]
@@ -424,6 +428,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             after = _key_from_token(token["a"])
         response = pb.LoadContextResponse()
         async with self._read() as conn:
+            # Read before the messages: every message numbered up to it is among them (or
+            # outside the window).
+            response.sequence_horizon = await store.sequence_horizon(conn, owner)
             if window == core.ALL and max_chars == 0:
                 # Nothing is cut, so no snapshot bound is needed either: page in SQL and
                 # answer from the serving copies. Rows prove the thread is the caller's.

@@ -83,7 +83,15 @@ messages = sa.Table(
     sa.Column("output_tokens", sa.BigInteger),
     sa.Column("finished_reason", sa.String),
     sa.Column("created_at", UtcDateTime),
+    sa.Column("owner_seq", sa.BigInteger),
     sa.Column("message_pb", sa.LargeBinary),
+)
+# Per owner, the last commit sequence number given to one of their messages.
+owner_sequences = sa.Table(
+    "owner_sequences",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
 )
 # Everything but the serving copy: what the domain Message is built from.
 MESSAGE_FIELDS = [c for c in messages.c if c.name != "message_pb"]
@@ -164,6 +172,7 @@ def _message(row: Row[Any]) -> Message:
     (
         owner_id, id_, thread_id, position, run_id, role, kind, mask, name, content, meta,
         origin, executor, profile_name, input_tokens, output_tokens, finished_reason, created_at,
+        owner_seq,
     ) = row
     return Message(
         owner_id=owner_id,
@@ -185,6 +194,7 @@ def _message(row: Row[Any]) -> Message:
         output_tokens=output_tokens,
         finished_reason=finished_reason,
         created_at=created_at,
+        sequence=owner_seq or 0,
     )
 
 
@@ -215,6 +225,7 @@ def message_row(m: Message, wire: bytes) -> dict[str, Any]:
         "output_tokens": m.output_tokens,
         "finished_reason": m.finished_reason,
         "created_at": m.created_at,
+        "owner_seq": m.sequence or None,
     }
 
 
@@ -418,6 +429,41 @@ async def messages_by_id(
     stmt = _MESSAGES_BY_ID[conn.dialect.name]
     rows = (await conn.execute(stmt, {"o": owner_id, "ids": list(ids)})).all()
     return {r.id: _message(r) for r in rows}
+
+
+def _next_sequences_stmt(insert: Any) -> Any:
+    n = sa.bindparam("n", type_=sa.BigInteger)
+    stmt = insert(owner_sequences).values(owner_id=sa.bindparam("o", type_=sa.String), last_seq=n)
+    return stmt.on_conflict_do_update(
+        index_elements=["owner_id"], set_={"last_seq": owner_sequences.c.last_seq + n}
+    ).returning(owner_sequences.c.last_seq)
+
+
+# Built once: it runs in every transaction that stores messages.
+_NEXT_SEQUENCES = {
+    "postgresql": _next_sequences_stmt(postgresql.insert),
+    "sqlite": _next_sequences_stmt(sqlite.insert),
+}
+_SEQUENCE_HORIZON = sa.select(owner_sequences.c.last_seq).where(
+    owner_sequences.c.owner_id == sa.bindparam("o")
+)
+
+
+async def next_sequences(conn: Conn, owner_id: str, n: int) -> int:
+    """Takes `n` commit sequence numbers of the owner; the first. The owner's counter row
+    stays locked until the caller's transaction ends (PostgreSQL row lock; SQLite has one
+    writer), so a transaction that takes numbers after another waits for it to commit or
+    roll back: every number below one a reader sees committed is committed too."""
+    stmt = _NEXT_SEQUENCES[conn.dialect.name]
+    last = (await conn.execute(stmt, {"o": owner_id, "n": n})).scalar_one()
+    return int(last) - n + 1
+
+
+async def sequence_horizon(conn: Conn, owner_id: str) -> int:
+    """The owner's last committed sequence number: every message of theirs numbered up to
+    it has committed (next_sequences), so a reader that reads after this misses none."""
+    found = (await conn.execute(_SEQUENCE_HORIZON, {"o": owner_id})).scalar_one_or_none()
+    return int(found or 0)
 
 
 async def insert_messages(

@@ -7,7 +7,7 @@ from datetime import datetime
 from google.protobuf import timestamp_pb2
 
 from agentmesh.memory.v1 import memory_service_pb2 as pb
-from services.memory.core import Memory, Watermark
+from services.memory.core import Change, Memory, Watermark
 from shared import timestamps
 
 
@@ -40,4 +40,21 @@ def watermark_to_pb(watermark: Watermark) -> pb.Watermark:
         out.time.CopyFrom(timestamp(watermark.time))
     if watermark.update_time is not None:
         out.update_time.CopyFrom(timestamp(watermark.update_time))
+    return out
+
+
+def change_to_pb(change: Change) -> pb.MemoryChange:
+    out = pb.MemoryChange(
+        action=change.action,
+        memory_id=change.memory_id,
+        content=change.content,
+        kind=change.kind,
+        previous_content=change.previous_content,
+        actor=change.actor,
+        source_run_id=change.source_run_id,
+        source_message_ids=list(change.source_message_ids),
+        reason=change.reason,
+    )
+    if change.create_time is not None:
+        out.create_time.CopyFrom(timestamp(change.create_time))
     return out

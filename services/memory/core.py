@@ -38,6 +38,10 @@ MAX_POSITION_CHARS = 1024
 DEFAULT_KIND = "fact"
 KINDS = frozenset({"fact", "preference", "dislike", "name", "place"})
 
+MAX_REASON_CHARS = 500
+# Who changes a memory: a run (its agent's tools), or the owner through the memory API.
+ACTORS = ("run", "api")
+
 DEFAULT_WATERMARK = "memory_agent"
 _WATERMARK_NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 
@@ -69,6 +73,33 @@ class MemoryWrite:
     kind: str | None
     source_run_id: str | None
     source_message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryEdit:
+    """A validated UpdateMemory request; None: unchanged."""
+
+    id: str
+    content: str | None
+    content_key: str | None
+    kind: str | None
+    expected_version: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """One record of what happened to a memory (ListMemoryChanges)."""
+
+    action: str  # write | rewrite | update | forget
+    memory_id: str
+    content: str
+    kind: str
+    previous_content: str
+    actor: str  # run | api
+    source_run_id: str
+    source_message_ids: tuple[str, ...]
+    reason: str
+    create_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -126,9 +157,8 @@ def matches(query: str, content: str) -> bool:
     return all(term_in(t, key, words) for t in query_terms)
 
 
-def validate_write(
-    content: str, kind: str, source_run_id: str, source_message_ids: Sequence[str]
-) -> MemoryWrite:
+def _content(content: str) -> tuple[str, str]:
+    """A memory's text, stripped, and its content key; INVALID_ARGUMENT naming `content`."""
     text = check_storable(content, "content").strip()
     if not text:
         raise InvalidArgument("content", "must not be empty")
@@ -137,8 +167,15 @@ def validate_write(
     key = content_key(text)
     if not key:
         raise InvalidArgument("content", "must contain more than punctuation")
+    return text, key
+
+
+def _kind(kind: str) -> None:
     if kind and kind not in KINDS:
         raise InvalidArgument("kind", f"must be one of {', '.join(sorted(KINDS))}")
+
+
+def validate_sources(source_run_id: str, source_message_ids: Sequence[str]) -> tuple[str, ...]:
     optional_identifier(source_run_id, "source_run_id")
     if len(source_message_ids) > MAX_SOURCE_MESSAGE_IDS:
         raise InvalidArgument(
@@ -148,6 +185,15 @@ def validate_write(
         problem = id_problem(message_id)
         if problem is not None:
             raise InvalidArgument("source_message_ids", f"each id {problem}")
+    return tuple(dict.fromkeys(source_message_ids))
+
+
+def validate_write(
+    content: str, kind: str, source_run_id: str, source_message_ids: Sequence[str]
+) -> MemoryWrite:
+    text, key = _content(content)
+    _kind(kind)
+    validate_sources(source_run_id, source_message_ids)
     return MemoryWrite(
         content=text,
         content_key=key,
@@ -155,6 +201,86 @@ def validate_write(
         source_run_id=source_run_id or None,
         source_message_ids=tuple(dict.fromkeys(source_message_ids)),
     )
+
+
+def validate_edit(memory_id: str, content: str, kind: str, expected_version: int) -> MemoryEdit:
+    check_identifier(memory_id, "id")
+    text, key = _content(content) if content else (None, None)
+    _kind(kind)
+    if not content and not kind:
+        raise InvalidArgument("content", "set content or kind (or both)")
+    if expected_version < 0:
+        raise InvalidArgument("expected_version", "must not be negative")
+    return MemoryEdit(memory_id, text, key, kind or None, expected_version)
+
+
+def validate_actor(actor: str) -> str:
+    """Empty: a run. Else one of ACTORS."""
+    if not actor:
+        return "run"
+    if actor not in ACTORS:
+        raise InvalidArgument("actor", f"must be empty or one of {', '.join(ACTORS)}")
+    return actor
+
+
+def validate_reason(reason: str) -> str:
+    text = check_storable(reason, "reason").strip()
+    if len(text) > MAX_REASON_CHARS:
+        raise InvalidArgument("reason", f"must be at most {MAX_REASON_CHARS} characters")
+    return text
+
+
+def write_change(memory: Memory, created: bool, fact: MemoryWrite, actor: str) -> Change:
+    """The record of a write: a new memory, or a rewrite of the same fact."""
+    return Change(
+        action="write" if created else "rewrite",
+        memory_id=memory.id,
+        content=memory.content,
+        kind=memory.kind,
+        previous_content="",
+        actor=actor,
+        source_run_id=fact.source_run_id or "",
+        source_message_ids=fact.source_message_ids,
+        reason="",
+    )
+
+
+def update_change(before: Memory, after: Memory, actor: str) -> Change:
+    return Change(
+        action="update",
+        memory_id=after.id,
+        content=after.content,
+        kind=after.kind,
+        previous_content=before.content if before.content != after.content else "",
+        actor=actor,
+        source_run_id="",
+        source_message_ids=(),
+        reason="",
+    )
+
+
+def forget_changes(
+    forgotten: Sequence[Memory],
+    actor: str,
+    reason: str,
+    source_run_id: str,
+    source_message_ids: Sequence[str],
+) -> list[Change]:
+    """The records of a forget: each memory it removed, as it was, and why."""
+    return [
+        Change(
+            action="forget",
+            memory_id=m.id,
+            content=m.content,
+            kind=m.kind,
+            previous_content="",
+            actor=actor,
+            source_run_id=source_run_id,
+            source_message_ids=tuple(source_message_ids),
+            reason=reason,
+        )
+        for m in forgotten
+    ]
 
 
 def merge_sources(old: Iterable[str], new: Iterable[str]) -> tuple[str, ...]:

@@ -30,8 +30,13 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         fact = core.validate_write(
             request.content, request.kind, request.source_run_id, request.source_message_ids
         )
+        actor = core.validate_actor(request.actor)
         async with self.engine.begin() as conn:
-            memory, created = await store.write(conn, owner, fact, store.utc_now())
+            now = store.utc_now()
+            memory, created = await store.write(conn, owner, fact, now)
+            await store.record_changes(
+                conn, owner, [core.write_change(memory, created, fact, actor)], now
+            )
         return pb.WriteMemoryResponse(memory=convert.memory_to_pb(memory), created=created)
 
     async def ForgetMemory(
@@ -41,15 +46,55 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         target = request.WhichOneof("target")
         if target == "id":
             memory_id = core.validate_id("id", request.id)
-            async with self.engine.begin() as conn:
-                ids = await store.forget_by_id(conn, owner, memory_id)
         elif target == "content_query":
             query = core.validate_query("content_query", request.content_query)
-            async with self.engine.begin() as conn:
-                ids = await store.forget_matching(conn, owner, query)
         else:
             raise InvalidArgument("target", "set id or content_query")
-        return pb.ForgetMemoryResponse(forgotten_ids=ids)
+        reason = core.validate_reason(request.reason)
+        sources = core.validate_sources(request.source_run_id, request.source_message_ids)
+        actor = core.validate_actor(request.actor)
+        async with self.engine.begin() as conn:
+            if target == "id":
+                forgotten = await store.forget_by_id(conn, owner, memory_id)
+            else:
+                forgotten = await store.forget_matching(conn, owner, query)
+            records = core.forget_changes(forgotten, actor, reason, request.source_run_id, sources)
+            await store.record_changes(conn, owner, records, store.utc_now())
+        return pb.ForgetMemoryResponse(
+            forgotten_ids=[m.id for m in forgotten],
+            memories=[convert.memory_to_pb(m) for m in forgotten],
+        )
+
+    async def UpdateMemory(
+        self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateMemoryResponse:
+        owner = owner_id(context)
+        edit = core.validate_edit(
+            request.id, request.content, request.kind, request.expected_version
+        )
+        actor = core.validate_actor(request.actor)
+        async with self.engine.begin() as conn:
+            now = store.utc_now()
+            before, after = await store.update(conn, owner, edit, now)
+            await store.record_changes(conn, owner, [core.update_change(before, after, actor)], now)
+        return pb.UpdateMemoryResponse(memory=convert.memory_to_pb(after))
+
+    async def ListMemoryChanges(
+        self, request: pb.ListMemoryChangesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMemoryChangesResponse:
+        owner = owner_id(context)
+        limit = pagination.page_size(request.page_size)
+        scope = {"rpc": "ListMemoryChanges", "owner": owner}
+        position = self.tokens.decode(request.page_token, scope)
+        after = None if position is None else pagination.position_int(position)
+        async with self.engine.connect() as conn:
+            page = await store.list_changes(conn, owner, after, limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        token = self.tokens.encode(page[-1][0], scope) if more else ""
+        return pb.ListMemoryChangesResponse(
+            changes=[convert.change_to_pb(c) for _, c in page], next_page_token=token
+        )
 
     async def SearchMemories(
         self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.memory import core
 from services.memory.core import Memory, MemoryWrite, Watermark
-from shared.errors import Aborted, NotFound
+from shared.errors import Aborted, AlreadyExists, NotFound
 
 _meta = sa.MetaData()
 
@@ -47,6 +47,23 @@ watermarks = sa.Table(
     sa.Column("position", sa.Text, nullable=False),
     sa.Column("position_time", sa.DateTime(timezone=True), nullable=True),
     sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
+)
+
+changes = sa.Table(
+    "memory_changes",
+    _meta,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("owner_id", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("memory_id", sa.String(36), nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("previous_content", sa.Text, nullable=False),
+    sa.Column("actor", sa.String(8), nullable=False),
+    sa.Column("source_run_id", sa.String(128), nullable=False),
+    sa.Column("source_message_ids", sa.JSON, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("create_time", sa.DateTime(timezone=True), nullable=False),
 )
 
 _MEMORY_COLUMNS = [c for c in memories.c if c.name != "seq"]
@@ -163,21 +180,22 @@ async def list_page(
     return [_memory(r) for r in (await conn.execute(stmt)).all()]
 
 
-async def forget_by_id(conn: AsyncConnection, owner: str, memory_id: str) -> list[str]:
+async def forget_by_id(conn: AsyncConnection, owner: str, memory_id: str) -> list[Memory]:
+    """Deletes the owner's memory `memory_id`; it, as it was."""
     deleted = (
         await conn.execute(
             memories.delete()
             .where(memories.c.owner_id == owner, memories.c.id == memory_id)
-            .returning(memories.c.id)
+            .returning(*_MEMORY_COLUMNS)
         )
-    ).scalars().all()
+    ).all()
     if not deleted:
         raise NotFound(_NOT_FOUND)
-    return list(deleted)
+    return [_memory(r) for r in deleted]
 
 
-async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list[str]:
-    """Deletes the owner's memories that core.matches(query, content); their ids."""
+async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list[Memory]:
+    """Deletes the owner's memories that core.matches(query, content); them, as they were."""
     # Narrows to the rows the rule can match: equal key, or every term a substring of the
     # key (a whole word is a substring too); core.matches then decides exactly.
     same_fact = memories.c.content_hash == _hash(core.content_key(query))
@@ -197,10 +215,114 @@ async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list
         await conn.execute(
             memories.delete()
             .where(memories.c.owner_id == owner, memories.c.id.in_(ids))
-            .returning(memories.c.id)
+            .returning(*_MEMORY_COLUMNS)
         )
-    ).scalars().all()
-    return sorted(deleted, key=ids.index)
+    ).all()
+    return sorted(map(_memory, deleted), key=lambda m: ids.index(m.id))
+
+
+async def update(
+    conn: AsyncConnection, owner: str, edit: core.MemoryEdit, now: datetime
+) -> tuple[Memory, Memory]:
+    """Rewrites the owner's memory `edit.id`; (before, after). NOT_FOUND, ABORTED (another
+    version than expected), ALREADY_EXISTS (the new content is another memory's fact)."""
+    row = (
+        await conn.execute(
+            sa.select(*_MEMORY_COLUMNS)
+            .where(memories.c.owner_id == owner, memories.c.id == edit.id)
+            .with_for_update()
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound(_NOT_FOUND)
+    before = _memory(row)
+    if edit.expected_version and before.version != edit.expected_version:
+        raise Aborted(
+            f"the memory is at version {before.version}, not {edit.expected_version}",
+            reason="VERSION_MISMATCH",
+        )
+    values: dict[str, Any] = {"update_time": now, "version": before.version + 1}
+    if edit.content is not None:
+        values.update(
+            content=edit.content, content_key=edit.content_key, content_hash=_hash(edit.content_key)
+        )
+    if edit.kind is not None:
+        values["kind"] = edit.kind
+    if edit.content_key is not None and edit.content_key != before.content_key:
+        taken = (
+            await conn.execute(
+                sa.select(memories.c.id).where(
+                    memories.c.owner_id == owner,
+                    memories.c.content_hash == _hash(edit.content_key),
+                )
+            )
+        ).one_or_none()
+        if taken is not None:
+            raise AlreadyExists(f"memory {taken.id} already holds this fact")
+    after = (
+        await conn.execute(
+            memories.update()
+            .where(memories.c.owner_id == owner, memories.c.id == edit.id)
+            .values(**values)
+            .returning(*_MEMORY_COLUMNS)
+        )
+    ).one()
+    return before, _memory(after)
+
+
+async def record_changes(
+    conn: AsyncConnection, owner: str, records: list[core.Change], now: datetime
+) -> None:
+    """Appends the owner's change records (in the caller's transaction: with the change)."""
+    if not records:
+        return
+    await conn.execute(
+        changes.insert(),
+        [
+            {
+                "owner_id": owner,
+                "action": c.action,
+                "memory_id": c.memory_id,
+                "content": c.content,
+                "kind": c.kind,
+                "previous_content": c.previous_content,
+                "actor": c.actor,
+                "source_run_id": c.source_run_id,
+                "source_message_ids": list(c.source_message_ids),
+                "reason": c.reason,
+                "create_time": now,
+            }
+            for c in records
+        ],
+    )
+
+
+async def list_changes(
+    conn: AsyncConnection, owner: str, after: int | None, limit: int
+) -> list[tuple[int, core.Change]]:
+    """The owner's change records, oldest first, after the sequence number `after`."""
+    stmt = sa.select(changes).where(changes.c.owner_id == owner)
+    if after is not None:
+        stmt = stmt.where(changes.c.seq > after)
+    rows = (await conn.execute(stmt.order_by(changes.c.seq).limit(limit))).all()
+    return [
+        (
+            r.seq,
+            core.Change(
+                action=r.action,
+                memory_id=r.memory_id,
+                content=r.content,
+                kind=r.kind,
+                previous_content=r.previous_content,
+                actor=r.actor,
+                source_run_id=r.source_run_id,
+                source_message_ids=tuple(r.source_message_ids or ()),
+                reason=r.reason,
+                create_time=_utc(r.create_time),
+            ),
+        )
+        for r in rows
+    ]
 
 
 def _contains(conn: AsyncConnection, column: Any, needle: str) -> Any:

@@ -383,14 +383,17 @@ class RunManager:
                 return
             begin = turn
         context = convert.context_without_inputs(begin.context_messages, plan)
+        horizon = 0
         if plan.profile.executor is ExecutorKind.MEMORY:
             try:
-                context = await self._owner_window(plan)
+                context, horizon = await self._owner_window(plan)
             except Exception as exc:
                 await self._fail(run, exc)
                 return
 
-        steps = asyncio.create_task(self._steps(run, context), name=f"steps {plan.run_id}")
+        steps = asyncio.create_task(
+            self._steps(run, context, horizon), name=f"steps {plan.run_id}"
+        )
         run.steps = steps
         if run.cancel_requested or run.lease_lost:
             steps.cancel()
@@ -457,22 +460,25 @@ class RunManager:
         run.outcome = Outcome.FAILED
         await self._emit(run, convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE))
 
-    async def _owner_window(self, plan: RunPlan) -> list[message_pb2.Message]:
+    async def _owner_window(self, plan: RunPlan) -> tuple[list[message_pb2.Message], int]:
         """The memory agent's context: the owner's chat messages (every thread) in the
-        profile's window and the run's time zone, oldest first."""
+        profile's window and the run's time zone, oldest first; and the first page's
+        sequence horizon (every message numbered up to it is among them, if in the window)."""
         messages: list[message_pb2.Message] = []
         token = ""
+        horizon: int | None = None
         while True:
             page = await self.peers.load_context(
                 plan.owner, convert.owner_window_request(plan, token)
             )
             messages.extend(page.messages)
+            horizon = page.sequence_horizon if horizon is None else horizon
             token = page.next_page_token
             if not token:
-                return messages
+                return messages, horizon
 
     async def _steps(
-        self, run: ActiveRun, context: list[message_pb2.Message]
+        self, run: ActiveRun, context: list[message_pb2.Message], horizon: int = 0
     ) -> executor_service_pb2.StepResult:
         plan = run.plan
         server_tools, client_tools = plan.server_tools, plan.client_tools
@@ -490,6 +496,7 @@ class RunManager:
                 request = convert.execute_request(
                     plan, context, server_tools, client_tools, reply_message_id=uuid.uuid4().hex
                 )
+                request.sequence_horizon = horizon
                 result = await self._executor_step(run, request)
             await self._emit(run, convert.step_finished(step))
         assert result is not None  # every plan ends with an executor step
@@ -530,7 +537,12 @@ class RunManager:
                     progress.produced = True
                     await self._emit(run, item.event)
             elif which == "message":
-                progress.produced = True
+                if item.message.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
+                    # What the step recalled, for the audit: it streamed nothing, so the
+                    # step may still be tried again, and the new attempt's record replaces it.
+                    run.outputs = [m for m in run.outputs if m.id != item.message.id]
+                else:
+                    progress.produced = True
                 run.outputs.append(convert.stamp_output(item.message, run.plan))
             elif which == "tool_denial":
                 progress.produced = True

@@ -141,6 +141,7 @@ def test_memory_runs_save_forget_and_skip_what_they_processed(
         "name": "automation_memory_default", "enableRouter": False, "executor": "memory",
         "toolPolicy": {"mode": "intersection", "allowlist": ["memory_write", "memory_forget"]},
         "historyPolicy": {"window": "today_yesterday"},
+        "memory": {"mode": "recall", "topK": 20, "minRelevance": 0.0, "maxTokens": 800},
     }
 
 

@@ -25,10 +25,12 @@ class Marks:
         self.position = ""
         self.advanced = 0
 
-    async def watermark(self, owner: str) -> Watermark:
+    async def watermark(self, owner: str, name: str) -> Watermark:
         return Watermark(self.position)
 
-    async def advance(self, owner: str, expected: str, position: str, time: object) -> bool:
+    async def advance(
+        self, owner: str, name: str, expected: str, position: str, time: object
+    ) -> bool:
         self.position, self.advanced = position, self.advanced + 1
         return True
 

@@ -8,6 +8,7 @@ from services.executor.agents.base import Agent, StepRequest
 from services.executor.agents.memory import MemoryAgent, Watermarks
 from services.executor.agents.worker import WorkerAgent
 from services.executor.config import ExecutorConfig
+from services.executor.recall import MemorySearch
 from services.executor.tools import ToolRegistry
 from shared.domain import ExecutorKind
 from shared.model.base import ChatModel
@@ -21,8 +22,10 @@ def build_agents(
     config: ExecutorConfig,
     watermarks: Watermarks,
     models: ModelResolver | None = None,
+    memories: MemorySearch | None = None,
 ) -> dict[ExecutorKind, Agent]:
-    """`models` gives a profile's model card its model (AgentConfig.model_card)."""
+    """`models` gives a profile's model card its model (AgentConfig.model_card); `memories`
+    is what recall searches (services.executor.recall; None: nothing is recalled)."""
     return {
         ExecutorKind.WORKER: WorkerAgent(
             model,
@@ -30,6 +33,7 @@ def build_agents(
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,
             models=models,
+            memories=memories,
         ),
         ExecutorKind.MEMORY: MemoryAgent(
             model,
@@ -38,5 +42,6 @@ def build_agents(
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,
             models=models,
+            memories=memories,
         ),
     }

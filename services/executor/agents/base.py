@@ -31,6 +31,8 @@ class StepRequest:
     reply_message_id: str
     # Server-side tools the run declared (shared.tools: declared ∩ allowlist ∩ registered).
     declared_tools: tuple[str, ...] = ()
+    # The memory executor: history's sequence horizon of `context` (0: unknown).
+    sequence_horizon: int = 0
 
     @property
     def declared(self) -> tuple[str, ...]:

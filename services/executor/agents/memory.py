@@ -2,12 +2,17 @@
 recent chat messages (seed 001 §4.2).
 
 Its context is the owner's chat messages in the profile's window, across threads (the
-orchestrator loads them); it keeps only those after the owner's watermark (memory service),
-so a second run over the same messages writes nothing. It asks the model (MEMORY_PROMPT and
-the job's prompt as the system message, the new messages as the conversation), runs the
-memory_write / memory_forget calls that shared.tools authorises, streams TOOL_CALL_* events
-through shared.toolcalls.ToolCallTracker, then moves the watermark to the last message it
-processed with a compare-and-set.
+orchestrator loads them); it keeps only those after its watermark (memory service), so a
+second run over the same messages writes nothing. The watermark is the job's own, for the
+memory tools it may call (core.watermark_name): a job that cannot forget never moves the
+watermark of one that can. It counts in history's per-owner commit sequence, bounded by
+the context's sequence horizon (core.unread), so a message that commits late is read by
+the next run instead of being skipped. It asks the model (MEMORY_PROMPT and the job's
+prompt as the system message, the owner's memories those messages recall
+(services.executor.recall) so that it rewrites rather than duplicates, the new messages
+as the conversation), runs the memory_write / memory_forget calls that shared.tools
+authorises, streams TOOL_CALL_* events through shared.toolcalls.ToolCallTracker, then
+moves the watermark with a compare-and-set.
 
 Two runs at once: before running any tool the agent re-reads the watermark; if another run
 moved it, the messages are that run's and this one writes nothing. If the final
@@ -29,7 +34,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from services.executor import agent_config, core
+from services.executor import agent_config, core, recall
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import (
     TurnOutput,
@@ -80,18 +85,11 @@ def unusable(why: str) -> FailedPrecondition:
 
 
 class Watermarks(Protocol):
-    async def watermark(self, owner: str) -> Watermark: ...
+    async def watermark(self, owner: str, name: str) -> Watermark: ...
 
-    async def advance(self, owner: str, expected: str, position: str, time: object) -> bool: ...
-
-
-def new_messages(context: Sequence[Msg], after: core.MessageKey | None) -> list[Msg]:
-    """The chat messages after the watermark, oldest first."""
-    keyed = sorted(
-        ((core.message_key(m.created_at, m.thread_id, m.position), m) for m in context),
-        key=lambda pair: pair[0],
-    )
-    return [m for key, m in keyed if after is None or key > after]
+    async def advance(
+        self, owner: str, name: str, expected: str, position: str, time: object
+    ) -> bool: ...
 
 
 def transcript(messages: Sequence[Msg]) -> list[Msg]:
@@ -116,9 +114,11 @@ class MemoryAgent:
         max_tool_rounds: int,
         tool_timeout_seconds: float,
         models: agent_config.ModelResolver | None = None,
+        memories: recall.MemorySearch | None = None,
     ) -> None:
         self.model = model
         self.models = models
+        self.memories = memories
         self.tools = tools
         self.watermarks = watermarks
         self.max_tool_rounds = max(1, max_tool_rounds)
@@ -129,8 +129,12 @@ class MemoryAgent:
             raise InvalidArgument("client_tools", "the memory agent runs no client-side tools")
         registered = self.tools.names()
         offered = [self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)]
-        mark = await self.watermarks.watermark(step.owner)
-        fresh = new_messages(step.context, core.watermark_key(mark.position))
+        watermark = core.watermark_name(step.thread_id, [t.name for t in offered])
+        mark = await self.watermarks.watermark(step.owner, watermark)
+        reading = core.unread(
+            step.context, core.watermark_sequence(mark.position), step.sequence_horizon
+        )
+        fresh = reading.messages
         if not fresh:
             async for item in _reply(step.reply_message_id, NOTHING_NEW):
                 yield item
@@ -138,20 +142,33 @@ class MemoryAgent:
             return
 
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        # The owner's memories the new messages may restate or contradict: the model updates
+        # or forgets them instead of writing near-duplicates.
+        said = [m.text for m in fresh if m.role is Role.USER]
+        limit = step.profile.memory.max_tokens
+        recalled = await recall.recall(self.memories, step.owner, step.profile.memory, said, limit)
+        if recalled:
+            yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
+        block = recall.block_text(recalled)
+        prompt, placed = model_call.prompt_with(block)
         # The profile's prompt replaces the built-in one; the NO_MEMORIES answer stays part
         # of the contract (without it an empty extraction could not be told from prose).
-        instructions = model_call.system_prompt or MEMORY_PROMPT
+        instructions = prompt or MEMORY_PROMPT
         if NO_MEMORIES not in instructions:
             instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
-        conversation: list[Msg] = [system(instructions), *transcript(fresh)]
+        leading = [system(instructions)]
+        if block and not placed:
+            leading.append(system(block))
+        conversation: list[Msg] = [*leading, *transcript(fresh)]
         context = ToolContext(
             step.owner,
             step.run_id,
             step.thread_id,
             step.time_zone,
             source_message_ids=tuple(m.id for m in fresh if m.role is Role.USER),
+            source_texts=tuple(m.text for m in fresh if m.role is Role.USER),
         )
         tracker = ToolCallTracker()
         usage = Usage()
@@ -183,7 +200,8 @@ class MemoryAgent:
             conversation.append(message)
             if not checked:
                 checked = True
-                if (await self.watermarks.watermark(step.owner)).position != mark.position:
+                current = await self.watermarks.watermark(step.owner, watermark)
+                if current.position != mark.position:
                     results = [
                         ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
                     ]
@@ -224,10 +242,10 @@ class MemoryAgent:
             if turn_no == 0 and not any(r.state is ToolResultState.SUCCESS for r in results):
                 raise unusable("none of its tool calls could be run")
 
-        newest = max(fresh, key=lambda m: core.message_key(m.created_at, m.thread_id, m.position))
-        key = core.message_key(newest.created_at, newest.thread_id, newest.position)
+        newest = fresh[-1]
+        position = core.watermark_position(reading.upto, newest.id)
         advanced = await self.watermarks.advance(
-            step.owner, mark.position, core.watermark_position(key, newest.id), newest.created_at
+            step.owner, watermark, mark.position, position, newest.created_at
         )
         if not advanced:
             log.info("another memory run advanced the watermark first")

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
-from services.executor import agent_config, core
+from services.executor import agent_config, core, recall
 from services.executor import context as budget
 from services.executor.agents.base import StepRequest
 from services.executor.core import ToolRoute
@@ -102,9 +102,11 @@ class WorkerAgent:
         max_tool_rounds: int,
         tool_timeout_seconds: float,
         models: agent_config.ModelResolver | None = None,
+        memories: recall.MemorySearch | None = None,
     ) -> None:
         self.model = model
         self.models = models
+        self.memories = memories
         self.tools = tools
         self.max_tool_rounds = max_tool_rounds
         self.tool_timeout_seconds = tool_timeout_seconds
@@ -118,10 +120,29 @@ class WorkerAgent:
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
-        history = step.context
+        max_tokens = model_call.options.get("max_tokens")
+        card = model_call.card
+        budget_tokens = budget.input_budget(card, max_tokens) if card is not None else None
+        carried = [step.input]
         if model_call.system_prompt:
-            # The profile's prompt leads the context (the budget keeps leading system messages).
-            history = (system(model_call.system_prompt), *history)
+            carried.insert(0, system(model_call.system_prompt))
+        recalled = await recall.recall(
+            self.memories,
+            step.owner,
+            step.profile.memory,
+            [step.input.text],
+            budget.recall_budget(budget_tokens, carried, offered, step.profile.memory.max_tokens),
+        )
+        if recalled:
+            yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
+        block = recall.block_text(recalled)
+        prompt, placed = model_call.prompt_with(block)
+        # The profile's prompt and the recalled memories lead the context (the budget keeps
+        # leading system messages).
+        leading = [system(prompt)] if prompt else []
+        if block and not placed:
+            leading.append(system(block))
+        history = (*leading, *step.context)
         # This step's input and turns: always sent (the thread's earlier messages fit around them).
         conversation: list[Msg] = [step.input]
         usage = Usage()
@@ -135,8 +156,6 @@ class WorkerAgent:
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
-        max_tokens = model_call.options.get("max_tokens")
-        budget_tokens = budget.input_budget(model_call.card, max_tokens) if model_call.card is not None else None
         for turn_no in range(self.max_tool_rounds + 1):
             last = turn_no == self.max_tool_rounds
             message_id = core.turn_message_id(step.reply_message_id, turn_no)

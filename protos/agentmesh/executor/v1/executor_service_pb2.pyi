@@ -22,7 +22,7 @@ TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items")
+    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items", "sequence_horizon")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class ExecuteRequest(_message.Message):
     REPLY_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HORIZON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     thread_id: str
     executor: _execution_profile_pb2.Executor
@@ -47,7 +48,8 @@ class ExecuteRequest(_message.Message):
     reply_message_id: str
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
     batch_items: bool
-    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., batch_items: _Optional[bool] = ...) -> None: ...
+    sequence_horizon: int
+    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., batch_items: _Optional[bool] = ..., sequence_horizon: _Optional[int] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
     __slots__ = ("event", "message", "result", "tool_denial", "items")

@@ -253,12 +253,14 @@ class LoadContextRequest(_message.Message):
     def __init__(self, thread_id: _Optional[str] = ..., context: _Optional[_Union[ContextOptions, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., across_threads: _Optional[bool] = ...) -> None: ...
 
 class LoadContextResponse(_message.Message):
-    __slots__ = ("messages", "next_page_token")
+    __slots__ = ("messages", "next_page_token", "sequence_horizon")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HORIZON_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
     next_page_token: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    sequence_horizon: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., sequence_horizon: _Optional[int] = ...) -> None: ...
 
 class ListThreadsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Memory(_message.Message):
-    __slots__ = ("id", "content", "kind", "source_run_id", "source_message_ids", "create_time", "update_time", "version")
+    __slots__ = ("id", "content", "kind", "source_run_id", "source_message_ids", "create_time", "update_time", "version", "score")
     ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class Memory(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
     id: str
     content: str
     kind: str
@@ -27,19 +28,22 @@ class Memory(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     version: int
-    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    score: float
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class WriteMemoryRequest(_message.Message):
-    __slots__ = ("content", "kind", "source_run_id", "source_message_ids")
+    __slots__ = ("content", "kind", "source_run_id", "source_message_ids", "actor")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SOURCE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     content: str
     kind: str
     source_run_id: str
     source_message_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    actor: str
+    def __init__(self, content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class WriteMemoryResponse(_message.Message):
     __slots__ = ("memory", "created")
@@ -50,18 +54,28 @@ class WriteMemoryResponse(_message.Message):
     def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class ForgetMemoryRequest(_message.Message):
-    __slots__ = ("id", "content_query")
+    __slots__ = ("id", "content_query", "reason", "source_run_id", "source_message_ids", "actor")
     ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_QUERY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     id: str
     content_query: str
-    def __init__(self, id: _Optional[str] = ..., content_query: _Optional[str] = ...) -> None: ...
+    reason: str
+    source_run_id: str
+    source_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    actor: str
+    def __init__(self, id: _Optional[str] = ..., content_query: _Optional[str] = ..., reason: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class ForgetMemoryResponse(_message.Message):
-    __slots__ = ("forgotten_ids",)
+    __slots__ = ("forgotten_ids", "memories")
     FORGOTTEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
     forgotten_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, forgotten_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    memories: _containers.RepeatedCompositeFieldContainer[Memory]
+    def __init__(self, forgotten_ids: _Optional[_Iterable[str]] = ..., memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ...) -> None: ...
 
 class SearchMemoriesRequest(_message.Message):
     __slots__ = ("query", "page_size")
@@ -104,6 +118,66 @@ class GetMemoryResponse(_message.Message):
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     memory: Memory
     def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ...) -> None: ...
+
+class UpdateMemoryRequest(_message.Message):
+    __slots__ = ("id", "content", "kind", "expected_version", "actor")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    content: str
+    kind: str
+    expected_version: int
+    actor: str
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., expected_version: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
+
+class UpdateMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: Memory
+    def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ...) -> None: ...
+
+class MemoryChange(_message.Message):
+    __slots__ = ("action", "memory_id", "content", "kind", "previous_content", "actor", "source_run_id", "source_message_ids", "reason", "create_time")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    memory_id: str
+    content: str
+    kind: str
+    previous_content: str
+    actor: str
+    source_run_id: str
+    source_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, action: _Optional[str] = ..., memory_id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., previous_content: _Optional[str] = ..., actor: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListMemoryChangesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListMemoryChangesResponse(_message.Message):
+    __slots__ = ("changes", "next_page_token")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[MemoryChange]
+    next_page_token: str
+    def __init__(self, changes: _Optional[_Iterable[_Union[MemoryChange, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Watermark(_message.Message):
     __slots__ = ("name", "position", "time", "update_time")

@@ -61,6 +61,16 @@ class MemoryServiceStub:
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.FromString,
                 _registered_method=True)
+        self.UpdateMemory = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/UpdateMemory',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryChanges = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/ListMemoryChanges',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesResponse.FromString,
+                _registered_method=True)
         self.GetWatermark = channel.unary_unary(
                 '/agentmesh.memory.v1.MemoryService/GetWatermark',
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetWatermarkRequest.SerializeToString,
@@ -110,6 +120,23 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMemory(self, request, context):
+        """Rewrites one memory's content and/or kind (the owner editing it). NOT_FOUND for an
+        unknown id; ALREADY_EXISTS when the new content is another memory's fact; ABORTED when
+        expected_version is set and the memory is at another version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemoryChanges(self, request, context):
+        """What happened to the owner's memories, oldest first: every write, update and forget,
+        who did it (a run, or the owner through the API) and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetWatermark(self, request, context):
         """The caller's watermark `name` (default "memory_agent"): how far an agent has
         processed the owner's messages. Never advanced: an empty position.
@@ -153,6 +180,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.GetMemory,
                     request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.FromString,
                     response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.SerializeToString,
+            ),
+            'UpdateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemory,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryResponse.SerializeToString,
+            ),
+            'ListMemoryChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryChanges,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesResponse.SerializeToString,
             ),
             'GetWatermark': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWatermark,
@@ -302,6 +339,60 @@ class MemoryService:
             '/agentmesh.memory.v1.MemoryService/GetMemory',
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryRequest.SerializeToString,
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.GetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/UpdateMemory',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.UpdateMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/ListMemoryChanges',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

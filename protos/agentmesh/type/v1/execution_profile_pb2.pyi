@@ -17,11 +17,20 @@ class ToolPolicyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_POLICY_MODE_UNSPECIFIED: _ClassVar[ToolPolicyMode]
     TOOL_POLICY_MODE_INTERSECTION: _ClassVar[ToolPolicyMode]
+
+class MemoryMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMORY_MODE_UNSPECIFIED: _ClassVar[MemoryMode]
+    MEMORY_MODE_OFF: _ClassVar[MemoryMode]
+    MEMORY_MODE_RECALL: _ClassVar[MemoryMode]
 EXECUTOR_UNSPECIFIED: Executor
 EXECUTOR_WORKER: Executor
 EXECUTOR_MEMORY: Executor
 TOOL_POLICY_MODE_UNSPECIFIED: ToolPolicyMode
 TOOL_POLICY_MODE_INTERSECTION: ToolPolicyMode
+MEMORY_MODE_UNSPECIFIED: MemoryMode
+MEMORY_MODE_OFF: MemoryMode
+MEMORY_MODE_RECALL: MemoryMode
 
 class ToolPolicy(_message.Message):
     __slots__ = ("mode", "allowlist")
@@ -51,18 +60,32 @@ class AgentConfig(_message.Message):
     max_tokens: int
     def __init__(self, system_prompt: _Optional[str] = ..., model_card: _Optional[str] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
+class MemoryPolicy(_message.Message):
+    __slots__ = ("mode", "top_k", "min_relevance", "max_tokens")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MIN_RELEVANCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    mode: MemoryMode
+    top_k: int
+    min_relevance: float
+    max_tokens: int
+    def __init__(self, mode: _Optional[_Union[MemoryMode, str]] = ..., top_k: _Optional[int] = ..., min_relevance: _Optional[float] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
 class ExecutionProfile(_message.Message):
-    __slots__ = ("name", "enable_router", "executor", "tool_policy", "history_policy", "agent")
+    __slots__ = ("name", "enable_router", "executor", "tool_policy", "history_policy", "agent", "memory")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENABLE_ROUTER_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     TOOL_POLICY_FIELD_NUMBER: _ClassVar[int]
     HISTORY_POLICY_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     name: str
     enable_router: bool
     executor: Executor
     tool_policy: ToolPolicy
     history_policy: HistoryPolicy
     agent: AgentConfig
-    def __init__(self, name: _Optional[str] = ..., enable_router: _Optional[bool] = ..., executor: _Optional[_Union[Executor, str]] = ..., tool_policy: _Optional[_Union[ToolPolicy, _Mapping]] = ..., history_policy: _Optional[_Union[HistoryPolicy, _Mapping]] = ..., agent: _Optional[_Union[AgentConfig, _Mapping]] = ...) -> None: ...
+    memory: MemoryPolicy
+    def __init__(self, name: _Optional[str] = ..., enable_router: _Optional[bool] = ..., executor: _Optional[_Union[Executor, str]] = ..., tool_policy: _Optional[_Union[ToolPolicy, _Mapping]] = ..., history_policy: _Optional[_Union[HistoryPolicy, _Mapping]] = ..., agent: _Optional[_Union[AgentConfig, _Mapping]] = ..., memory: _Optional[_Union[MemoryPolicy, _Mapping]] = ...) -> None: ...

@@ -33,6 +33,7 @@ class MessageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_KIND_AGENT_REPLY: _ClassVar[MessageKind]
     MESSAGE_KIND_TOOL_CALL: _ClassVar[MessageKind]
     MESSAGE_KIND_TOOL_RESULT: _ClassVar[MessageKind]
+    MESSAGE_KIND_MEMORY_RECALL: _ClassVar[MessageKind]
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
@@ -45,6 +46,7 @@ MESSAGE_KIND_USER_MESSAGE: MessageKind
 MESSAGE_KIND_AGENT_REPLY: MessageKind
 MESSAGE_KIND_TOOL_CALL: MessageKind
 MESSAGE_KIND_TOOL_RESULT: MessageKind
+MESSAGE_KIND_MEMORY_RECALL: MessageKind
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "estimated")
@@ -73,7 +75,7 @@ class MessageMetadata(_message.Message):
     def __init__(self, hidden_from_user: _Optional[bool] = ..., origin: _Optional[_Union[RuntimeMode, str]] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., execution_profile_name: _Optional[str] = ..., extra: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("id", "role", "name", "content", "metadata", "created_at", "usage", "finished_reason", "thread_id", "run_id", "kind", "visibility_mask", "position")
+    __slots__ = ("id", "role", "name", "content", "metadata", "created_at", "usage", "finished_reason", "thread_id", "run_id", "kind", "visibility_mask", "position", "owner_sequence")
     ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +89,7 @@ class Message(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_MASK_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     role: Role
     name: str
@@ -100,7 +103,8 @@ class Message(_message.Message):
     kind: MessageKind
     visibility_mask: int
     position: int
-    def __init__(self, id: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., name: _Optional[str] = ..., content: _Optional[_Iterable[_Union[_content_pb2.ContentBlock, _Mapping]]] = ..., metadata: _Optional[_Union[MessageMetadata, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., finished_reason: _Optional[str] = ..., thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[_Union[MessageKind, str]] = ..., visibility_mask: _Optional[int] = ..., position: _Optional[int] = ...) -> None: ...
+    owner_sequence: int
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., name: _Optional[str] = ..., content: _Optional[_Iterable[_Union[_content_pb2.ContentBlock, _Mapping]]] = ..., metadata: _Optional[_Union[MessageMetadata, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., finished_reason: _Optional[str] = ..., thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., kind: _Optional[_Union[MessageKind, str]] = ..., visibility_mask: _Optional[int] = ..., position: _Optional[int] = ..., owner_sequence: _Optional[int] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
     __slots__ = ("name", "description", "parameters_json")
