@@ -182,8 +182,12 @@ def parse_profile(
     if not allow_agent and profile.agent != AgentConfig():
         raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
-        known = set(registered_tools)
-        unknown = [t for t in profile.tool_policy.allowlist if t not in known]
+        # Names, or the deployment's KnownTools (shared.tools), which also knows patterns.
+        knows = getattr(registered_tools, "knows", None)
+        if knows is None:
+            names = set(registered_tools)
+            knows = names.__contains__
+        unknown = [t for t in profile.tool_policy.allowlist if not knows(t)]
         if unknown:
             raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
     return profile
@@ -267,7 +271,7 @@ class ProfileRegistry:
         profiles = dict(BUILT_INS)
         if path is None:
             return cls(profiles)
-        tools = list(registered_tools)
+        tools = registered_tools if hasattr(registered_tools, "knows") else list(registered_tools)
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as err:

@@ -23,6 +23,7 @@ from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 # Messages per LoadContext page when the memory agent's window is loaded.
 OWNER_WINDOW_PAGE = 500
@@ -62,6 +63,7 @@ def plan_from_pb(
     *,
     max_message_chars: int,
     default_time_zone: str,
+    known_tools: KnownTools = BUILTIN_KNOWN,
 ) -> RunPlan:
     thread_id = core.check_identifier(request.thread_id, "thread_id")
     run_id = core.check_identifier(request.run_id, "run_id")
@@ -92,7 +94,7 @@ def plan_from_pb(
         profile=profile,
         inputs=tuple(stamped),
         time_zone=_time_zone(request.time_zone, default_time_zone),
-        server_tools=core.server_tools_for(origin, profile, request.declared_tools),
+        server_tools=core.server_tools_for(origin, profile, request.declared_tools, known_tools),
         client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
         multitask_strategy=_strategy(request.multitask_strategy),
     )

@@ -34,7 +34,7 @@ from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
-from shared.tools import REGISTERED_TOOLS, effective_tools
+from shared.tools import BUILTIN_KNOWN, KnownTools, planned_tools
 
 ROUTER_STEP = "router"
 
@@ -197,17 +197,22 @@ def plan_steps(profile: ExecutionProfile) -> tuple[str, ...]:
 
 
 def server_tools_for(
-    origin: RuntimeMode, profile: ExecutionProfile, declared: Iterable[str]
+    origin: RuntimeMode,
+    profile: ExecutionProfile,
+    declared: Iterable[str],
+    known: KnownTools = BUILTIN_KNOWN,
 ) -> tuple[str, ...]:
-    """The run's effective server-side tools (shared.tools.effective_tools).
+    """The run's server-side tool declaration (shared.tools.planned_tools): names and
+    patterns of the deployment's tools (`known`) the profile may allow.
 
     An automation run declares its job's config.tools; a chat run declares its profile's
     allowlist (chat callers declare only client-side tools, which are theirs to run and not
-    subject to the profile). The executor applies the same rule to every call.
+    subject to the profile). The executor intersects it with the tools it really has, and
+    applies the same rule to every call.
     """
     if origin is RuntimeMode.CHAT:
         declared = profile.tool_policy.allowlist
-    return effective_tools(declared, profile, REGISTERED_TOOLS)
+    return planned_tools(declared, profile, known)
 
 
 def narrow(tools: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:

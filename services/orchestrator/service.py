@@ -21,7 +21,7 @@ from shared.model.factory import agent_problem
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
-from shared.tools import REGISTERED_TOOLS
+from shared.tools import KnownTools, deployment_tools
 
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
 
@@ -47,13 +47,18 @@ class RunSettings(BaseSettings):
         )
 
 
+def known_tools(settings: Settings) -> KnownTools:
+    """The deployment's tools (built-ins and AGENTMESH_TOOLS_FILE); a bad file stops the service."""
+    return deployment_tools(settings, "orchestrator")[1]
+
+
 def load_profiles(settings: Settings) -> ProfileRegistry:
     """The built-ins plus AGENTMESH_PROFILES_FILE, all validated; a bad file stops the
     service with a message naming the file, the entry and the field (nothing half-loaded)."""
     try:
         # Each profile's agent is checked against the model cards the executor will use.
         check = functools.partial(agent_problem, settings)
-        return ProfileRegistry.load(settings.profiles_file, REGISTERED_TOOLS, check)
+        return ProfileRegistry.load(settings.profiles_file, known_tools(settings), check)
     except ProfileFileError as err:
         raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
 
@@ -82,7 +87,7 @@ async def build(
         ),
     )
     runs.start_sweeper()
-    servicer = OrchestratorServicer(runs, event_log, registry, settings)
+    servicer = OrchestratorServicer(runs, event_log, registry, settings, known_tools(settings))
 
     def register(server: grpc.aio.Server) -> None:
         orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server(servicer, server)

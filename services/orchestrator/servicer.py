@@ -20,12 +20,19 @@ from shared.eventlog import EventLog
 from shared.identity import owner_id
 from shared.profiles import ProfileRegistry
 from shared.settings import Settings
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 
 class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
     def __init__(
-        self, runs: RunManager, event_log: EventLog, profiles: ProfileRegistry, settings: Settings
+        self,
+        runs: RunManager,
+        event_log: EventLog,
+        profiles: ProfileRegistry,
+        settings: Settings,
+        known_tools: KnownTools = BUILTIN_KNOWN,
     ) -> None:
+        self.known_tools = known_tools
         self.runs = runs
         self.event_log = event_log
         self.profiles = profiles
@@ -77,6 +84,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             self.profiles,
             max_message_chars=self.settings.max_message_chars,
             default_time_zone=self.settings.default_timezone,
+            known_tools=self.known_tools,
         )
         telemetry.annotate(profile=plan.profile.name)
         # Shielded: a caller that gives up while the run is being admitted (the gateway's

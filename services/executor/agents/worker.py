@@ -39,7 +39,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
-from services.executor.tools import ToolContext, ToolError, ToolRegistry
+from services.executor.tools import ToolContext, ToolError, ToolRegistry, timeout_of
 from shared import metrics
 from shared.domain import MessageKind
 from shared.errors import DomainError
@@ -110,6 +110,7 @@ class WorkerAgent:
         self.tool_timeout_seconds = tool_timeout_seconds
 
     async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+        self.tools.refresh()
         registered = self.tools.names()
         server = effective_tools(step.declared, step.profile, registered)
         # A client-side tool may not carry the name of a server-side one (registered at all).
@@ -293,7 +294,7 @@ async def run_tool(
         arguments = json.loads(call.input or "{}")
         if not isinstance(arguments, dict):
             raise ToolError("the arguments must be a JSON object")
-        async with asyncio.timeout(timeout_seconds):
+        async with asyncio.timeout(timeout_of(tool, timeout_seconds)):
             output = await tool.execute(arguments, context)
     except json.JSONDecodeError:
         return _error(call, "the arguments are not valid JSON")
