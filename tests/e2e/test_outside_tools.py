@@ -1,0 +1,50 @@
+"""The whole suite with outside tools (AGENTMESH_TOOLS_FILE): a chat run on a profile that
+allows `notes.*` and `time.*` calls the MCP servers the executor started, streams the call
+and its result, and stores them; the scripted model asks for the tool."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from services.launcher import Suite
+from tests.tools.suite import chat, outside_tools_suite
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    tmp = tmp_path_factory.mktemp("outside")
+    s = outside_tools_suite(tmp, f"o{uuid.uuid4().hex[:10]}_")
+    try:
+        s.start(timeout=90)
+        yield s
+    finally:
+        s.stop()
+
+
+def test_a_chat_run_calls_an_mcp_tool_of_the_deployment_and_streams_its_result(suite: Suite) -> None:
+    said = 'use the time.get_current_time tool with {"timezone": "Asia/Tokyo"}'
+    events = chat(suite, "alice", f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}", said)
+    types = [e["type"] for e in events]
+    assert types[-1] == "RUN_FINISHED", events[-1]
+    [start] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "time.get_current_time"
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["toolCallId"] == start["toolCallId"]
+    assert json.loads(str(result["content"]))["timezone"] == "Asia/Tokyo"
+
+
+def test_each_owner_sees_only_their_own_notes_through_the_mcp_tool(suite: Suite) -> None:
+    def run(owner: str, said: str) -> str:
+        events = chat(suite, owner, f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}", said)
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+        [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+        return str(result["content"])
+
+    owner = f"dave-{uuid.uuid4().hex[:6]}"
+    assert run(owner, 'use the notes.add_note tool with {"text": "the red door"}').startswith("saved")
+    assert run(owner, "use the notes.list_notes tool") == "the red door"
+    assert run(f"erin-{uuid.uuid4().hex[:6]}", "use the notes.list_notes tool") == "no notes"

@@ -1,0 +1,49 @@
+"""A whole suite whose deployment has outside tools: the notes MCP server (stdio), the PyPI
+time server, and a profile `chat_outside` (router off) allowing `notes.*` and `time.*`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from services.launcher import Suite
+from tests.e2e.conftest import make_suite, parse_sse, run_body, token
+from tests.tools.conftest import notes_stdio, time_server
+
+PROFILE = "chat_outside"
+
+
+def outside_tools_suite(tmp: Path, prefix: str, **env: str) -> Suite:
+    tools_file = tmp / "tools.yaml"
+    tools_file.write_text(yaml.safe_dump({"mcp_servers": [notes_stdio(), time_server()]}))
+    profiles_file = tmp / "profiles.yaml"
+    profile = {
+        "name": PROFILE,
+        "enable_router": False,
+        "executor": "worker",
+        "tool_policy": {"allowlist": ["notes.*", "time.*"]},
+    }
+    profiles_file.write_text(yaml.safe_dump({"profiles": [profile]}))
+    return make_suite(
+        tmp,
+        prefix,
+        AGENTMESH_TOOLS_FILE=str(tools_file),
+        AGENTMESH_PROFILES_FILE=str(profiles_file),
+        **env,
+    )
+
+
+def chat(suite: Suite, owner: str, thread: str, run_id: str, text: str) -> list[dict[str, Any]]:
+    body = run_body(thread, run_id, text, forwardedProps={"agentmesh": {"profile": PROFILE}})
+    resp = httpx.post(
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=300,
+    )
+    assert resp.status_code == 200, resp.text
+    return [json.loads(json.dumps(e)) for e in parse_sse(resp.content)]
