@@ -39,7 +39,13 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
-from services.executor.tools import ToolContext, ToolError, ToolRegistry, timeout_of
+from services.executor.tools import (
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    requires_approval,
+    timeout_of,
+)
 from shared import metrics
 from shared.domain import MessageKind
 from shared.errors import DomainError
@@ -133,6 +139,9 @@ class WorkerAgent:
             reason = authorize(call.name, step.declared, step.profile, registered)
             if reason is not None:
                 return ToolRoute.FORBIDDEN, reason
+            tool = self.tools.get(call.name)
+            if tool is not None and requires_approval(tool):
+                return ToolRoute.NEEDS_APPROVAL, None
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
@@ -198,6 +207,8 @@ class WorkerAgent:
                 if reason is not None:
                     yield denied(call, reason)
                     result = denied_result(call, reason)
+                elif route is ToolRoute.NEEDS_APPROVAL:
+                    result = _error(call, "this tool needs a person's approval, which cannot be asked for in this version; it was not executed")
                 elif route is ToolRoute.SERVER:
                     result = await run_tool(
                         self.tools, call, tool_context, self.tool_timeout_seconds
