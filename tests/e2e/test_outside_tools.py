@@ -25,7 +25,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
         s.stop()
 
 
-def test_a_chat_run_calls_an_mcp_tool_of_the_deployment_and_streams_its_result(suite: Suite) -> None:
+def test_a_chat_run_calls_an_mcp_tool_of_the_deployment_and_streams_its_result(
+    suite: Suite,
+) -> None:
     said = 'use the time.get_current_time tool with {"timezone": "Asia/Tokyo"}'
     events = chat(suite, "alice", f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}", said)
     types = [e["type"] for e in events]
@@ -45,6 +47,8 @@ def test_each_owner_sees_only_their_own_notes_through_the_mcp_tool(suite: Suite)
         return str(result["content"])
 
     owner = f"dave-{uuid.uuid4().hex[:6]}"
-    assert run(owner, 'use the notes.add_note tool with {"text": "the red door"}').startswith("saved")
+    assert run(owner, 'use the notes.add_note tool with {"text": "the red door"}').startswith(
+        "saved"
+    )
     assert run(owner, "use the notes.list_notes tool") == "the red door"
     assert run(f"erin-{uuid.uuid4().hex[:6]}", "use the notes.list_notes tool") == "no notes"

@@ -40,8 +40,10 @@ def tools_suite(
 def test_the_real_model_is_offered_mcp_tools_and_every_call_it_makes_is_answered(
     tools_suite: Suite,
 ) -> None:
-    said = "What time is it now in Tokyo? Call the time.get_current_time tool with timezone Asia/Tokyo."
-    events = chat(tools_suite, "ivy", f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}", said)
+    said = "What time is it in Tokyo? Call the time.get_current_time tool with timezone Asia/Tokyo."
+    events = chat(
+        tools_suite, "ivy", f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}", said
+    )
     assert_well_formed(events)
     assert events[-1]["type"] == "RUN_FINISHED", events[-1]
     starts = {e["toolCallId"]: e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"}

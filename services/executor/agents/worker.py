@@ -208,7 +208,7 @@ class WorkerAgent:
                     yield denied(call, reason)
                     result = denied_result(call, reason)
                 elif route is ToolRoute.NEEDS_APPROVAL:
-                    result = _error(call, "this tool needs a person's approval, which cannot be asked for in this version; it was not executed")
+                    result = _error(call, "this tool needs a person's approval; it was not executed")
                 elif route is ToolRoute.SERVER:
                     result = await run_tool(
                         self.tools, call, tool_context, self.tool_timeout_seconds
