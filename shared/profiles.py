@@ -34,6 +34,8 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     mode: Literal["intersection"] = "intersection"
     allowlist: tuple[str, ...] = ()
+    # Tools (names or patterns) whose every call waits for a person's approval (docs/tools.md).
+    requires_approval: tuple[str, ...] = ()
 
 
 class HistoryPolicy(BaseModel):
@@ -201,6 +203,7 @@ def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionP
         tool_policy=execution_profile_pb2.ToolPolicy(
             mode=execution_profile_pb2.TOOL_POLICY_MODE_INTERSECTION,
             allowlist=list(profile.tool_policy.allowlist),
+            requires_approval=list(profile.tool_policy.requires_approval),
         ),
         history_policy=execution_profile_pb2.HistoryPolicy(window=profile.history_policy.window),
         agent=agent_to_pb(profile.agent) if profile.agent != AgentConfig() else None,
@@ -234,7 +237,10 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
             "name": pb.name or "custom",
             "enable_router": pb.enable_router,
             "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
-            "tool_policy": {"allowlist": list(pb.tool_policy.allowlist)},
+            "tool_policy": {
+                "allowlist": list(pb.tool_policy.allowlist),
+                "requires_approval": list(pb.tool_policy.requires_approval),
+            },
             "history_policy": {"window": pb.history_policy.window or "all"},
             "agent": agent_from_pb(pb.agent),
         },

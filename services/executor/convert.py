@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentmesh.executor.v1 import executor_service_pb2 as pb
-from agentmesh.type.v1 import message_pb2, run_event_pb2
+from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 
 from services.executor.agents.base import StepRequest
 from services.executor.events import (
@@ -20,6 +20,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
+from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier
@@ -66,6 +67,9 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         time_zone=request.time_zone,
         reply_message_id=request.reply_message_id,
         declared_tools=tuple(request.declared_tools),
+        decisions=tuple(
+            decision_from_pb(d, f"tool_decisions[{i}]") for i, d in enumerate(request.tool_decisions)
+        ),
     )
 
 
@@ -131,6 +135,12 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         result = pb.StepResult(
             pending_tool_call_ids=list(item.pending_tool_call_ids),
             finished_reason=item.finished_reason,
+            approvals=[
+                approval_pb2.ApprovalRequest(
+                    tool_call_id=a.tool_call_id, tool_name=a.tool_name, arguments=a.arguments
+                )
+                for a in item.approvals
+            ],
         )
         result.usage.input_tokens = item.usage.input_tokens
         result.usage.output_tokens = item.usage.output_tokens

@@ -94,10 +94,13 @@ class HttpToolServer:
                     status, out = 200, b"late"
                 else:
                     status, out = 200, json.dumps({"owner": owner, "order": body}).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except BrokenPipeError:
+                    pass  # the tool's caller gave up (its timeout)
 
             def log_message(self, *args: object) -> None:
                 pass

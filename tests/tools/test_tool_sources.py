@@ -237,12 +237,12 @@ async def test_http_tool_error_status_and_timeout_are_error_results(
         assert ended_normally(items)
 
 
-async def test_a_tool_marked_requires_approval_is_never_run_without_one() -> None:
+async def test_an_mcp_tool_marked_requires_approval_waits_for_one_and_does_not_run() -> None:
     config = {"mcp_servers": [notes_stdio(requires_approval=["notes.add_*"])]}
     async with sources(config) as s:
         items = await run(s, 'use the notes.add_note tool with {"text": "x"}', ["notes.*"])
-        [refused] = results(items)
-        assert refused.state is ToolResultState.ERROR and "approval" in str(refused.output)
-        assert ended_normally(items)
+        assert results(items) == []
+        end = items[-1]
+        assert isinstance(end, StepResult) and [a.tool_name for a in end.approvals] == ["notes.add_note"]
         [listed] = results(await run(s, "use the notes.list_notes tool", ["notes.*"]))
         assert listed.output == "no notes"  # nothing was added

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.executor.events import StepItem
+from shared.approvals import Decision
 from shared.domain import ExecutorKind
 from shared.messages import Msg
 from shared.model.base import ToolSpec
@@ -31,6 +32,8 @@ class StepRequest:
     reply_message_id: str
     # Server-side tools the run declared (shared.tools: declared ∩ allowlist ∩ registered).
     declared_tools: tuple[str, ...] = ()
+    # Decisions on the thread's pending approvals (shared.approvals), run or refused first.
+    decisions: tuple[Decision, ...] = ()
 
     @property
     def declared(self) -> tuple[str, ...]:

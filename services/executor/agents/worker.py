@@ -47,6 +47,8 @@ from services.executor.tools import (
     timeout_of,
 )
 from shared import metrics
+from shared.approvals import NOT_RUN, DecisionKind, Pending, approval_record, pending_approvals
+from shared.approvals import RUNS as APPROVAL_RUNS
 from shared.domain import MessageKind
 from shared.errors import DomainError
 from shared.messages import (
@@ -66,7 +68,7 @@ from shared.messages import (
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
 from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
-from shared.tools import DenialReason, arguments_digest, authorize, effective_tools
+from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")
 
@@ -129,6 +131,12 @@ class WorkerAgent:
         if model_call.system_prompt:
             # The profile's prompt leads the context (the budget keeps leading system messages).
             history = (system(model_call.system_prompt), *history)
+        if step.decisions:
+            decided: list[Msg] = []
+            async for item in self._decided(step, registered, tool_context, decided):
+                yield item
+            # The decided calls' results follow the calls, before the new input.
+            history = (*history, *decided)
         # This step's input and turns: always sent (the thread's earlier messages fit around them).
         conversation: list[Msg] = [step.input]
         usage = Usage()
@@ -140,7 +148,8 @@ class WorkerAgent:
             if reason is not None:
                 return ToolRoute.FORBIDDEN, reason
             tool = self.tools.get(call.name)
-            if tool is not None and requires_approval(tool):
+            asks = matches(step.profile.tool_policy.requires_approval, call.name)
+            if not last and tool is not None and (asks or requires_approval(tool)):
                 return ToolRoute.NEEDS_APPROVAL, None
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
@@ -197,6 +206,7 @@ class WorkerAgent:
             conversation.append(message)
 
             pending: list[str] = []
+            asked: list[Pending] = []
             results: list[ToolResultBlock] = []
             results_id = new_id()
             for call in calls:
@@ -208,7 +218,9 @@ class WorkerAgent:
                     yield denied(call, reason)
                     result = denied_result(call, reason)
                 elif route is ToolRoute.NEEDS_APPROVAL:
-                    result = _error(call, "this tool needs a person's approval; it was not executed")
+                    args = call.input or "{}"
+                    asked.append(Pending(call.id, call.name, args, message.created_at))
+                    continue
                 elif route is ToolRoute.SERVER:
                     result = await run_tool(
                         self.tools, call, tool_context, self.tool_timeout_seconds
@@ -223,12 +235,56 @@ class WorkerAgent:
                 results_msg = assistant(results, id=results_id, kind=MessageKind.TOOL_RESULT)
                 yield results_msg
                 conversation.append(results_msg)
-            if pending:
-                yield StepResult("tool_calls", usage, tuple(pending))
+            if pending or asked:
+                yield StepResult("tool_calls", usage, tuple(pending), tuple(asked))
                 return
             if last:
                 yield StepResult("max_tool_iterations", usage)
                 return
+
+    async def _decided(
+        self,
+        step: StepRequest,
+        registered: Sequence[str],
+        context: ToolContext,
+        out: list[Msg],
+    ) -> AsyncIterator[StepItem]:
+        """Run the approved (or edited) calls the thread was waiting on, refuse the others;
+        their results are one message, which keeps each decision and who made it."""
+        waiting = pending_approvals(step.context)
+        results: list[ToolResultBlock] = []
+        records: list[dict[str, str]] = []
+        results_id = new_id()
+        for d in step.decisions:
+            p = waiting.get(d.tool_call_id)
+            if p is None:
+                continue  # answered meanwhile (the orchestrator checked it was waiting)
+            arguments = d.arguments if d.kind is DecisionKind.EDIT else p.arguments
+            call = ToolCallBlock(p.tool_call_id, p.tool_name, arguments, ToolCallState.ALLOWED)
+            if d.kind in APPROVAL_RUNS:
+                # Still within the policy now (the profile or the registry may have changed).
+                reason = authorize(call.name, step.declared, step.profile, registered)
+                if reason is not None:
+                    yield denied(call, reason)
+                    result = denied_result(call, reason)
+                else:
+                    result = await run_tool(self.tools, call, context, self.tool_timeout_seconds)
+            else:
+                text = NOT_RUN[d.kind]
+                result = ToolResultBlock(call.id, call.name, text, ToolResultState.DENIED)
+            records.append(approval_record(d, call.name, arguments_digest(arguments)))
+            event_id = tool_result_message_id(results_id, len(results))
+            yield ToolCallResult(event_id, call.id, result.text)
+            results.append(result)
+        if results:
+            message = assistant(
+                results,
+                id=results_id,
+                kind=MessageKind.TOOL_RESULT,
+                metadata={"approvals": records},
+            )
+            out.append(message)
+            yield message
 
     async def _model_turn(
         self,
@@ -320,6 +376,8 @@ async def run_tool(
 
 
 def _call_state(route: ToolRoute) -> ToolCallState:
+    if route is ToolRoute.NEEDS_APPROVAL:
+        return ToolCallState.ASKING  # stored waiting: the thread's next run decides
     return ToolCallState.SUBMITTED if route is ToolRoute.CLIENT else ToolCallState.FINISHED
 
 
