@@ -68,7 +68,8 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         reply_message_id=request.reply_message_id,
         declared_tools=tuple(request.declared_tools),
         decisions=tuple(
-            decision_from_pb(d, f"tool_decisions[{i}]") for i, d in enumerate(request.tool_decisions)
+            decision_from_pb(d, f"tool_decisions[{i}]")
+            for i, d in enumerate(request.tool_decisions)
         ),
     )
 

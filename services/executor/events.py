@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.approvals import Pending
-
 from agentmesh.type.v1 import run_event_pb2
 
+from shared.approvals import Pending
 from shared.messages import Msg, Usage
 
 

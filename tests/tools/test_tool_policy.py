@@ -86,7 +86,7 @@ def test_a_bad_tools_file_is_refused_naming_the_field(data: object, field: str) 
 def test_tools_file_that_is_not_yaml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "tools.yaml"
     path.write_text("mcp_servers: [unclosed")
-    with pytest.raises(ToolFileError, match="tools.yaml: not valid YAML"):
+    with pytest.raises(ToolFileError, match=r"tools\.yaml: not valid YAML"):
         load_tools_config(path)
 
 
@@ -142,11 +142,13 @@ def test_a_job_may_declare_outside_tools_the_deployment_knows() -> None:
 def test_a_profiles_file_may_allow_a_namespace_pattern(tmp_path: Path) -> None:
     path = tmp_path / "profiles.yaml"
     path.write_text(
-        "profiles: [{name: notes_chat, enable_router: false, executor: worker, tool_policy: {allowlist: ['notes.*']}}]"
+        "profiles: [{name: notes_chat, enable_router: false, executor: worker,"
+        " tool_policy: {allowlist: ['notes.*']}}]"
     )
     assert ProfileRegistry.load(path, KNOWN).get("notes_chat").tool_policy.allowlist == ("notes.*",)
     path.write_text(
-        "profiles: [{name: w, enable_router: false, executor: worker, tool_policy: {allowlist: ['weather.*']}}]"
+        "profiles: [{name: w, enable_router: false, executor: worker,"
+        " tool_policy: {allowlist: ['weather.*']}}]"
     )
     with pytest.raises(ProfileFileError, match=r"profiles\[0\]\.tool_policy\.allowlist"):
         ProfileRegistry.load(path, KNOWN)

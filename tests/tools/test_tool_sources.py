@@ -243,6 +243,7 @@ async def test_an_mcp_tool_marked_requires_approval_waits_for_one_and_does_not_r
         items = await run(s, 'use the notes.add_note tool with {"text": "x"}', ["notes.*"])
         assert results(items) == []
         end = items[-1]
-        assert isinstance(end, StepResult) and [a.tool_name for a in end.approvals] == ["notes.add_note"]
+        assert isinstance(end, StepResult)
+        assert [a.tool_name for a in end.approvals] == ["notes.add_note"]
         [listed] = results(await run(s, "use the notes.list_notes tool", ["notes.*"]))
         assert listed.output == "no notes"  # nothing was added
