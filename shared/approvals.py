@@ -87,20 +87,18 @@ def pending_approvals(messages: Iterable[Msg]) -> dict[str, Pending]:
     }
 
 
-def decide(
+def check(
     given: Sequence[Decision],
     pending: Mapping[str, Pending],
     *,
     now: datetime,
     ttl: timedelta,
-    owner: str,
     field: str = "resume",
-) -> list[Decision]:
-    """Every pending approval's decision for a run: the given ones, checked (an unknown or
-    answered id, the same id twice, an expired approval: INVALID_ARGUMENT naming
-    `<field>[i].interruptId`), stamped with who decided; the others unanswered or expired."""
+) -> None:
+    """A run's decisions, before anything of it is stored: each answers a waiting,
+    unexpired approval of the thread, once; INVALID_ARGUMENT naming `<field>[i].interruptId`
+    otherwise (an id of another owner's thread is not found, like any unknown id)."""
     seen: set[str] = set()
-    out: list[Decision] = []
     for i, d in enumerate(given):
         where = f"{field}[{i}].interruptId"
         p = pending.get(d.tool_call_id)
@@ -113,11 +111,29 @@ def decide(
                 where, f"the approval expired at {p.expires_at(ttl).isoformat()}; it was denied"
             )
         seen.add(d.tool_call_id)
-        out.append(Decision(d.tool_call_id, d.kind, d.arguments, owner))
+
+
+def settle(
+    given: Sequence[Decision],
+    pending: Mapping[str, Pending],
+    *,
+    now: datetime,
+    ttl: timedelta,
+    owner: str,
+) -> list[Decision]:
+    """Every waiting approval's decision for the run that admitted `given` (checked): the
+    given ones, stamped with who decided; the others expired or unanswered, so nothing
+    waits past the thread's next run. A given one that expired meanwhile is expired."""
+    out: list[Decision] = []
+    chosen = {d.tool_call_id: d for d in given}
     for call_id, p in pending.items():
-        if call_id not in seen:
-            kind = DecisionKind.EXPIRE if now >= p.expires_at(ttl) else DecisionKind.UNANSWERED
-            out.append(Decision(call_id, kind, "", ""))
+        d = chosen.get(call_id)
+        if now >= p.expires_at(ttl):
+            out.append(Decision(call_id, DecisionKind.EXPIRE))
+        elif d is None:
+            out.append(Decision(call_id, DecisionKind.UNANSWERED))
+        else:
+            out.append(Decision(call_id, d.kind, d.arguments, owner))
     return out
 
 

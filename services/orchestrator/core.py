@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from shared import errors, run_events
+from shared.approvals import Decision
 from shared.domain import (
     AUTOMATION_THREAD_PREFIX,
     ExecutorKind,
@@ -60,6 +62,12 @@ class RunPolicy:
 
     lease_seconds: float = 15.0
     queue_poll_seconds: float = 0.25
+    # How long a tool call waits for a person's approval before it is denied.
+    approval_ttl_seconds: float = 3600.0
+
+    @property
+    def approval_ttl(self) -> timedelta:
+        return timedelta(seconds=self.approval_ttl_seconds)
 
     @property
     def renew_seconds(self) -> float:
@@ -107,6 +115,8 @@ class RunPlan:
     # Client-side tools the caller declared (AG-UI tools).
     client_tools: tuple[ToolSpec, ...] = ()
     multitask_strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
+    # Answers to the thread's waiting approvals (AG-UI resume), as the caller gave them.
+    decisions: tuple[Decision, ...] = ()
 
     @property
     def input(self) -> Msg:

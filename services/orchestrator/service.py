@@ -39,11 +39,15 @@ class RunSettings(BaseSettings):
     run_lease_seconds: float = 15.0
     # How often a queued run asks whether it may start.
     run_queue_poll_seconds: float = 0.25
+    # AGENTMESH_APPROVAL_TTL_SECONDS: how long a tool call waits for a person's approval
+    # (the AG-UI interrupt's expiresAt); later it is recorded as denied.
+    approval_ttl_seconds: float = 3600.0
 
     def policy(self) -> RunPolicy:
         return RunPolicy(
             lease_seconds=max(self.run_lease_seconds, 1.0),
             queue_poll_seconds=max(self.run_queue_poll_seconds, 0.01),
+            approval_ttl_seconds=max(self.approval_ttl_seconds, 0.1),
         )
 
 
