@@ -128,6 +128,9 @@ def test_approve_runs_the_call_in_the_next_run_and_keeps_who_decided(suite: Suit
     assert notes(suite, owner) == "buy milk"
     stored = [m for m in history(suite, owner, thread) if m.get("toolCallId") == interrupt["id"]]
     assert stored and stored[0]["content"] == "saved note 1"
+    [decision] = stored[0]["metadata"]["approvals"]
+    assert decision["decision"] == "approve" and decision["decidedBy"] == owner
+    assert decision["toolCallId"] == interrupt["id"] and len(decision["argumentsSha256"]) == 64
 
 
 def test_edit_runs_the_call_with_the_edited_arguments(suite: Suite) -> None:
