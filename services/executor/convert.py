@@ -20,6 +20,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
+from services.executor.tools import ToolRegistry, requires_approval
 from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
@@ -148,3 +149,19 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         result.usage.estimated = item.usage.estimated
         return pb.ExecuteResponse(result=result)
     return pb.ExecuteResponse(event=_event(item))
+
+
+def registered_tool_to_pb(tools: ToolRegistry, name: str) -> message_pb2.RegisteredTool:
+    """A registered tool as ListTools lists it: its spec (the schema offered to models),
+    its source and whether it always needs approval."""
+    tool = tools.get(name)
+    spec = tools.spec(name)
+    return message_pb2.RegisteredTool(
+        spec=message_pb2.ToolSpec(
+            name=spec.name,
+            description=spec.description,
+            parameters_json=json.dumps(dict(spec.parameters), ensure_ascii=False),
+        ),
+        source=str(getattr(tool, "source", "builtin")),
+        requires_approval=tool is not None and requires_approval(tool),
+    )

@@ -25,6 +25,17 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self.agents = agents
         self.tools = tools
 
+    async def ListTools(  # type: ignore[override]
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListToolsResponse:
+        owner_id(context)  # an owner's call, like every other
+        if self.tools is None:
+            return pb.ListToolsResponse()
+        self.tools.refresh()
+        return pb.ListToolsResponse(
+            tools=[convert.registered_tool_to_pb(self.tools, n) for n in self.tools.names()]
+        )
+
     async def Execute(  # type: ignore[override]
         self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ExecuteResponse]:

@@ -36,7 +36,7 @@ from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
-from shared.tools import BUILTIN_KNOWN, KnownTools, planned_tools
+from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools, matches, planned_tools
 
 ROUTER_STEP = "router"
 
@@ -223,6 +223,23 @@ def server_tools_for(
     if origin is RuntimeMode.CHAT:
         declared = profile.tool_policy.allowlist
     return planned_tools(declared, profile, known)
+
+
+def tools_for_chat(
+    profile: ExecutionProfile,
+    registered: Sequence[tuple[str, bool]],
+    known: KnownTools = BUILTIN_KNOWN,
+) -> tuple[list[str], list[str]]:
+    """What a chat run on `profile` may call of the executor's `registered` (name, whether
+    its source requires approval) tools, and which of those need approval: the same rule a
+    run applies (server_tools_for, then the executor's effective_tools)."""
+    declared = server_tools_for(RuntimeMode.CHAT, profile, (), known)
+    needs = dict(registered)
+    effective = list(effective_tools(declared, profile, needs))
+    asking = [
+        n for n in effective if needs[n] or matches(profile.tool_policy.requires_approval, n)
+    ]
+    return effective, asking
 
 
 def narrow(tools: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:

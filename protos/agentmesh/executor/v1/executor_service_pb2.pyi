@@ -22,6 +22,16 @@ TOOL_DENIAL_REASON_NOT_DECLARED: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
 
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools",)
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.RegisteredTool]
+    def __init__(self, tools: _Optional[_Iterable[_Union[_message_pb2.RegisteredTool, _Mapping]]] = ...) -> None: ...
+
 class ExecuteRequest(_message.Message):
     __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items", "tool_decisions")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -25,6 +25,24 @@ MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
 MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
 MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
 
+class ListToolsRequest(_message.Message):
+    __slots__ = ("profile_name",)
+    PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    profile_name: str
+    def __init__(self, profile_name: _Optional[str] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "profile_name", "effective_tool_names", "approval_tool_names")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.RegisteredTool]
+    profile_name: str
+    effective_tool_names: _containers.RepeatedScalarFieldContainer[str]
+    approval_tool_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tools: _Optional[_Iterable[_Union[_message_pb2.RegisteredTool, _Mapping]]] = ..., profile_name: _Optional[str] = ..., effective_tool_names: _Optional[_Iterable[str]] = ..., approval_tool_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class StartRunRequest(_message.Message):
     __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy", "batch_events", "tool_decisions")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
