@@ -135,8 +135,9 @@ class RunManager:
         begin_error: BaseException | None = None
         writer = RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id)
         try:
-            if plan.decisions:
-                # A resume is checked before anything of the run is stored.
+            if plan.decisions and not await self.event_log.exists(key):
+                # A resume is checked before anything of the run is stored (a retried
+                # StartRun of a run that began is that run, as for any run).
                 await self._check_decisions(plan)
             if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
                 # History is asked before RUN_STARTED here: a run_id used before must be
