@@ -128,10 +128,7 @@ class McpServer:
                 raise ToolError(f"MCP server {self.config.name!r} did not answer in time") from None
             except Exception as exc:
                 await self._drop()
-                log.warning(
-                    "mcp: cannot open a session",
-                    extra={"fields": {"server": self.config.name, "error": repr(exc)[:300]}},
-                )
+                self._warn("mcp: cannot open a session", exc)
                 raise ToolError(f"MCP server {self.config.name!r} is unavailable") from None
             return self._session
 
@@ -164,10 +161,7 @@ class McpServer:
                 )
             if not isinstance(exc, Exception):
                 raise
-            log.warning(
-                "mcp: session ended",
-                extra={"fields": {"server": self.config.name, "error": repr(exc)[:300]}},
-            )
+            self._warn("mcp: session ended", exc)
 
     async def _drop(self) -> None:
         """End the current session (if any) and wait for its task."""
@@ -181,6 +175,9 @@ class McpServer:
                 await asyncio.shield(holder)
         except (TimeoutError, Exception):
             holder.cancel()
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        log.warning(what, extra={"fields": {"server": self.config.name, "error": repr(exc)[:300]}})
 
     async def broken(self) -> None:
         async with self._lock:
@@ -209,10 +206,7 @@ class McpServer:
                     if not cursor:
                         break
         except (ToolError, TimeoutError, MCPError, OSError) as exc:
-            log.warning(
-                "mcp: cannot list tools",
-                extra={"fields": {"server": self.config.name, "error": repr(exc)[:300]}},
-            )
+            self._warn("mcp: cannot list tools", exc)
             if not isinstance(exc, ToolError | MCPError):
                 await self.broken()
             return
@@ -243,10 +237,7 @@ class McpServer:
         except Exception as exc:
             # The transport failed: the next call opens a new session.
             await self.broken()
-            log.warning(
-                "mcp: call failed",
-                extra={"fields": {"server": self.config.name, "error": repr(exc)[:300]}},
-            )
+            self._warn("mcp: call failed", exc)
             raise ToolError(f"MCP server {self.config.name!r} is unavailable") from None
         text = bounded(_result_text(result), self.config.max_result_chars)
         if result.is_error:

@@ -18,13 +18,8 @@ from tests.tools.suite import PROFILE, chat, outside_tools_suite
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
-    tmp = tmp_path_factory.mktemp("outside")
-    s = outside_tools_suite(tmp, f"o{uuid.uuid4().hex[:10]}_")
-    try:
-        s.start(timeout=90)
+    with outside_tools_suite(tmp_path_factory.mktemp("outside")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_a_chat_run_calls_an_mcp_tool_of_the_deployment_and_streams_its_result(

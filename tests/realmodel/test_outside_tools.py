@@ -22,19 +22,13 @@ pytestmark = pytest.mark.realmodel
 def tools_suite(
     tmp_path_factory: pytest.TempPathFactory, model_server: LocalModelServer
 ) -> Iterator[Suite]:
-    tmp = tmp_path_factory.mktemp("outside")
-    s = outside_tools_suite(
-        tmp,
-        f"x{uuid.uuid4().hex[:10]}_",
+    env = {
         **model_server.env(),
-        AGENTMESH_RPC_TIMEOUT_SECONDS="10",
-        AGENTMESH_RUN_TIMEOUT_SECONDS="240",
-    )
-    try:
-        s.start(timeout=90)
+        "AGENTMESH_RPC_TIMEOUT_SECONDS": "10",
+        "AGENTMESH_RUN_TIMEOUT_SECONDS": "240",
+    }
+    with outside_tools_suite(tmp_path_factory.mktemp("outside"), **env) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_the_real_model_is_offered_mcp_tools_and_every_call_it_makes_is_answered(

@@ -4,6 +4,9 @@ time server, and a profile `chat_outside` (router off) allowing `notes.*` and `t
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,9 @@ from tests.tools.conftest import notes_stdio, time_server
 PROFILE = "chat_outside"
 
 
-def outside_tools_suite(tmp: Path, prefix: str, **env: str) -> Suite:
+@contextmanager
+def outside_tools_suite(tmp: Path, **env: str) -> Iterator[Suite]:
+    """The suite, started (and stopped after)."""
     tools_file = tmp / "tools.yaml"
     tools_file.write_text(yaml.safe_dump({"mcp_servers": [notes_stdio(), time_server()]}))
     profiles_file = tmp / "profiles.yaml"
@@ -28,13 +33,18 @@ def outside_tools_suite(tmp: Path, prefix: str, **env: str) -> Suite:
         "tool_policy": {"allowlist": ["notes.*", "time.*"]},
     }
     profiles_file.write_text(yaml.safe_dump({"profiles": [profile]}))
-    return make_suite(
+    suite = make_suite(
         tmp,
-        prefix,
+        f"o{uuid.uuid4().hex[:10]}_",
         AGENTMESH_TOOLS_FILE=str(tools_file),
         AGENTMESH_PROFILES_FILE=str(profiles_file),
         **env,
     )
+    try:
+        suite.start(timeout=90)
+        yield suite
+    finally:
+        suite.stop()
 
 
 def chat(suite: Suite, owner: str, thread: str, run_id: str, text: str) -> list[dict[str, Any]]:
