@@ -181,6 +181,11 @@ def parse_profile(
         profile = ExecutionProfile.model_validate(data)
     except ValidationError as err:
         raise _first_error(err, field) from None
+    if profile.executor is ExecutorKind.MEMORY and profile.tool_policy.requires_approval:
+        raise InvalidArgument(
+            f"{field}.tool_policy.requires_approval",
+            "a memory profile runs with no person to ask; none of its tools can wait for approval",
+        )
     if not allow_agent and profile.agent != AgentConfig():
         raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:

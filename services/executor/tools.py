@@ -64,19 +64,34 @@ def timeout_of(tool: Tool, default: float) -> float:
 class ToolRegistry:
     """The tools registered in this process (the system allowlist of the tool policy)."""
 
-    def __init__(self, tools: Iterable[Tool] = (), source: ToolSource | None = None) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        source: ToolSource | None = None,
+        *,
+        approval: bool = True,
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self._source = source
+        # False: tools that need a person's approval are left out (an agent with no person).
+        self._approval = approval
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"tool {tool.name!r} registered twice")
             self._tools[tool.name] = tool
 
+    def without_approval(self) -> ToolRegistry:
+        """The same tools, less those that need a person's approval."""
+        return ToolRegistry(self._tools.values(), self._source, approval=False)
+
     def _all(self) -> dict[str, Tool]:
-        if self._source is None:
-            return self._tools
-        # A built-in keeps its name: an outside tool cannot shadow it.
-        return {**{t.name: t for t in self._source.tools()}, **self._tools}
+        tools = self._tools
+        if self._source is not None:
+            # A built-in keeps its name: an outside tool cannot shadow it.
+            tools = {**{t.name: t for t in self._source.tools()}, **self._tools}
+        if not self._approval:
+            tools = {n: t for n, t in tools.items() if not requires_approval(t)}
+        return tools
 
     def refresh(self) -> None:
         """Ask the sources to list again what they could not list (in the background)."""

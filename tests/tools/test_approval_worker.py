@@ -6,14 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import WorkerAgent
 from services.executor.events import StepItem, StepResult, ToolCallResult
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.approvals import Decision, DecisionKind
 from shared.domain import ExecutorKind
+from shared.errors import InvalidArgument
 from shared.messages import Msg, ToolCallState, ToolResultBlock, ToolResultState, user
-from shared.profiles import ExecutionProfile, ToolPolicy
+from shared.profiles import ExecutionProfile, ToolPolicy, parse_profile
 from shared.tools import arguments_digest
 from tests.executor.models import TurnsModel, call, text
 
@@ -157,3 +160,20 @@ async def test_an_approval_is_checked_against_the_policy_again() -> None:
     assert tool.calls == []
     [result] = results(items)
     assert result.state is ToolResultState.DENIED
+
+
+def test_the_memory_agent_has_no_tool_that_needs_approval() -> None:
+    registry = ToolRegistry([Transfer()])
+    assert registry.names() == ["bank.transfer"]
+    assert registry.without_approval().names() == []
+
+
+def test_a_memory_profile_cannot_require_approval() -> None:
+    data = {
+        "name": "m",
+        "enable_router": False,
+        "executor": "memory",
+        "tool_policy": {"allowlist": ["memory_write"], "requires_approval": ["memory_write"]},
+    }
+    with pytest.raises(InvalidArgument, match=r"^p\.tool_policy\.requires_approval: "):
+        parse_profile(data, field="p")
