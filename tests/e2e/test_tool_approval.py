@@ -9,48 +9,25 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from services.launcher import Suite
-from tests.e2e.conftest import make_suite, parse_sse, run_body, token
+from tests.e2e.conftest import parse_sse, run_body, token
 from tests.tools.conftest import notes_stdio
+from tests.tools.suite import PROFILE, outside_tools_suite
 
-PROFILE = "chat_approval"
 TTL = 4.0
 
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
-    tmp: Path = tmp_path_factory.mktemp("approval")
-    tools_file = tmp / "tools.yaml"
-    tools_file.write_text(
-        yaml.safe_dump({"mcp_servers": [notes_stdio(requires_approval=["notes.add_note"])]})
-    )
-    profiles_file = tmp / "profiles.yaml"
-    profile = {
-        "name": PROFILE,
-        "enable_router": False,
-        "executor": "worker",
-        "tool_policy": {"allowlist": ["notes.*"]},
-    }
-    profiles_file.write_text(yaml.safe_dump({"profiles": [profile]}))
-    s = make_suite(
-        tmp,
-        f"a{uuid.uuid4().hex[:10]}_",
-        AGENTMESH_TOOLS_FILE=str(tools_file),
-        AGENTMESH_PROFILES_FILE=str(profiles_file),
-        AGENTMESH_APPROVAL_TTL_SECONDS=str(TTL),
-    )
-    try:
-        s.start(timeout=90)
+    servers = [notes_stdio(requires_approval=["notes.add_note"])]
+    env = {"AGENTMESH_APPROVAL_TTL_SECONDS": str(TTL)}
+    with outside_tools_suite(tmp_path_factory.mktemp("approval"), servers, **env) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def new(kind: str) -> str:

@@ -21,16 +21,19 @@ PROFILE = "chat_outside"
 
 
 @contextmanager
-def outside_tools_suite(tmp: Path, **env: str) -> Iterator[Suite]:
-    """The suite, started (and stopped after)."""
+def outside_tools_suite(
+    tmp: Path, servers: list[dict[str, Any]] | None = None, **env: str
+) -> Iterator[Suite]:
+    """The suite, started (and stopped after); `servers` replace the notes and time ones."""
     tools_file = tmp / "tools.yaml"
-    tools_file.write_text(yaml.safe_dump({"mcp_servers": [notes_stdio(), time_server()]}))
+    servers = servers or [notes_stdio(), time_server()]
+    tools_file.write_text(yaml.safe_dump({"mcp_servers": servers}))
     profiles_file = tmp / "profiles.yaml"
     profile = {
         "name": PROFILE,
         "enable_router": False,
         "executor": "worker",
-        "tool_policy": {"allowlist": ["notes.*", "time.*"]},
+        "tool_policy": {"allowlist": [f"{s['name']}.*" for s in servers]},
     }
     profiles_file.write_text(yaml.safe_dump({"profiles": [profile]}))
     suite = make_suite(
