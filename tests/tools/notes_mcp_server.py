@@ -14,7 +14,7 @@ import asyncio
 import sys
 from collections import defaultdict
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("notes")
@@ -32,6 +32,13 @@ def add_note(owner_id: str, text: str) -> str:
 def list_notes(owner_id: str) -> str:
     """The user's notes, one a line."""
     return "\n".join(_notes[owner_id]) or "no notes"
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The owner the request's `_meta` names (an executor configured with owner.via meta)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("agentmesh/owner", "nobody"))
 
 
 @server.tool()

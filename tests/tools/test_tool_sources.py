@@ -247,3 +247,10 @@ async def test_an_mcp_tool_marked_requires_approval_waits_for_one_and_does_not_r
         assert [a.tool_name for a in end.approvals] == ["notes.add_note"]
         [listed] = results(await run(s, "use the notes.list_notes tool", ["notes.*"]))
         assert listed.output == "no notes"  # nothing was added
+
+
+async def test_the_owner_can_reach_an_mcp_tool_in_the_request_meta() -> None:
+    server = notes_stdio(owner={"via": "meta", "name": "agentmesh/owner"})
+    async with sources({"mcp_servers": [server]}) as s:
+        [result] = results(await run(s, "use the notes.whoami tool", ["notes.*"], owner="hana"))
+        assert result.output == "hana"
