@@ -34,6 +34,8 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     mode: Literal["intersection"] = "intersection"
     allowlist: tuple[str, ...] = ()
+    # Tools (names or patterns) whose every call waits for a person's approval (docs/tools.md).
+    requires_approval: tuple[str, ...] = ()
 
 
 class HistoryPolicy(BaseModel):
@@ -206,11 +208,20 @@ def parse_profile(
         profile = ExecutionProfile.model_validate(data)
     except ValidationError as err:
         raise _first_error(err, field) from None
+    if profile.executor is ExecutorKind.MEMORY and profile.tool_policy.requires_approval:
+        raise InvalidArgument(
+            f"{field}.tool_policy.requires_approval",
+            "a memory profile runs with no person to ask; none of its tools can wait for approval",
+        )
     if not allow_agent and profile.agent != AgentConfig():
         raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
-        known = set(registered_tools)
-        unknown = [t for t in profile.tool_policy.allowlist if t not in known]
+        # Names, or the deployment's KnownTools (shared.tools), which also knows patterns.
+        knows = getattr(registered_tools, "knows", None)
+        if knows is None:
+            names = set(registered_tools)
+            knows = names.__contains__
+        unknown = [t for t in profile.tool_policy.allowlist if not knows(t)]
         if unknown:
             raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
     return profile
@@ -224,6 +235,7 @@ def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionP
         tool_policy=execution_profile_pb2.ToolPolicy(
             mode=execution_profile_pb2.TOOL_POLICY_MODE_INTERSECTION,
             allowlist=list(profile.tool_policy.allowlist),
+            requires_approval=list(profile.tool_policy.requires_approval),
         ),
         history_policy=execution_profile_pb2.HistoryPolicy(window=profile.history_policy.window),
         agent=agent_to_pb(profile.agent) if profile.agent != AgentConfig() else None,
@@ -286,7 +298,10 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
             "name": pb.name or "custom",
             "enable_router": pb.enable_router,
             "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
-            "tool_policy": {"allowlist": list(pb.tool_policy.allowlist)},
+            "tool_policy": {
+                "allowlist": list(pb.tool_policy.allowlist),
+                "requires_approval": list(pb.tool_policy.requires_approval),
+            },
             "history_policy": {"window": pb.history_policy.window or "all"},
             "agent": agent_from_pb(pb.agent),
             "memory": memory_from_pb(pb.memory),
@@ -324,7 +339,7 @@ class ProfileRegistry:
         profiles = dict(BUILT_INS)
         if path is None:
             return cls(profiles)
-        tools = list(registered_tools)
+        tools = registered_tools if hasattr(registered_tools, "knows") else list(registered_tools)
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as err:

@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # Orchestrator: a YAML file of extra execution profiles (validated at start-up; a bad
     # file stops the service). Empty: the built-ins only.
     profiles_file: Path | None = None
+    # Every service: a YAML/JSON file of MCP servers and HTTP tools (shared/tool_config.py;
+    # a bad file stops the service). Empty: the built-in tools only.
+    tools_file: Path | None = None
     log_level: str = "INFO"
     # Log message contents and tool arguments (never on in production).
     log_contents: bool = False
@@ -104,7 +107,7 @@ class Settings(BaseSettings):
     # always serves GET /metrics on its own port).
     metrics_port: int = 0
 
-    @field_validator("profiles_file", mode="before")
+    @field_validator("profiles_file", "tools_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value

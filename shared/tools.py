@@ -10,8 +10,13 @@ refused (seed 001 §4.4, §7.3).
   least privilege, and the only reading of "intersection" that cannot widen by accident
   (a profile that forgot its allowlist gets no tools, not all of them). That is why the
   built-in chat_default lists the worker's tool (memory_search) explicitly.
-- registered: the tools the system has (REGISTERED_TOOLS; the executor passes the tools it
-  really runs).
+- registered: the tools the system has: the built-ins (REGISTERED_TOOLS), the HTTP tools and
+  MCP servers' tools of AGENTMESH_TOOLS_FILE (shared.tool_config). The executor passes the
+  tools it really runs (an MCP server's are those it listed); the other services know only
+  the file (KnownTools: any `<server>.<tool>` of a configured server may exist).
+
+Allowlist and declared entries are tool names or patterns (`weather.*`, `*`; fnmatch, case
+sensitive): a tool is allowed when some entry matches its name.
 
 Only effective tools are offered to a model. A call to any other tool is not executed; the
 model gets an error result and an audit record keeps the reason, the most specific first:
@@ -22,11 +27,15 @@ arguments (sha256), never the arguments themselves.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from shared.profiles import ExecutionProfile
+from shared.settings import Settings
+from shared.tool_config import TOOL_NAME_RE, ToolFileError, ToolsConfig, load_tools_config
 
 # The server-side tools of the system. The executor registers exactly these.
 REGISTERED_TOOLS: tuple[str, ...] = ("memory_write", "memory_forget", "memory_search")
@@ -38,12 +47,30 @@ class DenialReason(StrEnum):
     NOT_REGISTERED = "not_registered"
 
 
+def is_pattern(entry: str) -> bool:
+    return any(c in entry for c in "*?[")
+
+
+def matches(entries: Iterable[str], tool_name: str) -> bool:
+    """Whether some entry (a name or a pattern) names `tool_name`."""
+    return any(
+        fnmatch.fnmatchcase(tool_name, e) if is_pattern(e) else e == tool_name for e in entries
+    )
+
+
 def effective_tools(
     declared: Iterable[str], profile: ExecutionProfile, registered: Iterable[str]
 ) -> tuple[str, ...]:
-    """declared ∩ allowlist ∩ registered, in the declared order, each name once."""
-    allowed = set(profile.tool_policy.allowlist) & set(registered)
-    return tuple(dict.fromkeys(t for t in declared if t in allowed))
+    """declared ∩ allowlist ∩ registered: the registered names some declared entry and some
+    allowlist entry match, in the declared order (a pattern's names sorted), each once."""
+    names = sorted(set(registered))
+    allowlist = profile.tool_policy.allowlist
+    out: dict[str, None] = {}
+    for entry in declared:
+        for name in names:
+            if matches((entry,), name) and matches(allowlist, name):
+                out[name] = None
+    return tuple(out)
 
 
 def authorize(
@@ -55,13 +82,67 @@ def authorize(
     """None when the run may call `tool_name`; otherwise why not (most specific reason)."""
     if tool_name not in set(registered):
         return DenialReason.NOT_REGISTERED
-    if tool_name not in set(profile.tool_policy.allowlist):
+    if not matches(profile.tool_policy.allowlist, tool_name):
         return DenialReason.NOT_IN_PROFILE
-    if tool_name not in set(declared):
+    if not matches(declared, tool_name):
         return DenialReason.NOT_DECLARED
     return None
+
+
+@dataclass(frozen=True)
+class KnownTools:
+    """The tools a deployment may have, as the services other than the executor know them:
+    the built-ins and HTTP tools by name, and any `<server>.<tool>` of a configured MCP
+    server (its tools are listed only when the executor reaches it)."""
+
+    names: frozenset[str]
+    namespaces: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, config: ToolsConfig) -> KnownTools:
+        names = frozenset(REGISTERED_TOOLS) | set(config.http_names())
+        return cls(names, frozenset(config.namespaces()))
+
+    def knows(self, entry: str) -> bool:
+        """Whether a name or pattern can name a tool of the deployment."""
+        if not is_pattern(entry):
+            if entry in self.names:
+                return True
+            return bool(TOOL_NAME_RE.match(entry)) and entry.split(".", 1)[0] in self.namespaces
+        if any(fnmatch.fnmatchcase(n, entry) for n in self.names):
+            return True
+        namespace, dot, _ = entry.partition(".")
+        return bool(dot) and namespace in self.namespaces
+
+    def listing(self) -> str:
+        """What an error message lists as registered."""
+        return ", ".join([*sorted(self.names), *(f"{n}.*" for n in sorted(self.namespaces))])
+
+
+BUILTIN_KNOWN = KnownTools(frozenset(REGISTERED_TOOLS))
+
+
+def planned_tools(
+    declared: Iterable[str], profile: ExecutionProfile, known: KnownTools
+) -> tuple[str, ...]:
+    """What a run passes to the executor as its declaration: the declared entries the
+    deployment knows that the allowlist may allow (a name it matches, or a pattern: the
+    executor intersects patterns with the tools it really has), each once, in order."""
+    allowlist = profile.tool_policy.allowlist
+    keep = (e for e in declared if known.knows(e) and (is_pattern(e) or matches(allowlist, e)))
+    return tuple(dict.fromkeys(keep))
 
 
 def arguments_digest(arguments: str) -> str:
     """What an audit record keeps of a call's arguments: sha256 of their text, hex."""
     return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def deployment_tools(settings: Settings, service: str) -> tuple[ToolsConfig, KnownTools]:
+    """AGENTMESH_TOOLS_FILE and the tools it makes known; a bad file stops `service` with a
+    message naming the file and the field."""
+    try:
+        config = load_tools_config(settings.tools_file)
+    except ToolFileError as err:
+        raise SystemExit(f"{service}: AGENTMESH_TOOLS_FILE is invalid: {err}") from None
+    return config, KnownTools.of(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentmesh.executor.v1 import executor_service_pb2 as pb
-from agentmesh.type.v1 import message_pb2, run_event_pb2
+from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 
 from services.executor.agents.base import StepRequest
 from services.executor.events import (
@@ -20,6 +20,8 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
+from services.executor.tools import ToolRegistry, requires_approval
+from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier
@@ -69,6 +71,10 @@ def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
         reply_message_id=request.reply_message_id,
         declared_tools=tuple(request.declared_tools),
         sequence_horizon=request.sequence_horizon,
+        decisions=tuple(
+            decision_from_pb(d, f"tool_decisions[{i}]")
+            for i, d in enumerate(request.tool_decisions)
+        ),
     )
 
 
@@ -134,9 +140,31 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         result = pb.StepResult(
             pending_tool_call_ids=list(item.pending_tool_call_ids),
             finished_reason=item.finished_reason,
+            approvals=[
+                approval_pb2.ApprovalRequest(
+                    tool_call_id=a.tool_call_id, tool_name=a.tool_name, arguments=a.arguments
+                )
+                for a in item.approvals
+            ],
         )
         result.usage.input_tokens = item.usage.input_tokens
         result.usage.output_tokens = item.usage.output_tokens
         result.usage.estimated = item.usage.estimated
         return pb.ExecuteResponse(result=result)
     return pb.ExecuteResponse(event=_event(item))
+
+
+def registered_tool_to_pb(tools: ToolRegistry, name: str) -> message_pb2.RegisteredTool:
+    """A registered tool as ListTools lists it: its spec (the schema offered to models),
+    its source and whether it always needs approval."""
+    tool = tools.get(name)
+    spec = tools.spec(name)
+    return message_pb2.RegisteredTool(
+        spec=message_pb2.ToolSpec(
+            name=spec.name,
+            description=spec.description,
+            parameters_json=json.dumps(dict(spec.parameters), ensure_ascii=False),
+        ),
+        source=str(getattr(tool, "source", "builtin")),
+        requires_approval=tool is not None and requires_approval(tool),
+    )

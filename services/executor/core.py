@@ -53,6 +53,9 @@ class ToolRoute(StrEnum):
     SERVER = "server"  # run here, result fed to the next model turn
     CLIENT = "client"  # the step ends; the client runs it
     FORBIDDEN = "forbidden"  # not executed; the model gets an error result
+    # Marked requires_approval: never run without a person's decision, which this version
+    # cannot ask for yet (issue #20); not executed, the model gets an error result.
+    NEEDS_APPROVAL = "needs_approval"
 
 
 def forbidden_tool_message(name: str, reason: str = "") -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from agentmesh.type.v1 import run_event_pb2
 
+from shared.approvals import Pending
 from shared.messages import Msg, Usage
 
 
@@ -87,6 +88,8 @@ class StepResult:
     usage: Usage = Usage()
     # Client-side tool calls the step ended on: the run waits for the client's results.
     pending_tool_call_ids: tuple[str, ...] = ()
+    # Server-side calls the step ended on: they wait for a person's approval.
+    approvals: tuple[Pending, ...] = ()
 
 
 # A finished message (reply, tool calls, tool results) to be stored by the orchestrator.

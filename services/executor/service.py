@@ -13,11 +13,12 @@ from services.executor.config import ExecutorConfig
 from services.executor.memory_tools import MemoryClient, memory_tools
 from services.executor.models import CardModels, model_for
 from services.executor.servicer import ExecutorServicer
+from services.executor.tool_sources import ToolSources
 from services.executor.tools import Tool, ToolRegistry
 from shared.model.base import ChatModel
 from shared.server import ServiceParts
 from shared.settings import Settings
-from shared.tools import REGISTERED_TOOLS
+from shared.tools import REGISTERED_TOOLS, deployment_tools
 
 SERVICE_NAME = executor_service_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
 
@@ -32,21 +33,30 @@ async def build(
     config: ExecutorConfig | None = None,
 ) -> ServiceParts:
     """`tools` replaces the registered tools (tests); by default they are the memory tools."""
+    config = config or ExecutorConfig()
     memory = MemoryClient(settings.addr("memory"), settings.rpc_timeout_seconds)
-    registry = ToolRegistry(memory_tools(memory) if tools is None else tools)
-    if tools is None and set(registry.names()) != set(REGISTERED_TOOLS):
+    tools_config, _ = deployment_tools(settings, "executor")
+    sources = ToolSources(tools_config, config.tool_timeout_seconds)
+    registry = ToolRegistry(memory_tools(memory) if tools is None else tools, sources)
+    if tools is None and set(registry.builtin_names()) != set(REGISTERED_TOOLS):
         raise RuntimeError("the executor's tools differ from shared.tools.REGISTERED_TOOLS")
+    # MCP servers down now are listed again later (ToolRegistry.refresh at each step).
+    await sources.start()
     agents = build_agents(
         model or model_for(settings),
         registry,
-        config or ExecutorConfig(),
+        config,
         memory,
         CardModels(settings),
         memories=memory,
     )
-    servicer = ExecutorServicer(agents)
+    servicer = ExecutorServicer(agents, registry)
 
     def register(server: grpc.aio.Server) -> None:
         executor_service_pb2_grpc.add_ExecutorServiceServicer_to_server(servicer, server)
 
-    return ServiceParts(register=register, service_names=[SERVICE_NAME], on_stop=memory.aclose)
+    async def on_stop() -> None:
+        await sources.close()
+        await memory.aclose()
+
+    return ServiceParts(register=register, service_names=[SERVICE_NAME], on_stop=on_stop)

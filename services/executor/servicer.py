@@ -11,6 +11,7 @@ from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
 
 from services.executor import convert, core
 from services.executor.agents import Agent
+from services.executor.tools import ToolRegistry
 from shared import streams
 from shared.domain import ExecutorKind
 from shared.identity import owner_id
@@ -18,8 +19,22 @@ from shared.logs import run_id_var, thread_id_var
 
 
 class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
-    def __init__(self, agents: Mapping[ExecutorKind, Agent]) -> None:
+    def __init__(
+        self, agents: Mapping[ExecutorKind, Agent], tools: ToolRegistry | None = None
+    ) -> None:
         self.agents = agents
+        self.tools = tools
+
+    async def ListTools(  # type: ignore[override]
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListToolsResponse:
+        owner_id(context)  # an owner's call, like every other
+        if self.tools is None:
+            return pb.ListToolsResponse()
+        self.tools.refresh()
+        return pb.ListToolsResponse(
+            tools=[convert.registered_tool_to_pb(self.tools, n) for n in self.tools.names()]
+        )
 
     async def Execute(  # type: ignore[override]
         self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext

@@ -2,11 +2,15 @@
 
 A tool runs on behalf of the run's owner (ToolContext.owner): a tool that reads or writes
 anything owner-scoped passes that owner on and never takes one from its arguments.
+
+The registry holds the built-ins and the outside sources' tools (services.executor.
+tool_sources): an MCP server's tools are those it listed, so the set can grow while the
+executor runs (a server that was down at start-up).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,22 +45,71 @@ class Tool(Protocol):
         ...
 
 
+class ToolSource(Protocol):
+    """Tools from outside (MCP servers, HTTP tools): their current list."""
+
+    def tools(self) -> Sequence[Tool]: ...
+
+    def refresh(self) -> None: ...
+
+
+def requires_approval(tool: Tool) -> bool:
+    """Whether the tool's source marks it as needing a person's approval per call."""
+    return bool(getattr(tool, "requires_approval", False))
+
+
+def timeout_of(tool: Tool, default: float) -> float:
+    """The tool's own deadline (its source's timeout_seconds), else `default`."""
+    own = getattr(tool, "timeout_seconds", None)
+    return float(own) if own else default
+
+
 class ToolRegistry:
     """The tools registered in this process (the system allowlist of the tool policy)."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        source: ToolSource | None = None,
+        *,
+        approval: bool = True,
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        self._source = source
+        # False: tools that need a person's approval are left out (an agent with no person).
+        self._approval = approval
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"tool {tool.name!r} registered twice")
             self._tools[tool.name] = tool
 
-    def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+    def without_approval(self) -> ToolRegistry:
+        """The same tools, less those that need a person's approval."""
+        return ToolRegistry(self._tools.values(), self._source, approval=False)
 
-    def names(self) -> list[str]:
+    def _all(self) -> dict[str, Tool]:
+        tools = self._tools
+        if self._source is not None:
+            # A built-in keeps its name: an outside tool cannot shadow it.
+            tools = {**{t.name: t for t in self._source.tools()}, **self._tools}
+        if not self._approval:
+            tools = {n: t for n, t in tools.items() if not requires_approval(t)}
+        return tools
+
+    def refresh(self) -> None:
+        """Ask the sources to list again what they could not list (in the background)."""
+        if self._source is not None:
+            self._source.refresh()
+
+    def builtin_names(self) -> list[str]:
         return sorted(self._tools)
 
+    def get(self, name: str) -> Tool | None:
+        return self._all().get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._all())
+
     def spec(self, name: str) -> ToolSpec:
-        tool = self._tools[name]
+        tool = self._all()[name]
         return ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)

@@ -30,6 +30,7 @@ from services.gateway import (
     routes_history,
     routes_memories,
     routes_runs,
+    routes_tools,
     routes_users,
 )
 from services.gateway.clients import Clients, open_clients
@@ -247,6 +248,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.include_router(routes_runs.router, tags=["runs"], responses=openapi.COMMON)
     app.include_router(routes_history.router, tags=["history"], responses=openapi.COMMON)
     app.include_router(routes_memories.router, tags=["memories"], responses=openapi.COMMON)
+    app.include_router(routes_tools.router, tags=["tools"], responses=openapi.COMMON)
     app.include_router(routes_automation.router, tags=["automation"], responses=openapi.COMMON)
     app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
     openapi.install(app)

@@ -166,6 +166,11 @@ def _metadata(md: message_pb2.MessageMetadata) -> dict[str, Any]:
         out["executor"] = EXECUTOR_NAMES[md.executor]
     if md.execution_profile_name:
         out["executionProfileName"] = md.execution_profile_name
+    if md.extra_json and '"approvals"' in md.extra_json:
+        # The decisions on approved / denied tool calls (shared.approvals): the audit's.
+        approvals = json.loads(md.extra_json).get("approvals")
+        if isinstance(approvals, list):
+            out["approvals"] = approvals
     return out
 
 
@@ -218,6 +223,8 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
         out["executor"] = EXECUTOR_NAMES[p.executor]
     if p.HasField("tool_policy"):
         out["toolPolicy"] = {"mode": "intersection", "allowlist": list(p.tool_policy.allowlist)}
+        if p.tool_policy.requires_approval:
+            out["toolPolicy"]["requiresApproval"] = list(p.tool_policy.requires_approval)
     if p.HasField("history_policy") and p.history_policy.window:
         out["historyPolicy"] = {"window": p.history_policy.window}
     if p.HasField("memory"):

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2
-from agentmesh.type.v1 import content_pb2, message_pb2
+from agentmesh.type.v1 import approval_pb2, content_pb2, message_pb2
 from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -258,6 +258,64 @@ def cancel_on_disconnect(forwarded_props: Any) -> bool:
     return value
 
 
+MAX_RESUME = 32
+_DECISIONS = {
+    "approve": approval_pb2.TOOL_DECISION_KIND_APPROVE,
+    "edit": approval_pb2.TOOL_DECISION_KIND_EDIT,
+    "deny": approval_pb2.TOOL_DECISION_KIND_DENY,
+}
+
+
+def tool_decisions(resume: list[Any] | None) -> list[approval_pb2.ToolDecision]:
+    """AG-UI `resume`: the answers to the thread's waiting tool approvals (run-agent-input.md,
+    "Resuming an interrupt"). Only the shape is checked here; the orchestrator checks each
+    names a waiting, unexpired approval of the caller's thread, before anything is stored."""
+    if not resume:
+        return []
+    if len(resume) > MAX_RESUME:
+        raise invalid("resume", f"must hold at most {MAX_RESUME} entries")
+    out = []
+    for i, entry in enumerate(resume):
+        at = f"resume[{i}]"
+        if not isinstance(entry, dict):
+            raise invalid(at, "must be an object {interruptId, status, payload}")
+        interrupt_id = entry.get("interruptId")
+        if not isinstance(interrupt_id, str):
+            raise invalid(f"{at}.interruptId", "is required (the interrupt's id, a string)")
+        _check_id(f"{at}.interruptId", interrupt_id)
+        status = entry.get("status")
+        if status == "cancelled":
+            deny = _DECISIONS["deny"]
+            out.append(approval_pb2.ToolDecision(tool_call_id=interrupt_id, kind=deny))
+            continue
+        if status != "resolved":
+            raise invalid(f"{at}.status", "must be resolved or cancelled")
+        payload = entry.get("payload")
+        if not isinstance(payload, dict):
+            raise invalid(f"{at}.payload", 'must be an object {"decision": approve|edit|deny}')
+        unknown = sorted(set(payload) - {"decision", "arguments"})
+        if unknown:
+            raise invalid(f"{at}.payload.{unknown[0]}", "is not a key of an approval answer")
+        decision = payload.get("decision")
+        if decision not in _DECISIONS:
+            raise invalid(f"{at}.payload.decision", "must be approve, edit or deny")
+        arguments = payload.get("arguments")
+        if decision == "edit" and not isinstance(arguments, dict):
+            raise invalid(f"{at}.payload.arguments", "must be an object (the edited arguments)")
+        if decision != "edit" and "arguments" in payload:
+            raise invalid(f"{at}.payload.arguments", "is only for the edit decision")
+        out.append(
+            approval_pb2.ToolDecision(
+                tool_call_id=interrupt_id,
+                kind=_DECISIONS[decision],
+                arguments=json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+                if decision == "edit"
+                else "",
+            )
+        )
+    return out
+
+
 def start_run_request(
     parsed: RunAgentInputIn, *, max_chars: int, tz: str
 ) -> orchestrator_service_pb2.StartRunRequest:
@@ -283,6 +341,7 @@ def start_run_request(
         parent_run_id=parsed.parent_run_id or "",
         profile_name=requested_profile(parsed.forwarded_props),
         multitask_strategy=multitask_strategy(parsed.forwarded_props),
+        tool_decisions=tool_decisions(parsed.resume),
     )
     if parsed.state is not None:
         req.state.CopyFrom(_json_value("state", parsed.state))

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentmesh.type.v1 import message_pb2, run_event_pb2
+from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 from google.protobuf import json_format
 
 from services.gateway.convert import agui_messages
@@ -50,7 +50,7 @@ def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
         # tool call is one, answered by its tool call id.
         interrupts = [
             {"id": tc, "reason": "tool_call", "toolCallId": tc} for tc in pending
-        ] or [{"id": ev.run_id, "reason": "input_required"}]
+        ] + [_approval(a) for a in p.approvals] or [{"id": ev.run_id, "reason": "input_required"}]
         out["outcome"] = {"type": "interrupt", "interrupts": interrupts}
     elif p.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED:
         out["outcome"] = {"type": "cancelled"}
@@ -70,6 +70,30 @@ def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
             }
         ]
     return out
+
+
+# What a client answers an approval with (RunAgentInput `resume[i].payload`, run-agent-input.md).
+APPROVAL_RESPONSE_SCHEMA: Event = {
+    "type": "object",
+    "properties": {
+        "decision": {"enum": ["approve", "edit", "deny"]},
+        "arguments": {"type": "object"},
+    },
+    "required": ["decision"],
+}
+
+
+def _approval(a: approval_pb2.ApprovalRequest) -> Event:
+    """A server-side tool call waiting for a person's approval, as an AG-UI interrupt."""
+    return {
+        "id": a.tool_call_id,
+        "reason": "tool_approval",
+        "toolCallId": a.tool_call_id,
+        "message": f"approve, edit or deny the call to {a.tool_name}",
+        "responseSchema": APPROVAL_RESPONSE_SCHEMA,
+        "expiresAt": a.expire_time.ToJsonString(),
+        "metadata": {"toolName": a.tool_name, "arguments": a.arguments},
+    }
 
 
 def _run_error(ev: run_event_pb2.RunEvent) -> Event:

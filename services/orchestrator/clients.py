@@ -154,6 +154,13 @@ class Peers:
         )
         return response
 
+    async def list_tools(self, owner: str) -> executor_service_pb2.ListToolsResponse:
+        request = executor_service_pb2.ListToolsRequest()
+        response: executor_service_pb2.ListToolsResponse = await self._unary(
+            self._channels[2], self.executor.ListTools, request, owner
+        )
+        return response
+
     async def execute(
         self, owner: str, request: executor_service_pb2.ExecuteRequest
     ) -> AsyncIterator[executor_service_pb2.ExecuteResponse]:

@@ -7,15 +7,17 @@ import dataclasses
 import json
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.router.v1 import router_service_pb2
-from agentmesh.type.v1 import message_pb2, run_event_pb2
+from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 
 from services.orchestrator import core
 from services.orchestrator.core import OpenSpans, RunPlan
+from shared.approvals import Decision, decision_from_pb, decision_to_pb
 from shared.domain import EXECUTOR_TO_PB, RUNTIME_MODE_TO_PB, MessageKind, runtime_mode_from_pb
 from shared.errors import InvalidArgument
 from shared.ids import check_time_zone
@@ -23,6 +25,7 @@ from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 # Messages per LoadContext page when the memory agent's window is loaded.
 OWNER_WINDOW_PAGE = 500
@@ -62,6 +65,7 @@ def plan_from_pb(
     *,
     max_message_chars: int,
     default_time_zone: str,
+    known_tools: KnownTools = BUILTIN_KNOWN,
 ) -> RunPlan:
     thread_id = core.check_identifier(request.thread_id, "thread_id")
     run_id = core.check_identifier(request.run_id, "run_id")
@@ -92,9 +96,13 @@ def plan_from_pb(
         profile=profile,
         inputs=tuple(stamped),
         time_zone=_time_zone(request.time_zone, default_time_zone),
-        server_tools=core.server_tools_for(origin, profile, request.declared_tools),
+        server_tools=core.server_tools_for(origin, profile, request.declared_tools, known_tools),
         client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
         multitask_strategy=_strategy(request.multitask_strategy),
+        decisions=tuple(
+            decision_from_pb(d, f"tool_decisions[{i}]")
+            for i, d in enumerate(request.tool_decisions)
+        ),
     )
 
 
@@ -173,6 +181,7 @@ def execute_request(
     server_tools: Sequence[str],
     client_tools: Sequence[ToolSpec],
     reply_message_id: str,
+    decisions: Sequence[Decision] = (),
 ) -> executor_service_pb2.ExecuteRequest:
     return executor_service_pb2.ExecuteRequest(
         run_id=plan.run_id,
@@ -189,6 +198,7 @@ def execute_request(
         # After the router: what it dropped counts as not declared for this step.
         declared_tools=list(server_tools),
         batch_items=True,
+        tool_decisions=[decision_to_pb(d) for d in decisions],
     )
 
 
@@ -202,6 +212,43 @@ def owner_window_request(plan: RunPlan, page_token: str) -> history_service_pb2.
         page_size=OWNER_WINDOW_PAGE,
         page_token=page_token,
     )
+
+
+def thread_context_request(
+    plan: RunPlan, page_token: str
+) -> history_service_pb2.LoadContextRequest:
+    """A page of the run's thread as its context (the profile's window): where the
+    approvals a resume answers wait."""
+    return history_service_pb2.LoadContextRequest(
+        thread_id=plan.thread_id,
+        context=history_service_pb2.ContextOptions(
+            window=plan.profile.history_policy.window, time_zone=plan.time_zone
+        ),
+        page_size=OWNER_WINDOW_PAGE,
+        page_token=page_token,
+    )
+
+
+def approvals_of(
+    result: executor_service_pb2.StepResult,
+    outputs: Sequence[message_pb2.Message],
+    ttl: timedelta,
+) -> list[approval_pb2.ApprovalRequest]:
+    """The step's waiting approvals, each expiring `ttl` after its stored call (the time
+    the next run checks against)."""
+    asked_at = {
+        b.tool_call.id: m.created_at.ToDatetime(tzinfo=UTC)
+        for m in outputs
+        for b in m.content
+        if b.WhichOneof("block") == "tool_call"
+    }
+    out = []
+    for a in result.approvals:
+        request = approval_pb2.ApprovalRequest()
+        request.CopyFrom(a)
+        request.expire_time.FromDatetime(asked_at.get(a.tool_call_id, datetime.now(UTC)) + ttl)
+        out.append(request)
+    return out
 
 
 def tool_denial(item: executor_service_pb2.ToolDenial) -> history_service_pb2.ToolDenial:
@@ -258,9 +305,10 @@ def run_finished(
     outcome: run_event_pb2.RunOutcome.ValueType,
     pending_tool_call_ids: Sequence[str] = (),
     usage: message_pb2.Usage | None = None,
+    approvals: Sequence[approval_pb2.ApprovalRequest] = (),
 ) -> run_event_pb2.RunEvent:
     finished = run_event_pb2.RunFinished(
-        outcome=outcome, pending_tool_call_ids=list(pending_tool_call_ids)
+        outcome=outcome, pending_tool_call_ids=list(pending_tool_call_ids), approvals=approvals
     )
     if usage is not None:
         finished.usage.CopyFrom(usage)

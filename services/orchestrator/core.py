@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from shared import errors, run_events
+from shared.approvals import Decision
 from shared.domain import (
     AUTOMATION_THREAD_PREFIX,
     ExecutorKind,
@@ -34,7 +36,7 @@ from shared.messages import Msg, Role, ToolResultBlock
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
-from shared.tools import REGISTERED_TOOLS, effective_tools
+from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools, matches, planned_tools
 
 ROUTER_STEP = "router"
 
@@ -60,6 +62,12 @@ class RunPolicy:
 
     lease_seconds: float = 15.0
     queue_poll_seconds: float = 0.25
+    # How long a tool call waits for a person's approval before it is denied.
+    approval_ttl_seconds: float = 3600.0
+
+    @property
+    def approval_ttl(self) -> timedelta:
+        return timedelta(seconds=self.approval_ttl_seconds)
 
     @property
     def renew_seconds(self) -> float:
@@ -107,6 +115,8 @@ class RunPlan:
     # Client-side tools the caller declared (AG-UI tools).
     client_tools: tuple[ToolSpec, ...] = ()
     multitask_strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
+    # Answers to the thread's waiting approvals (AG-UI resume), as the caller gave them.
+    decisions: tuple[Decision, ...] = ()
 
     @property
     def input(self) -> Msg:
@@ -197,17 +207,39 @@ def plan_steps(profile: ExecutionProfile) -> tuple[str, ...]:
 
 
 def server_tools_for(
-    origin: RuntimeMode, profile: ExecutionProfile, declared: Iterable[str]
+    origin: RuntimeMode,
+    profile: ExecutionProfile,
+    declared: Iterable[str],
+    known: KnownTools = BUILTIN_KNOWN,
 ) -> tuple[str, ...]:
-    """The run's effective server-side tools (shared.tools.effective_tools).
+    """The run's server-side tool declaration (shared.tools.planned_tools): names and
+    patterns of the deployment's tools (`known`) the profile may allow.
 
     An automation run declares its job's config.tools; a chat run declares its profile's
     allowlist (chat callers declare only client-side tools, which are theirs to run and not
-    subject to the profile). The executor applies the same rule to every call.
+    subject to the profile). The executor intersects it with the tools it really has, and
+    applies the same rule to every call.
     """
     if origin is RuntimeMode.CHAT:
         declared = profile.tool_policy.allowlist
-    return effective_tools(declared, profile, REGISTERED_TOOLS)
+    return planned_tools(declared, profile, known)
+
+
+def tools_for_chat(
+    profile: ExecutionProfile,
+    registered: Sequence[tuple[str, bool]],
+    known: KnownTools = BUILTIN_KNOWN,
+) -> tuple[list[str], list[str]]:
+    """What a chat run on `profile` may call of the executor's `registered` (name, whether
+    its source requires approval) tools, and which of those need approval: the same rule a
+    run applies (server_tools_for, then the executor's effective_tools)."""
+    declared = server_tools_for(RuntimeMode.CHAT, profile, (), known)
+    needs = dict(registered)
+    effective = list(effective_tools(declared, profile, needs))
+    asking = [
+        n for n in effective if needs[n] or matches(profile.tool_policy.requires_approval, n)
+    ]
+    return effective, asking
 
 
 def narrow(tools: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:

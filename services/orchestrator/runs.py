@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from agentmesh.executor.v1 import executor_service_pb2
@@ -37,12 +38,20 @@ from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
-from shared import metrics
+from shared import approvals, metrics
 from shared.admission import InFlight
 from shared.domain import ExecutorKind
-from shared.errors import AlreadyExists, DomainError, FailedPrecondition, Internal, Unavailable
+from shared.errors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    Internal,
+    NotFound,
+    Unavailable,
+)
 from shared.eventlog import EventLog, LogExists
 from shared.logs import run_id_var, thread_id_var
+from shared.messages import msg_from_pb
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
@@ -126,6 +135,10 @@ class RunManager:
         begin_error: BaseException | None = None
         writer = RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id)
         try:
+            if plan.decisions and not await self.event_log.exists(key):
+                # A resume is checked before anything of the run is stored (a retried
+                # StartRun of a run that began is that run, as for any run).
+                await self._check_decisions(plan)
             if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
                 # History is asked before RUN_STARTED here: a run_id used before must be
                 # refused before it is.
@@ -154,6 +167,32 @@ class RunManager:
         run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
         return run
+
+    async def _waiting(self, plan: RunPlan) -> dict[str, approvals.Pending]:
+        """The approvals waiting in the run's thread (its context: the profile's window)."""
+        messages: list[message_pb2.Message] = []
+        token = ""
+        while True:
+            try:
+                page = await self.peers.load_context(
+                    plan.owner, convert.thread_context_request(plan, token)
+                )
+            except NotFound:
+                return {}  # no such thread of this owner: nothing waits
+            messages.extend(page.messages)
+            token = page.next_page_token
+            if not token:
+                break
+        msgs = [msg_from_pb(m, f"context[{i}]") for i, m in enumerate(messages)]
+        return approvals.pending_approvals(msgs)
+
+    async def _check_decisions(self, plan: RunPlan) -> None:
+        approvals.check(
+            plan.decisions,
+            await self._waiting(plan),
+            now=datetime.now(UTC),
+            ttl=self.policy.approval_ttl,
+        )
 
     async def _abandon_record(self, plan: RunPlan, exc: BaseException) -> None:
         """A run admitted in history whose stream could not start: finished FAILED at once
@@ -494,13 +533,33 @@ class RunManager:
                 client_tools = tuple(t for t in client_tools if t.name in chosen)
             else:
                 request = convert.execute_request(
-                    plan, context, server_tools, client_tools, reply_message_id=uuid.uuid4().hex
+                    plan,
+                    context,
+                    server_tools,
+                    client_tools,
+                    reply_message_id=uuid.uuid4().hex,
+                    decisions=self._settled(plan, context),
                 )
                 request.sequence_horizon = horizon
                 result = await self._executor_step(run, request)
             await self._emit(run, convert.step_finished(step))
         assert result is not None  # every plan ends with an executor step
         return result
+
+    def _settled(
+        self, plan: RunPlan, context: Sequence[message_pb2.Message]
+    ) -> list[approvals.Decision]:
+        """The decision on every approval waiting in the context (the worker's only)."""
+        if plan.profile.executor is not ExecutorKind.WORKER:
+            return []
+        msgs = [msg_from_pb(m, f"context[{i}]") for i, m in enumerate(context)]
+        return approvals.settle(
+            plan.decisions,
+            approvals.pending_approvals(msgs),
+            now=datetime.now(UTC),
+            ttl=self.policy.approval_ttl,
+            owner=plan.owner,
+        )
 
     async def _executor_step(
         self, run: ActiveRun, request: executor_service_pb2.ExecuteRequest
@@ -580,9 +639,10 @@ class RunManager:
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
         pending = list(result.pending_tool_call_ids)
+        asked = convert.approvals_of(result, run.outputs, self.policy.approval_ttl)
         state = (
             history_service_pb2.RUN_STATE_INTERRUPTED
-            if pending
+            if pending or asked
             else history_service_pb2.RUN_STATE_SUCCEEDED
         )
         try:
@@ -596,11 +656,12 @@ class RunManager:
             run.outcome = Outcome.CANCELLED
             await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
             return
+        waits = bool(pending or asked)
         outcome = (
-            run_event_pb2.RUN_OUTCOME_INTERRUPT if pending else run_event_pb2.RUN_OUTCOME_SUCCESS
+            run_event_pb2.RUN_OUTCOME_INTERRUPT if waits else run_event_pb2.RUN_OUTCOME_SUCCESS
         )
-        run.outcome = Outcome.INTERRUPTED if pending else Outcome.SUCCEEDED
-        await self._emit(run, convert.run_finished(outcome, pending, result.usage))
+        run.outcome = Outcome.INTERRUPTED if waits else Outcome.SUCCEEDED
+        await self._emit(run, convert.run_finished(outcome, pending, result.usage, asked))
 
     async def _fail(self, run: ActiveRun, exc: BaseException) -> None:
         error = core.as_domain_error(exc)

@@ -21,7 +21,7 @@ from shared.model.factory import agent_problem
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
-from shared.tools import REGISTERED_TOOLS
+from shared.tools import KnownTools, deployment_tools
 
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
 
@@ -39,12 +39,21 @@ class RunSettings(BaseSettings):
     run_lease_seconds: float = 15.0
     # How often a queued run asks whether it may start.
     run_queue_poll_seconds: float = 0.25
+    # AGENTMESH_APPROVAL_TTL_SECONDS: how long a tool call waits for a person's approval
+    # (the AG-UI interrupt's expiresAt); later it is recorded as denied.
+    approval_ttl_seconds: float = 3600.0
 
     def policy(self) -> RunPolicy:
         return RunPolicy(
             lease_seconds=max(self.run_lease_seconds, 1.0),
             queue_poll_seconds=max(self.run_queue_poll_seconds, 0.01),
+            approval_ttl_seconds=max(self.approval_ttl_seconds, 0.1),
         )
+
+
+def known_tools(settings: Settings) -> KnownTools:
+    """The deployment's tools (built-ins and AGENTMESH_TOOLS_FILE); a bad file stops the service."""
+    return deployment_tools(settings, "orchestrator")[1]
 
 
 def load_profiles(settings: Settings) -> ProfileRegistry:
@@ -53,7 +62,7 @@ def load_profiles(settings: Settings) -> ProfileRegistry:
     try:
         # Each profile's agent is checked against the model cards the executor will use.
         check = functools.partial(agent_problem, settings)
-        return ProfileRegistry.load(settings.profiles_file, REGISTERED_TOOLS, check)
+        return ProfileRegistry.load(settings.profiles_file, known_tools(settings), check)
     except ProfileFileError as err:
         raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
 
@@ -82,7 +91,7 @@ async def build(
         ),
     )
     runs.start_sweeper()
-    servicer = OrchestratorServicer(runs, event_log, registry, settings)
+    servicer = OrchestratorServicer(runs, event_log, registry, settings, known_tools(settings))
 
     def register(server: grpc.aio.Server) -> None:
         orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server(servicer, server)

@@ -15,17 +15,25 @@ from agentmesh.type.v1 import run_event_pb2
 from services.orchestrator import convert, core
 from services.orchestrator.runs import ActiveRun, RunManager
 from shared import telemetry, wire
+from shared.domain import RuntimeMode
 from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
 from shared.profiles import ProfileRegistry
 from shared.settings import Settings
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 
 class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
     def __init__(
-        self, runs: RunManager, event_log: EventLog, profiles: ProfileRegistry, settings: Settings
+        self,
+        runs: RunManager,
+        event_log: EventLog,
+        profiles: ProfileRegistry,
+        settings: Settings,
+        known_tools: KnownTools = BUILTIN_KNOWN,
     ) -> None:
+        self.known_tools = known_tools
         self.runs = runs
         self.event_log = event_log
         self.profiles = profiles
@@ -77,6 +85,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             self.profiles,
             max_message_chars=self.settings.max_message_chars,
             default_time_zone=self.settings.default_timezone,
+            known_tools=self.known_tools,
         )
         telemetry.annotate(profile=plan.profile.name)
         # Shielded: a caller that gives up while the run is being admitted (the gateway's
@@ -115,6 +124,22 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         run_id = core.check_identifier(request.run_id, "run_id")
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
+
+    async def ListTools(  # type: ignore[override]
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListToolsResponse:
+        owner = owner_id(context)
+        profile = core.resolve_profile(RuntimeMode.CHAT, request.profile_name, None, self.profiles)
+        listed = await self.runs.peers.list_tools(owner)
+        effective, asking = core.tools_for_chat(
+            profile, [(t.spec.name, t.requires_approval) for t in listed.tools], self.known_tools
+        )
+        return pb.ListToolsResponse(
+            tools=listed.tools,
+            profile_name=profile.name,
+            effective_tool_names=effective,
+            approval_tool_names=asking,
+        )
 
 
 

@@ -15,7 +15,7 @@ from shared.domain import automation_thread_id
 from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
 from shared.text import check_storable
-from shared.tools import REGISTERED_TOOLS
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 # The tools a job may declare in config.tools; the executor registers the same names.
 
@@ -209,40 +209,46 @@ def _storable(field: str, text: str) -> None:
     check_storable(text, field)
 
 
-def _tool_names(field: str, tools: Sequence[str], *, once: bool) -> None:
-    """At most MAX_TOOLS names, each a registered tool (and none twice when `once`). The
-    error lists a few unknown names, shortened: it travels in gRPC trailers, which are small."""
+def _tool_names(field: str, tools: Sequence[str], known: KnownTools, *, once: bool) -> None:
+    """At most MAX_TOOLS names or patterns, each naming a tool of the deployment (and none
+    twice when `once`). The error lists a few unknown names, shortened: it travels in gRPC
+    trailers, which are small."""
     if len(tools) > MAX_TOOLS:
         raise InvalidArgument(field, f"must list at most {MAX_TOOLS} tools")
-    unknown = [t for t in tools if t not in REGISTERED_TOOLS]
+    unknown = [t for t in tools if not known.knows(t)]
     if unknown:
         shown = ", ".join(t[:40] for t in unknown[:_SHOWN_UNKNOWN])
         more = f" and {len(unknown) - _SHOWN_UNKNOWN} more" if len(unknown) > _SHOWN_UNKNOWN else ""
-        raise InvalidArgument(
-            field, f"unknown tools: {shown}{more} (registered: {', '.join(REGISTERED_TOOLS)})"
-        )
+        listing = known.listing()
+        listing = listing if len(listing) <= 300 else listing[:300] + "..."
+        raise InvalidArgument(field, f"unknown tools: {shown}{more} (registered: {listing})")
     if once and len(set(tools)) != len(tools):
         raise InvalidArgument(field, "must not repeat a tool")
 
 
-def validate_config(prompt: str, tools: Sequence[str], prefix: str = "job.config") -> JobConfig:
+def validate_config(
+    prompt: str, tools: Sequence[str], prefix: str = "job.config", known: KnownTools = BUILTIN_KNOWN
+) -> JobConfig:
     if not prompt.strip():
         raise InvalidArgument(f"{prefix}.prompt", "is required and must not be blank")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise InvalidArgument(f"{prefix}.prompt", f"must be at most {MAX_PROMPT_CHARS} characters")
     _storable(f"{prefix}.prompt", prompt)
-    _tool_names(f"{prefix}.tools", tools, once=True)
+    _tool_names(f"{prefix}.tools", tools, known, once=True)
     return JobConfig(prompt=prompt, tools=tuple(tools))
 
 
-def validate_profile(profile: ExecutionProfile, prefix: str = "job.execution_profile") -> ExecutionProfile:
+def validate_profile(
+    profile: ExecutionProfile, prefix: str = "job.execution_profile", known: KnownTools = BUILTIN_KNOWN
+) -> ExecutionProfile:
     _storable(f"{prefix}.name", profile.name)
-    _tool_names(f"{prefix}.tool_policy.allowlist", profile.tool_policy.allowlist, once=False)
+    _tool_names(f"{prefix}.tool_policy.allowlist", profile.tool_policy.allowlist, known, once=False)
     return profile
 
 
-def validate_spec(spec: JobSpec) -> JobSpec:
-    """The spec with every field checked; INVALID_ARGUMENT naming the first bad field."""
+def validate_spec(spec: JobSpec, known: KnownTools = BUILTIN_KNOWN) -> JobSpec:
+    """The spec with every field checked; INVALID_ARGUMENT naming the first bad field.
+    `known`: the deployment's tools (AGENTMESH_TOOLS_FILE)."""
     title = spec.title.strip()
     if not title:
         raise InvalidArgument("job.title", "is required")
@@ -257,8 +263,8 @@ def validate_spec(spec: JobSpec) -> JobSpec:
         schedule = sched.validate(spec.schedule)
     except ScheduleError as err:
         raise InvalidArgument(f"job.{err.field}", err.description) from None
-    config = validate_config(spec.config.prompt, spec.config.tools)
-    profile = validate_profile(spec.profile)
+    config = validate_config(spec.config.prompt, spec.config.tools, known=known)
+    profile = validate_profile(spec.profile, known=known)
     return replace(spec, title=title, timezone=timezone, schedule=schedule, config=config, profile=profile)
 
 

@@ -17,6 +17,7 @@ from shared.clients import open_channel
 from shared.pagination import PageTokens
 from shared.server import ServiceParts
 from shared.settings import Settings
+from shared.tools import deployment_tools
 
 NAME = "scheduler"
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -43,7 +44,10 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
     history = open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE])
     dispatcher = Dispatcher(engine, channel, history, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
-    servicer = SchedulerServicer(engine, dispatcher, cfg, PageTokens(settings.page_token_secret))
+    _, known = deployment_tools(settings, NAME)
+    servicer = SchedulerServicer(
+        engine, dispatcher, cfg, PageTokens(settings.page_token_secret), known
+    )
 
     def register(server: object) -> None:
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]

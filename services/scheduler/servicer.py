@@ -30,6 +30,7 @@ from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
 from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
 from services.scheduler.dispatch import Dispatcher, Order
 from services.scheduler.settings import SchedulerSettings
+from shared.tools import BUILTIN_KNOWN, KnownTools
 
 _MAX_REQUEST_ID = 128
 
@@ -52,7 +53,10 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         dispatcher: Dispatcher,
         cfg: SchedulerSettings,
         tokens: PageTokens | None = None,
+        known: KnownTools = BUILTIN_KNOWN,
     ) -> None:
+        # The deployment's tools a job may name (AGENTMESH_TOOLS_FILE).
+        self._known = known
         self._engine = engine
         self._dispatcher = dispatcher
         self._cfg = cfg
@@ -88,7 +92,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         owner = owner_id(context)
         if len(request.request_id) > _MAX_REQUEST_ID:
             raise InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
-        spec = core.validate_spec(spec_from_pb(request.job))
+        spec = core.validate_spec(spec_from_pb(request.job), self._known)
         request_id = request.request_id or None
         async with self._engine.begin() as conn:
             job = await self._create(conn, owner, spec, request_id=request_id)
@@ -123,7 +127,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         job_id = _job_id(request.job.id, "job.id")
         if request.job.version <= 0:
             raise InvalidArgument("job.version", "is required (the version this update is based on)")
-        spec = core.validate_spec(spec_from_pb(request.job))
+        spec = core.validate_spec(spec_from_pb(request.job), self._known)
         async with self._engine.begin() as conn:
             current = await self._job(conn, owner, job_id)
             if current.version != request.job.version:

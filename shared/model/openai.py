@@ -146,7 +146,10 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                             {
                                 "id": block.id,
                                 "type": "function",
-                                "function": {"name": block.name, "arguments": block.input or "{}"},
+                                "function": {
+                                    "name": wire_tool_name(block.name),
+                                    "arguments": block.input or "{}",
+                                },
                             }
                         )
                 elif isinstance(block, ToolResultBlock):
@@ -159,11 +162,22 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
     return out
 
 
+def wire_tool_name(name: str) -> str:
+    """A namespaced tool name (`notes.add_note`, docs/tools.md) as providers accept a
+    function name (OpenAI: ^[A-Za-z0-9_-]{1,64}$, no dot): "." becomes "__"; the answer's
+    names are mapped back through the offered tools (_StreamState)."""
+    return name.replace(".", "__")
+
+
 def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+            "function": {
+                "name": wire_tool_name(t.name),
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
         }
         for t in tools
     ]
@@ -175,7 +189,9 @@ def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 class _StreamState:
     """What the stream has said so far: tool-call ids by index, finish reason, usage."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
+        # The offered tools by the name the provider sees (wire_tool_name).
+        self.names = {wire_tool_name(t.name): t.name for t in tools}
         self.ids: dict[int, str] = {}
         self.finished_reason = ""
         self.usage: Usage | None = None
@@ -209,6 +225,7 @@ class _StreamState:
                 call_id = self.ids.setdefault(index, f"call_{index}")
                 function = call.get("function") or {}
                 name, arguments = function.get("name") or "", function.get("arguments") or ""
+                name = self.names.get(name, name) if isinstance(name, str) else name
                 if isinstance(arguments, str):
                     arguments = storable(arguments)
                 blocks.append(ToolCallBlock(id=call_id, name=name, input=arguments))
@@ -461,7 +478,7 @@ class OpenAIChatModel:
     ) -> AsyncIterator[ChatResponse]:
         body = self.request_body(messages, tools, options)
         response = await self._open_with_retries(body)
-        state = _StreamState()
+        state = _StreamState(tools)
         received = False
         broken: ModelStreamBroken | None = None
         try:

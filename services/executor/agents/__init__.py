@@ -37,7 +37,9 @@ def build_agents(
         ),
         ExecutorKind.MEMORY: MemoryAgent(
             model,
-            tools,
+            # The memory agent runs with no person to ask: tools that need approval are
+            # not there for it (a call to one is refused as not registered).
+            tools.without_approval(),
             watermarks,
             max_tool_rounds=config.max_tool_rounds,
             tool_timeout_seconds=config.tool_timeout_seconds,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.executor.events import StepItem
+from shared.approvals import Decision
 from shared.domain import ExecutorKind
 from shared.messages import Msg
 from shared.model.base import ToolSpec
@@ -33,6 +34,8 @@ class StepRequest:
     declared_tools: tuple[str, ...] = ()
     # The memory executor: history's sequence horizon of `context` (0: unknown).
     sequence_horizon: int = 0
+    # Decisions on the thread's pending approvals (shared.approvals), run or refused first.
+    decisions: tuple[Decision, ...] = ()
 
     @property
     def declared(self) -> tuple[str, ...]:

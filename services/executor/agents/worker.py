@@ -39,8 +39,16 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
-from services.executor.tools import ToolContext, ToolError, ToolRegistry
+from services.executor.tools import (
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    requires_approval,
+    timeout_of,
+)
 from shared import metrics
+from shared.approvals import NOT_RUN, DecisionKind, Pending, approval_record, pending_approvals
+from shared.approvals import RUNS as APPROVAL_RUNS
 from shared.domain import MessageKind
 from shared.errors import DomainError
 from shared.messages import (
@@ -60,7 +68,7 @@ from shared.messages import (
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
 from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
-from shared.tools import DenialReason, arguments_digest, authorize, effective_tools
+from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")
 
@@ -112,6 +120,7 @@ class WorkerAgent:
         self.tool_timeout_seconds = tool_timeout_seconds
 
     async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+        self.tools.refresh()
         registered = self.tools.names()
         server = effective_tools(step.declared, step.profile, registered)
         # A client-side tool may not carry the name of a server-side one (registered at all).
@@ -143,6 +152,12 @@ class WorkerAgent:
         if block and not placed:
             leading.append(system(block))
         history = (*leading, *step.context)
+        if step.decisions:
+            decided: list[Msg] = []
+            async for item in self._decided(step, registered, tool_context, decided):
+                yield item
+            # The decided calls' results follow the calls, before the new input.
+            history = (*history, *decided)
         # This step's input and turns: always sent (the thread's earlier messages fit around them).
         conversation: list[Msg] = [step.input]
         usage = Usage()
@@ -153,6 +168,10 @@ class WorkerAgent:
             reason = authorize(call.name, step.declared, step.profile, registered)
             if reason is not None:
                 return ToolRoute.FORBIDDEN, reason
+            tool = self.tools.get(call.name)
+            asks = matches(step.profile.tool_policy.requires_approval, call.name)
+            if not last and tool is not None and (asks or requires_approval(tool)):
+                return ToolRoute.NEEDS_APPROVAL, None
             # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
             return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
@@ -206,6 +225,7 @@ class WorkerAgent:
             conversation.append(message)
 
             pending: list[str] = []
+            asked: list[Pending] = []
             results: list[ToolResultBlock] = []
             results_id = new_id()
             for call in calls:
@@ -216,6 +236,10 @@ class WorkerAgent:
                 if reason is not None:
                     yield denied(call, reason)
                     result = denied_result(call, reason)
+                elif route is ToolRoute.NEEDS_APPROVAL:
+                    args = call.input or "{}"
+                    asked.append(Pending(call.id, call.name, args, message.created_at))
+                    continue
                 elif route is ToolRoute.SERVER:
                     result = await run_tool(
                         self.tools, call, tool_context, self.tool_timeout_seconds
@@ -230,12 +254,56 @@ class WorkerAgent:
                 results_msg = assistant(results, id=results_id, kind=MessageKind.TOOL_RESULT)
                 yield results_msg
                 conversation.append(results_msg)
-            if pending:
-                yield StepResult("tool_calls", usage, tuple(pending))
+            if pending or asked:
+                yield StepResult("tool_calls", usage, tuple(pending), tuple(asked))
                 return
             if last:
                 yield StepResult("max_tool_iterations", usage)
                 return
+
+    async def _decided(
+        self,
+        step: StepRequest,
+        registered: Sequence[str],
+        context: ToolContext,
+        out: list[Msg],
+    ) -> AsyncIterator[StepItem]:
+        """Run the approved (or edited) calls the thread was waiting on, refuse the others;
+        their results are one message, which keeps each decision and who made it."""
+        waiting = pending_approvals(step.context)
+        results: list[ToolResultBlock] = []
+        records: list[dict[str, str]] = []
+        results_id = new_id()
+        for d in step.decisions:
+            p = waiting.get(d.tool_call_id)
+            if p is None:
+                continue  # answered meanwhile (the orchestrator checked it was waiting)
+            arguments = d.arguments if d.kind is DecisionKind.EDIT else p.arguments
+            call = ToolCallBlock(p.tool_call_id, p.tool_name, arguments, ToolCallState.ALLOWED)
+            if d.kind in APPROVAL_RUNS:
+                # Still within the policy now (the profile or the registry may have changed).
+                reason = authorize(call.name, step.declared, step.profile, registered)
+                if reason is not None:
+                    yield denied(call, reason)
+                    result = denied_result(call, reason)
+                else:
+                    result = await run_tool(self.tools, call, context, self.tool_timeout_seconds)
+            else:
+                text = NOT_RUN[d.kind]
+                result = ToolResultBlock(call.id, call.name, text, ToolResultState.DENIED)
+            records.append(approval_record(d, call.name, arguments_digest(arguments)))
+            event_id = tool_result_message_id(results_id, len(results))
+            yield ToolCallResult(event_id, call.id, result.text)
+            results.append(result)
+        if results:
+            message = assistant(
+                results,
+                id=results_id,
+                kind=MessageKind.TOOL_RESULT,
+                metadata={"approvals": records},
+            )
+            out.append(message)
+            yield message
 
     async def _model_turn(
         self,
@@ -312,7 +380,7 @@ async def run_tool(
         arguments = json.loads(call.input or "{}")
         if not isinstance(arguments, dict):
             raise ToolError("the arguments must be a JSON object")
-        async with asyncio.timeout(timeout_seconds):
+        async with asyncio.timeout(timeout_of(tool, timeout_seconds)):
             output = await tool.execute(arguments, context)
     except json.JSONDecodeError:
         return _error(call, "the arguments are not valid JSON")
@@ -327,6 +395,8 @@ async def run_tool(
 
 
 def _call_state(route: ToolRoute) -> ToolCallState:
+    if route is ToolRoute.NEEDS_APPROVAL:
+        return ToolCallState.ASKING  # stored waiting: the thread's next run decides
     return ToolCallState.SUBMITTED if route is ToolRoute.CLIENT else ToolCallState.FINISHED
 
 

@@ -40,6 +40,11 @@ class ExecutorServiceStub:
                 request_serializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/agentmesh.executor.v1.ExecutorService/ListTools',
+                request_serializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -52,6 +57,14 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTools(self, request, context):
+        """The server-side tools this executor runs (built-ins, HTTP tools, the tools the MCP
+        servers listed), with their input schemas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +72,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteRequest.FromString,
                     response_serializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsRequest.FromString,
+                    response_serializer=agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +107,33 @@ class ExecutorService:
             '/agentmesh.executor.v1.ExecutorService/Execute',
             agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteRequest.SerializeToString,
             agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.executor.v1.ExecutorService/ListTools',
+            agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsRequest.SerializeToString,
+            agentmesh_dot_executor_dot_v1_dot_executor__service__pb2.ListToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,3 +1,4 @@
+from agentmesh.type.v1 import approval_pb2 as _approval_pb2
 from agentmesh.type.v1 import execution_profile_pb2 as _execution_profile_pb2
 from agentmesh.type.v1 import message_pb2 as _message_pb2
 from agentmesh.type.v1 import run_event_pb2 as _run_event_pb2
@@ -24,8 +25,26 @@ MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
 MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy
 MULTITASK_STRATEGY_ROLLBACK: MultitaskStrategy
 
+class ListToolsRequest(_message.Message):
+    __slots__ = ("profile_name",)
+    PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    profile_name: str
+    def __init__(self, profile_name: _Optional[str] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "profile_name", "effective_tool_names", "approval_tool_names")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[_message_pb2.RegisteredTool]
+    profile_name: str
+    effective_tool_names: _containers.RepeatedScalarFieldContainer[str]
+    approval_tool_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tools: _Optional[_Iterable[_Union[_message_pb2.RegisteredTool, _Mapping]]] = ..., profile_name: _Optional[str] = ..., effective_tool_names: _Optional[_Iterable[str]] = ..., approval_tool_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class StartRunRequest(_message.Message):
-    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy", "batch_events")
+    __slots__ = ("thread_id", "run_id", "messages", "tools", "context", "state", "forwarded_props", "origin", "profile_name", "profile", "time_zone", "parent_run_id", "declared_tools", "multitask_strategy", "batch_events", "tool_decisions")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +60,7 @@ class StartRunRequest(_message.Message):
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     MULTITASK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     BATCH_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DECISIONS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     run_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_message_pb2.Message]
@@ -56,7 +76,8 @@ class StartRunRequest(_message.Message):
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
     multitask_strategy: MultitaskStrategy
     batch_events: bool
-    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., batch_events: _Optional[bool] = ...) -> None: ...
+    tool_decisions: _containers.RepeatedCompositeFieldContainer[_approval_pb2.ToolDecision]
+    def __init__(self, thread_id: _Optional[str] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., context: _Optional[_Iterable[_Union[_message_pb2.ContextItem, _Mapping]]] = ..., state: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., forwarded_props: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., profile_name: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., time_zone: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., multitask_strategy: _Optional[_Union[MultitaskStrategy, str]] = ..., batch_events: _Optional[bool] = ..., tool_decisions: _Optional[_Iterable[_Union[_approval_pb2.ToolDecision, _Mapping]]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("event", "events")

@@ -51,6 +51,11 @@ class OrchestratorServiceStub:
                 request_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunResponse.FromString,
                 _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/agentmesh.orchestrator.v1.OrchestratorService/ListTools',
+                request_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
 
 
 class OrchestratorServiceServicer:
@@ -77,6 +82,13 @@ class OrchestratorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTools(self, request, context):
+        """The deployment's server-side tools, and which of them a chat run on a profile may call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OrchestratorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +106,11 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.CancelRun,
                     request_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunRequest.FromString,
                     response_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunResponse.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.FromString,
+                    response_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +196,33 @@ class OrchestratorService:
             '/agentmesh.orchestrator.v1.OrchestratorService/CancelRun',
             agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunRequest.SerializeToString,
             agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.CancelRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.orchestrator.v1.OrchestratorService/ListTools',
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.SerializeToString,
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

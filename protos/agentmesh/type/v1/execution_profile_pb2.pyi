@@ -33,12 +33,14 @@ MEMORY_MODE_OFF: MemoryMode
 MEMORY_MODE_RECALL: MemoryMode
 
 class ToolPolicy(_message.Message):
-    __slots__ = ("mode", "allowlist")
+    __slots__ = ("mode", "allowlist", "requires_approval")
     MODE_FIELD_NUMBER: _ClassVar[int]
     ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
+    REQUIRES_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     mode: ToolPolicyMode
     allowlist: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, mode: _Optional[_Union[ToolPolicyMode, str]] = ..., allowlist: _Optional[_Iterable[str]] = ...) -> None: ...
+    requires_approval: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[ToolPolicyMode, str]] = ..., allowlist: _Optional[_Iterable[str]] = ..., requires_approval: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HistoryPolicy(_message.Message):
     __slots__ = ("window",)

@@ -116,6 +116,16 @@ class ToolSpec(_message.Message):
     parameters_json: str
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
+class RegisteredTool(_message.Message):
+    __slots__ = ("spec", "source", "requires_approval")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRES_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    spec: ToolSpec
+    source: str
+    requires_approval: bool
+    def __init__(self, spec: _Optional[_Union[ToolSpec, _Mapping]] = ..., source: _Optional[str] = ..., requires_approval: _Optional[bool] = ...) -> None: ...
+
 class ContextItem(_message.Message):
     __slots__ = ("description", "value")
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]

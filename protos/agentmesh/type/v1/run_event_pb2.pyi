@@ -1,3 +1,4 @@
+from agentmesh.type.v1 import approval_pb2 as _approval_pb2
 from agentmesh.type.v1 import message_pb2 as _message_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
@@ -25,14 +26,16 @@ class RunStarted(_message.Message):
     def __init__(self) -> None: ...
 
 class RunFinished(_message.Message):
-    __slots__ = ("outcome", "pending_tool_call_ids", "usage")
+    __slots__ = ("outcome", "pending_tool_call_ids", "usage", "approvals")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     PENDING_TOOL_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
     outcome: RunOutcome
     pending_tool_call_ids: _containers.RepeatedScalarFieldContainer[str]
     usage: _message_pb2.Usage
-    def __init__(self, outcome: _Optional[_Union[RunOutcome, str]] = ..., pending_tool_call_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[_message_pb2.Usage, _Mapping]] = ...) -> None: ...
+    approvals: _containers.RepeatedCompositeFieldContainer[_approval_pb2.ApprovalRequest]
+    def __init__(self, outcome: _Optional[_Union[RunOutcome, str]] = ..., pending_tool_call_ids: _Optional[_Iterable[str]] = ..., usage: _Optional[_Union[_message_pb2.Usage, _Mapping]] = ..., approvals: _Optional[_Iterable[_Union[_approval_pb2.ApprovalRequest, _Mapping]]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("message", "code")

@@ -1,0 +1,210 @@
+"""Approval of tool calls through the whole suite: a tool that requires approval stops the
+run with an AG-UI interrupt (the pending call and its arguments); the thread's next run
+answers it through RunAgentInput `resume` (approve / edit / deny); a bad answer is refused
+with 400 naming the field and nothing stored; an approval left unanswered expires."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from services.launcher import Suite
+from tests.e2e.conftest import parse_sse, run_body, token
+from tests.tools.conftest import notes_stdio
+from tests.tools.suite import PROFILE, outside_tools_suite
+
+TTL = 4.0
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    servers = [notes_stdio(requires_approval=["notes.add_note"])]
+    env = {"AGENTMESH_APPROVAL_TTL_SECONDS": str(TTL)}
+    with outside_tools_suite(tmp_path_factory.mktemp("approval"), servers, **env) as s:
+        yield s
+
+
+def new(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def post(suite: Suite, owner: str, thread: str, text: str, **extra: Any) -> httpx.Response:
+    body = run_body(
+        thread, new("r"), text, forwardedProps={"agentmesh": {"profile": PROFILE}}, **extra
+    )
+    return httpx.post(
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=120,
+    )
+
+
+def events(resp: httpx.Response) -> list[dict[str, Any]]:
+    assert resp.status_code == 200, resp.text
+    return parse_sse(resp.content)  # type: ignore[return-value]
+
+
+def history(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
+    resp = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/threads/{thread}/history",
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()["messages"]  # type: ignore[no-any-return]
+
+
+def ask(suite: Suite, owner: str, thread: str, note: str) -> dict[str, Any]:
+    """A run that calls notes.add_note: it ends waiting for approval; the interrupt."""
+    got = events(
+        post(suite, owner, thread, f'use the notes.add_note tool with {{"text": "{note}"}}')
+    )
+    end = got[-1]
+    assert end["type"] == "RUN_FINISHED" and end["outcome"]["type"] == "interrupt", end
+    [interrupt] = end["outcome"]["interrupts"]
+    assert not [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    return interrupt  # type: ignore[no-any-return]
+
+
+def notes(suite: Suite, owner: str) -> str:
+    got = events(post(suite, owner, new("t"), "use the notes.list_notes tool"))
+    [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    return str(result["content"])
+
+
+def test_a_call_needing_approval_ends_the_run_with_an_interrupt_naming_the_call(
+    suite: Suite,
+) -> None:
+    owner = new("ann")
+    interrupt = ask(suite, owner, new("t"), "call mom")
+    assert interrupt["reason"] == "tool_approval"
+    assert interrupt["id"] == interrupt["toolCallId"]
+    assert interrupt["metadata"]["toolName"] == "notes.add_note"
+    assert json.loads(interrupt["metadata"]["arguments"]) == {"text": "call mom"}
+    assert interrupt["expiresAt"].endswith("Z")
+    assert notes(suite, owner) == "no notes"  # nothing ran
+
+
+def test_approve_runs_the_call_in_the_next_run_and_keeps_who_decided(suite: Suite) -> None:
+    owner, thread = new("bea"), new("t")
+    interrupt = ask(suite, owner, thread, "buy milk")
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    got = events(post(suite, owner, thread, "approved", resume=resume))
+    assert got[-1]["type"] == "RUN_FINISHED" and got[-1]["outcome"]["type"] == "success", got[-1]
+    [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["toolCallId"] == interrupt["id"] and result["content"] == "saved note 1"
+    assert notes(suite, owner) == "buy milk"
+    stored = [m for m in history(suite, owner, thread) if m.get("toolCallId") == interrupt["id"]]
+    assert stored and stored[0]["content"] == "saved note 1"
+    [decision] = stored[0]["metadata"]["approvals"]
+    assert decision["decision"] == "approve" and decision["decidedBy"] == owner
+    assert decision["toolCallId"] == interrupt["id"] and len(decision["argumentsSha256"]) == 64
+
+
+def test_edit_runs_the_call_with_the_edited_arguments(suite: Suite) -> None:
+    owner, thread = new("cy"), new("t")
+    interrupt = ask(suite, owner, thread, "typo")
+    payload = {"decision": "edit", "arguments": {"text": "fixed"}}
+    got = events(
+        post(
+            suite,
+            owner,
+            thread,
+            "edited",
+            resume=[{"interruptId": interrupt["id"], "status": "resolved", "payload": payload}],
+        )
+    )
+    assert [e["content"] for e in got if e["type"] == "TOOL_CALL_RESULT"] == ["saved note 1"]
+    assert notes(suite, owner) == "fixed"
+
+
+@pytest.mark.parametrize(
+    "answer", [{"status": "cancelled"}, {"status": "resolved", "payload": {"decision": "deny"}}]
+)
+def test_deny_or_cancel_never_runs_the_call(suite: Suite, answer: dict[str, Any]) -> None:
+    owner, thread = new("dee"), new("t")
+    interrupt = ask(suite, owner, thread, "no")
+    got = events(
+        post(suite, owner, thread, "no thanks", resume=[{"interruptId": interrupt["id"], **answer}])
+    )
+    [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    assert "denied" in result["content"]
+    assert notes(suite, owner) == "no notes"
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        (
+            {"interruptId": "nope", "status": "resolved", "payload": {"decision": "approve"}},
+            "resume[0].interruptId",
+        ),
+        ({"status": "resolved"}, "resume[0].interruptId"),
+        ({"interruptId": "x", "status": "maybe"}, "resume[0].status"),
+        ({"interruptId": "x", "status": "resolved"}, "resume[0].payload"),
+        (
+            {"interruptId": "x", "status": "resolved", "payload": {"decision": "yes"}},
+            "resume[0].payload.decision",
+        ),
+        (
+            {"interruptId": "x", "status": "resolved", "payload": {"decision": "edit"}},
+            "resume[0].payload.arguments",
+        ),
+        (
+            {"interruptId": "x", "status": "resolved", "payload": {"decision": "approve", "x": 1}},
+            "resume[0].payload.x",
+        ),
+        ("approve", "resume[0]"),
+    ],
+)
+def test_a_bad_resume_is_refused_naming_the_field_and_nothing_is_stored(
+    suite: Suite, entry: Any, field: str
+) -> None:
+    owner, thread = new("eve"), new("t")
+    interrupt = ask(suite, owner, thread, "keep")
+    if isinstance(entry, dict) and entry.get("interruptId") == "x":
+        entry = {**entry, "interruptId": interrupt["id"]}
+    before = history(suite, owner, thread)
+    resp = post(suite, owner, thread, "answer", resume=[entry])
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["details"][0]["field"] == field, resp.text
+    assert history(suite, owner, thread) == before
+
+
+def test_another_owner_cannot_answer_an_approval(suite: Suite) -> None:
+    owner, thread = new("fay"), new("t")
+    interrupt = ask(suite, owner, thread, "mine")
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    resp = post(suite, new("mallory"), thread, "approved", resume=resume)
+    assert resp.status_code in (400, 404), resp.text
+    assert notes(suite, owner) == "no notes"
+
+
+def test_an_unanswered_approval_expires_and_is_recorded_denied(suite: Suite) -> None:
+    owner, thread = new("gus"), new("t")
+    interrupt = ask(suite, owner, thread, "late")
+    time.sleep(TTL + 0.5)
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    late = post(suite, owner, thread, "approved", resume=resume)
+    assert (
+        late.status_code == 400
+        and late.json()["error"]["details"][0]["field"] == "resume[0].interruptId"
+    )
+    assert "expired" in late.text
+    got = events(post(suite, owner, thread, "anything else?"))
+    [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["toolCallId"] == interrupt["id"] and "not executed" in result["content"]
+    assert notes(suite, owner) == "no notes"
