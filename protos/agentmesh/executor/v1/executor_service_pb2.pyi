@@ -33,7 +33,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[_message_pb2.RegisteredTool, _Mapping]]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items", "tool_decisions")
+    __slots__ = ("run_id", "thread_id", "executor", "profile", "context_messages", "input_message", "tools", "client_tools", "time_zone", "reply_message_id", "declared_tools", "batch_items", "tool_decisions", "sequence_horizon")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class ExecuteRequest(_message.Message):
     DECLARED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
     TOOL_DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HORIZON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     thread_id: str
     executor: _execution_profile_pb2.Executor
@@ -60,7 +61,8 @@ class ExecuteRequest(_message.Message):
     declared_tools: _containers.RepeatedScalarFieldContainer[str]
     batch_items: bool
     tool_decisions: _containers.RepeatedCompositeFieldContainer[_approval_pb2.ToolDecision]
-    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., batch_items: _Optional[bool] = ..., tool_decisions: _Optional[_Iterable[_Union[_approval_pb2.ToolDecision, _Mapping]]] = ...) -> None: ...
+    sequence_horizon: int
+    def __init__(self, run_id: _Optional[str] = ..., thread_id: _Optional[str] = ..., executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., client_tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ..., time_zone: _Optional[str] = ..., reply_message_id: _Optional[str] = ..., declared_tools: _Optional[_Iterable[str]] = ..., batch_items: _Optional[bool] = ..., tool_decisions: _Optional[_Iterable[_Union[_approval_pb2.ToolDecision, _Mapping]]] = ..., sequence_horizon: _Optional[int] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
     __slots__ = ("event", "message", "result", "tool_denial", "items")
