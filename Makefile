@@ -79,15 +79,17 @@ buf-breaking: tools
 lint: buf-lint
 
 ## The whole suite: once on the embedded default, once on real PostgreSQL + Redis, then
-## the real-model tier against the local model server.
+## the real-model tier against the local model server. The end-to-end tests start the suite
+## in one process (target all) on the embedded pass and one process per service on the
+## postgres pass (AGENTMESH_TEST_SHAPE): both shapes, without running the tier twice each.
 test: install tools buf-lint buf-breaking test-embedded test-postgres test-realmodel
 
 test-embedded: install tools
-	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q
+	AGENTMESH_TEST_BACKEND=embedded AGENTMESH_TEST_SHAPE=all $(BIN)/python -m pytest -q
 
 test-postgres: install tools
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
-		AGENTMESH_TEST_BACKEND=postgres $(BIN)/python -m pytest -q; \
+		AGENTMESH_TEST_BACKEND=postgres AGENTMESH_TEST_SHAPE=split $(BIN)/python -m pytest -q; \
 	else \
 		echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) is not reachable:"; \
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
