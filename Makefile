@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -100,9 +100,29 @@ test-realmodel: install $(MODEL_STAMP)
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
 
 ## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
-bench: install
+## They include the issue-24 targets against the peer (bench/targets.py), which needs bench-peer.
+bench: install bench-peer
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## The peer of make bench: LangGraph's dev server (in-memory runtime) in its own venv, so the
+## suite's venv stays free of langgraph; bench/peer.py starts it with no outbound calls.
+PEER_VENV := .venv-peer
+PEER_STAMP := $(PEER_VENV)/.installed
+LANGGRAPH_CLI_VERSION := 0.4.40
+LANGGRAPH_API_VERSION := 0.16.7
+LANGGRAPH_INMEM_VERSION := 0.36.7
+LANGGRAPH_VERSION := 1.2.24
+
+bench-peer: $(PEER_STAMP)
+
+$(PEER_STAMP): Makefile
+	@test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEER_VENV)/bin/python -m pip install --quiet 'langgraph-cli[inmem]==$(LANGGRAPH_CLI_VERSION)' \
+		'langgraph-api==$(LANGGRAPH_API_VERSION)' 'langgraph-runtime-inmem==$(LANGGRAPH_INMEM_VERSION)' \
+		'langgraph==$(LANGGRAPH_VERSION)'
+	@touch $@
 
 ## agentmesh's overhead around the real local model (first text, tokens/s: gateway vs direct).
 bench-model: install $(MODEL_STAMP)

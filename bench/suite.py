@@ -27,7 +27,15 @@ PG_URL = os.environ.get("AGENTMESH_BENCH_PG_URL", "postgresql://postgres@127.0.0
 REDIS_URL = os.environ.get("AGENTMESH_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
-def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] | None = None) -> Suite:
+def start_suite(
+    backend: str,
+    tmp: Path,
+    prefix: str,
+    extra_env: dict[str, str] | None = None,
+    shape: str = "split",
+) -> Suite:
+    """The suite on free ports: one process per service (shape "split"), or every service
+    in one process (shape "all": python -m services --target all)."""
     env = {
         "AGENTMESH_DATA_DIR": str(tmp / "data"),
         "AGENTMESH_JWT_SECRET": SECRET,
@@ -42,7 +50,9 @@ def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] 
         "AGENTMESH_MAX_MESSAGE_CHARS": "200000",
     }
     env.update(extra_env or {})
-    suite = Suite(ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs")
+    suite = Suite(
+        ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs", shape=shape
+    )
     suite.start(timeout=120)
     return suite
 
@@ -63,17 +73,54 @@ def http_client(connections: int, timeout: float) -> aiohttp.ClientSession:
     )
 
 
-async def one_run(
-    client: aiohttp.ClientSession, url: str, auth: str, text: str
+# The peer (bench/peer.py): LangGraph's API server, a stateless streamed run of the graph
+# "agent"; the stream ends when the run has.
+LANGGRAPH = "langgraph"
+
+
+def run_url(base: str, api: str = "agentmesh") -> str:
+    """Where a run is started and streamed, for the load clients."""
+    return f"{base}/runs/stream" if api == LANGGRAPH else f"{base}/api/v1/agent/runs"
+
+
+async def _langgraph_run(
+    client: aiohttp.ClientSession, url: str, text: str, started: float
 ) -> tuple[float, float, int]:
-    """(time to first event, time to RUN_FINISHED, events) of one run, in seconds."""
+    body = {
+        "assistant_id": "agent",
+        "input": {"messages": [{"role": "human", "content": text}]},
+        "stream_mode": ["values"],
+    }
+    first = 0.0
+    events = 0
+    tail = b""
+    async with client.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.read())[:200]!r}")
+        async for chunk in resp.content.iter_any():
+            if not first:
+                first = time.perf_counter() - started
+            events += chunk.count(b"\n\n")
+            tail = (tail + chunk)[-4096:]
+            if b"event: error" in tail:
+                raise RuntimeError("run failed: " + tail[-300:].decode(errors="replace"))
+    return first, time.perf_counter() - started, events
+
+
+async def one_run(
+    client: aiohttp.ClientSession, url: str, auth: str, text: str, api: str = "agentmesh"
+) -> tuple[float, float, int]:
+    """(time to first event, time to RUN_FINISHED (the peer: to the stream's end), events)
+    of one run, in seconds."""
+    started = time.perf_counter()
+    if api == LANGGRAPH:
+        return await _langgraph_run(client, url, text, started)
     thread_id = f"b-{uuid.uuid4().hex[:12]}"
     body = {
         "threadId": thread_id,
         "runId": f"r-{uuid.uuid4().hex[:12]}",
         "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": text}],
     }
-    started = time.perf_counter()
     first = 0.0
     events = 0
     async with client.post(url, json=body, headers={"Authorization": auth}) as resp:
@@ -92,7 +139,9 @@ async def one_run(
     return first, time.perf_counter() - started, events
 
 
-def _client_process(url: str, concurrency: int, duration: float, text: str, out: Any) -> None:
+def _client_process(
+    url: str, concurrency: int, duration: float, text: str, out: Any, api: str = "agentmesh"
+) -> None:
     import uvloop
 
     async def main() -> dict[str, Any]:
@@ -106,7 +155,7 @@ def _client_process(url: str, concurrency: int, duration: float, text: str, out:
             async def worker() -> None:
                 while time.perf_counter() < deadline:
                     try:
-                        f, t, _ = await one_run(client, url, auth, text)
+                        f, t, _ = await one_run(client, url, auth, text, api)
                         firsts.append(f)
                         totals.append(t)
                     except Exception as err:  # the benchmark counts failures, it does not stop
@@ -128,9 +177,18 @@ def _client_process(url: str, concurrency: int, duration: float, text: str, out:
     out.close()
 
 
-def load(suite: Suite, concurrency: int, duration: float, processes: int, text: str = "Hello benchmark") -> dict[str, Any]:
-    """Runs/s and latency at `concurrency` concurrent runs spread over client processes."""
-    url = f"{suite.gateway_url}/api/v1/agent/runs"
+def load(
+    suite: Suite | str,
+    concurrency: int,
+    duration: float,
+    processes: int,
+    text: str = "Hello benchmark",
+    api: str = "agentmesh",
+) -> dict[str, Any]:
+    """Runs/s and latency at `concurrency` concurrent runs spread over client processes;
+    `suite` is the suite or the base URL of a server speaking `api`."""
+    base = suite if isinstance(suite, str) else suite.gateway_url
+    url = run_url(base, api)
     procs = max(1, min(processes, concurrency))
     per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
     ctx = mp.get_context("spawn")
@@ -138,7 +196,7 @@ def load(suite: Suite, concurrency: int, duration: float, processes: int, text: 
     workers = []
     for n in per:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, n, duration, text, child))
+        p = ctx.Process(target=_client_process, args=(url, n, duration, text, child, api))
         p.start()
         pipes.append(parent)
         workers.append(p)
@@ -159,6 +217,90 @@ def load(suite: Suite, concurrency: int, duration: float, processes: int, text: 
         # The clients' own CPU over their load windows, without process start and imports.
         "client_cpu_s": round(sum(r["cpu_s"] for r in results), 3),
         "runs_per_s": round(len(totals) / elapsed, 1),
+        "first_event": summary_ms(firsts),
+        "run_finished": summary_ms(totals),
+    }
+
+
+def _open_loop_process(
+    url: str, rate: float, duration: float, text: str, out: Any, api: str, seed: int
+) -> None:
+    import random
+
+    import uvloop
+
+    async def main() -> dict[str, Any]:
+        auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
+        firsts: list[float] = []
+        totals: list[float] = []
+        errors: list[str] = []
+        rng = random.Random(seed)
+
+        async def timed(client: aiohttp.ClientSession, scheduled: float) -> None:
+            # From the arrival it was scheduled for, so a late start counts against the
+            # server (no coordinated omission).
+            late = time.perf_counter() - scheduled
+            try:
+                f, t, _ = await one_run(client, url, auth, text, api)
+            except Exception as err:  # counted, not fatal
+                errors.append(f"{type(err).__name__}: {err}"[:200])
+                return
+            firsts.append(f + late)
+            totals.append(t + late)
+
+        async with http_client(4096, timeout=120) as client:
+            began = time.perf_counter()
+            arrival = began
+            tasks = []
+            while True:
+                arrival += rng.expovariate(rate)
+                if arrival - began > duration:
+                    break
+                await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
+                tasks.append(asyncio.create_task(timed(client, arrival)))
+            await asyncio.gather(*tasks)
+        return {"firsts": firsts, "totals": totals, "errors": errors, "arrivals": len(tasks)}
+
+    out.send(uvloop.run(main()))
+    out.close()
+
+
+def open_loop(
+    suite: Suite | str,
+    rate: float,
+    duration: float,
+    processes: int,
+    text: str = "Hello benchmark",
+    api: str = "agentmesh",
+) -> dict[str, Any]:
+    """Runs arriving as a Poisson process of `rate` runs/s (spread over client processes),
+    each started at its arrival whatever is still running: latency below saturation."""
+    base = suite if isinstance(suite, str) else suite.gateway_url
+    url = run_url(base, api)
+    procs = max(1, processes)
+    ctx = mp.get_context("spawn")
+    pipes, workers = [], []
+    for i in range(procs):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(
+            target=_open_loop_process,
+            args=(url, rate / procs, duration, text, child, api, 1000 + i),
+        )
+        p.start()
+        pipes.append(parent)
+        workers.append(p)
+    results = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join()
+    firsts = [x for r in results for x in r["firsts"]]
+    totals = [x for r in results for x in r["totals"]]
+    errors = [x for r in results for x in r["errors"]]
+    return {
+        "rate_per_s": round(rate, 1),
+        "arrivals": sum(r["arrivals"] for r in results),
+        "runs": len(totals),
+        "errors": len(errors),
+        "error_samples": errors[:3],
         "first_event": summary_ms(firsts),
         "run_finished": summary_ms(totals),
     }
