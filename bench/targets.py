@@ -29,10 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import cpu, peer, skeleton
+from bench import peer
 from bench.stats import median_of_runs
-from bench.suite import LANGGRAPH, load, open_loop, start_suite
 from services.launcher import free_port
+
+# The load clients (bench.suite, bench.cpu, bench.skeleton) need aiohttp, the bench extra:
+# imported where they are used, so the verdicts and the report import without it.
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,6 +64,8 @@ def _rss_mb(pids: list[int]) -> float:
 
 
 def _cpu_s(pids: list[int]) -> float:
+    from bench import cpu
+
     total = 0.0
     for pid in pids:
         try:
@@ -75,6 +79,8 @@ def _cell(
     base: str, pids: Callable[[], list[int]], concurrency: int, args: argparse.Namespace, api: str
 ) -> dict[str, Any]:
     """One measurement on a fresh server: idle RSS, a warm-up, the load and its CPU."""
+    from bench.suite import load
+
     time.sleep(1.0)
     rss = _rss_mb(pids())
     load(base, 8, 2, args.processes, api=api)  # warm-up
@@ -88,6 +94,8 @@ def _cell(
 
 
 def agentmesh_cell(concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.suite import start_suite
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-targets-"))
     suite = start_suite("embedded", tmp, f"t{uuid.uuid4().hex[:8]}_", shape="all")
     try:
@@ -104,6 +112,8 @@ def agentmesh_cell(concurrency: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 def peer_cell(concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.suite import LANGGRAPH
+
     server = peer.LangGraphServer(free_port())
     server.start()
     try:
@@ -162,6 +172,8 @@ def versus_peer(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def split_versus_skeleton(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import cpu, skeleton
+
     ours: list[dict[str, Any]] = []
     floor: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
@@ -185,6 +197,8 @@ def split_versus_skeleton(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def open_loop_all(saturation: float, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.suite import load, open_loop, start_suite
+
     rate = saturation / 2
     samples = []
     for _ in range(args.repeats):
