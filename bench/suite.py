@@ -139,42 +139,67 @@ async def one_run(
     return first, time.perf_counter() - started, events
 
 
+class _Tally:
+    """What one client process saw of its runs."""
+
+    def __init__(self, url: str, text: str, api: str) -> None:
+        self.url, self.text, self.api = url, text, api
+        self.auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
+        self.firsts: list[float] = []
+        self.totals: list[float] = []
+        self.errors: list[str] = []
+
+    async def run(self, client: aiohttp.ClientSession, late: float = 0.0) -> None:
+        """One run; `late`: how long after its scheduled start it began (counted in)."""
+        try:
+            f, t, _ = await one_run(client, self.url, self.auth, self.text, self.api)
+        except Exception as err:  # the benchmark counts failures, it does not stop
+            self.errors.append(f"{type(err).__name__}: {err}"[:200])
+            return
+        self.firsts.append(f + late)
+        self.totals.append(t + late)
+
+    def result(self, **more: Any) -> dict[str, Any]:
+        return {"firsts": self.firsts, "totals": self.totals, "errors": self.errors, **more}
+
+
 def _client_process(
-    url: str, concurrency: int, duration: float, text: str, out: Any, api: str = "agentmesh"
+    url: str, concurrency: int, duration: float, text: str, api: str, out: Any
 ) -> None:
     import uvloop
 
     async def main() -> dict[str, Any]:
-        auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
-        firsts: list[float] = []
-        totals: list[float] = []
-        errors: list[str] = []
+        tally = _Tally(url, text, api)
         async with http_client(concurrency + 4, timeout=120) as client:
             deadline = time.perf_counter() + duration
 
             async def worker() -> None:
                 while time.perf_counter() < deadline:
-                    try:
-                        f, t, _ = await one_run(client, url, auth, text, api)
-                        firsts.append(f)
-                        totals.append(t)
-                    except Exception as err:  # the benchmark counts failures, it does not stop
-                        errors.append(f"{type(err).__name__}: {err}"[:200])
+                    await tally.run(client)
 
             began, cpu_began = time.time(), time.process_time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             ended, cpu = time.time(), time.process_time() - cpu_began
-        return {
-            "firsts": firsts,
-            "totals": totals,
-            "errors": errors,
-            "began": began,
-            "ended": ended,
-            "cpu_s": cpu,
-        }
+        return tally.result(began=began, ended=ended, cpu_s=cpu)
 
     out.send(uvloop.run(main()))
     out.close()
+
+
+def run_clients(target: Any, arguments: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """`target(*args, pipe)` in a client process per entry of `arguments`; what each sent."""
+    ctx = mp.get_context("spawn")
+    pipes, workers = [], []
+    for args in arguments:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=target, args=(*args, child))
+        p.start()
+        pipes.append(parent)
+        workers.append(p)
+    results = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join()
+    return results
 
 
 def load(
@@ -191,18 +216,7 @@ def load(
     url = run_url(base, api)
     procs = max(1, min(processes, concurrency))
     per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    ctx = mp.get_context("spawn")
-    pipes = []
-    workers = []
-    for n in per:
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, n, duration, text, child, api))
-        p.start()
-        pipes.append(parent)
-        workers.append(p)
-    results = [pipe.recv() for pipe in pipes]
-    for p in workers:
-        p.join()
+    results = run_clients(_client_process, [(url, n, duration, text, api) for n in per])
     # The load window: from the first client's first request to the last client's last
     # answer (client processes take a while to start; that is not the suite's time).
     elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
@@ -223,31 +237,15 @@ def load(
 
 
 def _open_loop_process(
-    url: str, rate: float, duration: float, text: str, out: Any, api: str, seed: int
+    url: str, rate: float, duration: float, text: str, api: str, seed: int, out: Any
 ) -> None:
     import random
 
     import uvloop
 
     async def main() -> dict[str, Any]:
-        auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
-        firsts: list[float] = []
-        totals: list[float] = []
-        errors: list[str] = []
+        tally = _Tally(url, text, api)
         rng = random.Random(seed)
-
-        async def timed(client: aiohttp.ClientSession, scheduled: float) -> None:
-            # From the arrival it was scheduled for, so a late start counts against the
-            # server (no coordinated omission).
-            late = time.perf_counter() - scheduled
-            try:
-                f, t, _ = await one_run(client, url, auth, text, api)
-            except Exception as err:  # counted, not fatal
-                errors.append(f"{type(err).__name__}: {err}"[:200])
-                return
-            firsts.append(f + late)
-            totals.append(t + late)
-
         async with http_client(4096, timeout=120) as client:
             began = time.perf_counter()
             arrival = began
@@ -257,9 +255,12 @@ def _open_loop_process(
                 if arrival - began > duration:
                     break
                 await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
-                tasks.append(asyncio.create_task(timed(client, arrival)))
+                # Timed from the arrival it was scheduled for, so a late start counts
+                # against the server (no coordinated omission).
+                late = time.perf_counter() - arrival
+                tasks.append(asyncio.create_task(tally.run(client, late)))
             await asyncio.gather(*tasks)
-        return {"firsts": firsts, "totals": totals, "errors": errors, "arrivals": len(tasks)}
+        return tally.result(arrivals=len(tasks))
 
     out.send(uvloop.run(main()))
     out.close()
@@ -278,21 +279,10 @@ def open_loop(
     base = suite if isinstance(suite, str) else suite.gateway_url
     url = run_url(base, api)
     procs = max(1, processes)
-    ctx = mp.get_context("spawn")
-    pipes, workers = [], []
-    for i in range(procs):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(
-            target=_open_loop_process,
-            args=(url, rate / procs, duration, text, child, api, 1000 + i),
-        )
-        p.start()
-        pipes.append(parent)
-        workers.append(p)
-    results = [pipe.recv() for pipe in pipes]
-    for p in workers:
-        p.join()
-    firsts = [x for r in results for x in r["firsts"]]
+    results = run_clients(
+        _open_loop_process,
+        [(url, rate / procs, duration, text, api, 1000 + i) for i in range(procs)],
+    )
     totals = [x for r in results for x in r["totals"]]
     errors = [x for r in results for x in r["errors"]]
     return {
@@ -301,7 +291,7 @@ def open_loop(
         "runs": len(totals),
         "errors": len(errors),
         "error_samples": errors[:3],
-        "first_event": summary_ms(firsts),
+        "first_event": summary_ms([x for r in results for x in r["firsts"]]),
         "run_finished": summary_ms(totals),
     }
 

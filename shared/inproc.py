@@ -552,6 +552,14 @@ class _Call:
         return _decode(self._inv.response_deserializer, raw)
 
 
+def _behaviour(handler: grpc.RpcMethodHandler, shape: str) -> Any:
+    """The handler's function of the call's shape (UNIMPLEMENTED for another shape)."""
+    found = getattr(handler, shape)
+    if found is None:
+        raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
+    return found
+
+
 def _encode_request(invocation: _Invocation, request: Any) -> bytes:
     raw = _encode(invocation.request_serializer, request)
     _check_size(raw, "Sent")
@@ -590,10 +598,10 @@ class UnaryUnaryCall(_UnaryResponseCall):
 
         async def body() -> None:
             handler = await self._handler()
-            if handler.unary_unary is None:
-                raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
             assert self._context is not None
-            response = await handler.unary_unary(self._decode_request(handler, raw), self._context)
+            response = await _behaviour(handler, "unary_unary")(
+                self._decode_request(handler, raw), self._context
+            )
             if self._context.code() in (None, grpc.StatusCode.OK):
                 self._response = self._respond(handler, response)
 
@@ -667,10 +675,10 @@ class UnaryStreamCall(_StreamResponseCall):
 
         async def body() -> None:
             handler = await self._handler()
-            if handler.unary_stream is None:
-                raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
             request = self._decode_request(handler, raw)
-            await self._produce(handler, handler.unary_stream(request, self._context))
+            await self._produce(
+                handler, _behaviour(handler, "unary_stream")(request, self._context)
+            )
 
         self._start(body)
 
@@ -719,17 +727,29 @@ class _Requests:
             self._feeder.cancel()
 
 
-class StreamUnaryCall(_UnaryResponseCall):
+class _ClientStream:
+    """write() and done_writing() of a call whose requests are a stream."""
+
+    _requests: _Requests
+
+    async def write(self, request: Any) -> None:
+        await self._requests.write(request)
+
+    async def done_writing(self) -> None:
+        await self._requests.done_writing()
+
+
+class StreamUnaryCall(_ClientStream, _UnaryResponseCall):
     def __init__(self, invocation: _Invocation, requests: Any | None) -> None:
         super().__init__(invocation)
         self._requests = _Requests(self, requests)
 
         async def body() -> None:
             handler = await self._handler()
-            if handler.stream_unary is None:
-                raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
             assert self._context is not None
-            response = await handler.stream_unary(self._requests.decoded(handler), self._context)
+            response = await _behaviour(handler, "stream_unary")(
+                self._requests.decoded(handler), self._context
+            )
             if self._context.code() in (None, grpc.StatusCode.OK):
                 self._response = self._respond(handler, response)
 
@@ -739,23 +759,17 @@ class StreamUnaryCall(_UnaryResponseCall):
     def _on_settled(self) -> None:
         self._requests.stop()
 
-    async def write(self, request: Any) -> None:
-        await self._requests.write(request)
 
-    async def done_writing(self) -> None:
-        await self._requests.done_writing()
-
-
-class StreamStreamCall(_StreamResponseCall):
+class StreamStreamCall(_ClientStream, _StreamResponseCall):
     def __init__(self, invocation: _Invocation, requests: Any | None) -> None:
         super().__init__(invocation)
         self._requests = _Requests(self, requests)
 
         async def body() -> None:
             handler = await self._handler()
-            if handler.stream_stream is None:
-                raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
-            responses = handler.stream_stream(self._requests.decoded(handler), self._context)
+            responses = _behaviour(handler, "stream_stream")(
+                self._requests.decoded(handler), self._context
+            )
             await self._produce(handler, responses)
 
         self._start(body)
@@ -764,12 +778,6 @@ class StreamStreamCall(_StreamResponseCall):
     def _on_settled(self) -> None:
         super()._on_settled()
         self._requests.stop()
-
-    async def write(self, request: Any) -> None:
-        await self._requests.write(request)
-
-    async def done_writing(self) -> None:
-        await self._requests.done_writing()
 
 
 class _MultiCallable:
@@ -808,6 +816,21 @@ class _MultiCallable:
         return self._call_class(invocation, request)  # type: ignore[call-arg]
 
 
+def _opener(call_class: type[_Call]) -> Callable[..., _MultiCallable]:
+    def open_call(
+        channel: InProcessChannel,
+        method: str,
+        request_serializer: Serializer = None,
+        response_deserializer: Deserializer = None,
+        _registered_method: bool | None = False,
+    ) -> _MultiCallable:
+        return _MultiCallable(
+            channel, method, request_serializer, response_deserializer, call_class
+        )
+
+    return open_call
+
+
 class InProcessChannel:
     """A grpc.aio.Channel-like channel to the service `target` hosted in this process."""
 
@@ -823,49 +846,11 @@ class InProcessChannel:
             )
         return server
 
-    def unary_unary(
-        self,
-        method: str,
-        request_serializer: Serializer = None,
-        response_deserializer: Deserializer = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _MultiCallable(
-            self, method, request_serializer, response_deserializer, UnaryUnaryCall
-        )
-
-    def unary_stream(
-        self,
-        method: str,
-        request_serializer: Serializer = None,
-        response_deserializer: Deserializer = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _MultiCallable(
-            self, method, request_serializer, response_deserializer, UnaryStreamCall
-        )
-
-    def stream_unary(
-        self,
-        method: str,
-        request_serializer: Serializer = None,
-        response_deserializer: Deserializer = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _MultiCallable(
-            self, method, request_serializer, response_deserializer, StreamUnaryCall
-        )
-
-    def stream_stream(
-        self,
-        method: str,
-        request_serializer: Serializer = None,
-        response_deserializer: Deserializer = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _MultiCallable(
-            self, method, request_serializer, response_deserializer, StreamStreamCall
-        )
+    # The four call shapes the generated stubs open (grpc.aio.Channel's signatures).
+    unary_unary = _opener(UnaryUnaryCall)
+    unary_stream = _opener(UnaryStreamCall)
+    stream_unary = _opener(StreamUnaryCall)
+    stream_stream = _opener(StreamStreamCall)
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         server = _SERVERS.get(self.target)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from shared import inproc, logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
@@ -137,7 +137,11 @@ class GrpcServer:
         self.parts.register(server)  # type: ignore[arg-type]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = [*self.parts.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, server)  # type: ignore[arg-type]
+        # The asyncio servicer on both (enable_server_reflection picks it for grpc.aio
+        # servers only, and the in-process server is not one).
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(names), server
+        )
 
     async def start(self, host: str, port: int) -> int:
         self._register(self.server)

@@ -14,6 +14,7 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
 from agentmesh.type.v1 import run_event_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shared import inproc
 from shared.clients import open_channel
@@ -312,6 +313,27 @@ async def test_health_is_served_and_turns_not_serving_on_shutdown(transport: Tra
     await transport.server.health.enter_graceful_shutdown()
     reply = await health.Check(health_pb2.HealthCheckRequest(service=ROUTER), timeout=5)
     assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def test_a_stream_both_ways_takes_an_iterator_of_requests(transport: Transport) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(transport.channel)
+    call = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+    )
+    names = [s.name async for reply in call for s in reply.list_services_response.service]
+    assert {ROUTER, EXECUTOR} <= set(names)
+    assert await call.code() is grpc.StatusCode.OK
+
+
+async def test_a_stream_both_ways_takes_written_requests_one_by_one(transport: Transport) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(transport.channel)
+    call = stub.ServerReflectionInfo(timeout=5)
+    for _ in range(2):
+        await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+        reply = await call.read()
+        assert ROUTER in {s.name for s in reply.list_services_response.service}
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF
 
 
 async def test_an_unknown_method_is_unimplemented(transport: Transport) -> None:
