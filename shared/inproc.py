@@ -510,6 +510,16 @@ class _Call:
         self._context.on_initial = self._first_message
         self._server_task = server.spawn(self._serve(body))
 
+    def _start_with(self, request: Any, serve: Callable[[bytes], Awaitable[None]]) -> None:
+        """A call of one request: encoded here (a failure ends the call at once), then
+        served by `serve` in the handler's task."""
+        try:
+            raw = _encode_request(self._inv, request)
+        except _Failed as failed:
+            self._settle(failed.status)
+            return
+        self._start(lambda: serve(raw))
+
     async def _serve(self, body: Callable[[], Awaitable[None]]) -> None:
         context = self._context
         assert context is not None
@@ -590,22 +600,16 @@ class _UnaryResponseCall(_Call):
 class UnaryUnaryCall(_UnaryResponseCall):
     def __init__(self, invocation: _Invocation, request: Any) -> None:
         super().__init__(invocation)
-        try:
-            raw = _encode_request(invocation, request)
-        except _Failed as failed:
-            self._settle(failed.status)
-            return
+        self._start_with(request, self._serve_one)
 
-        async def body() -> None:
-            handler = await self._handler()
-            assert self._context is not None
-            response = await _behaviour(handler, "unary_unary")(
-                self._decode_request(handler, raw), self._context
-            )
-            if self._context.code() in (None, grpc.StatusCode.OK):
-                self._response = self._respond(handler, response)
-
-        self._start(body)
+    async def _serve_one(self, raw: bytes) -> None:
+        handler = await self._handler()
+        assert self._context is not None
+        response = await _behaviour(handler, "unary_unary")(
+            self._decode_request(handler, raw), self._context
+        )
+        if self._context.code() in (None, grpc.StatusCode.OK):
+            self._response = self._respond(handler, response)
 
 
 class _StreamResponseCall(_Call):
@@ -667,20 +671,12 @@ class _StreamResponseCall(_Call):
 class UnaryStreamCall(_StreamResponseCall):
     def __init__(self, invocation: _Invocation, request: Any) -> None:
         super().__init__(invocation)
-        try:
-            raw = _encode_request(invocation, request)
-        except _Failed as failed:
-            self._settle(failed.status)
-            return
+        self._start_with(request, self._serve_one)
 
-        async def body() -> None:
-            handler = await self._handler()
-            request = self._decode_request(handler, raw)
-            await self._produce(
-                handler, _behaviour(handler, "unary_stream")(request, self._context)
-            )
-
-        self._start(body)
+    async def _serve_one(self, raw: bytes) -> None:
+        handler = await self._handler()
+        request = self._decode_request(handler, raw)
+        await self._produce(handler, _behaviour(handler, "unary_stream")(request, self._context))
 
 
 class _Requests:
