@@ -69,8 +69,25 @@ def port_in_use(port: int) -> bool:
 
 
 # How the suite's services are spread over processes: "all" hosts them in one process
-# (python -m services --target ...), "split" starts one process per service.
+# (python -m services --target ...), "split" starts one process per service. A Suite also
+# takes groups of services, comma-separated, the groups separated by ";" (each group one
+# process, every service left out of them a process of its own).
 SHAPES = ("all", "split")
+
+
+def _grouping(shape: str) -> list[tuple[str, ...]]:
+    """The groups of a shape like "orchestrator,router,executor;history,memory", each in
+    start order; ValueError naming the shape when a name is unknown or in two groups."""
+    from services.targets import parse_targets
+
+    try:
+        groups = [parse_targets(part) for part in shape.split(";")]
+    except ValueError as err:
+        raise ValueError(f"shape {shape!r}: {err} (or {' / '.join(SHAPES)})") from None
+    names = [n for group in groups for n in group]
+    if len(names) != len(set(names)):
+        raise ValueError(f"shape {shape!r}: a service is in two groups")
+    return groups
 
 
 class Suite:
@@ -88,7 +105,7 @@ class Suite:
         shape: str = "split",
     ) -> None:
         if shape not in SHAPES:
-            raise ValueError(f"shape: {shape!r} is not one of {', '.join(SHAPES)}")
+            _grouping(shape)  # ValueError naming what is wrong
         self.ports = dict(ports or DEFAULT_PORTS)
         self.services = services
         self.shape = shape
@@ -115,8 +132,17 @@ class Suite:
         (from `services` and `shape` now: tests narrow `services` before starting)."""
         if self.shape == "split" or len(self.services) == 1:
             return {name: (name,) for name in self.services}
-        hosted = tuple(n for n in ALL_SERVICES if n in self.services)
-        return {"all" if hosted == ALL_SERVICES else ",".join(hosted): hosted}
+        if self.shape == "all":
+            hosted = tuple(n for n in ALL_SERVICES if n in self.services)
+            return {"all" if hosted == ALL_SERVICES else ",".join(hosted): hosted}
+        groups: dict[str, tuple[str, ...]] = {}
+        for group in _grouping(self.shape):
+            hosted = tuple(n for n in group if n in self.services)
+            if hosted:
+                groups[",".join(hosted)] = hosted
+        grouped = {n for group in groups.values() for n in group}
+        groups.update({n: (n,) for n in self.services if n not in grouped})
+        return groups
 
     def process_of(self, name: str) -> str:
         """The key in `procs` of the process hosting service `name` (or `name` itself when

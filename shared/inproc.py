@@ -39,8 +39,6 @@ import grpc
 
 from shared import telemetry
 
-# Mirrors shared.server.MAX_MESSAGE_BYTES (which imports this module: no cycle).
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 # How many stream messages a handler may produce ahead of its reader (HTTP/2's flow control
 # window plays this part over the network): a reader that stops, stops the handler.
 STREAM_WINDOW = 8
@@ -85,6 +83,10 @@ class _Failed(Exception):
 
 
 def _check_size(raw: bytes, direction: str) -> None:
+    # The limit the network servers and channels are given (shared.server imports this
+    # module, so it is read here, not at import).
+    from shared.server import MAX_MESSAGE_BYTES
+
     if len(raw) > MAX_MESSAGE_BYTES:
         raise _Failed(
             _Status(
