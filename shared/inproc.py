@@ -599,11 +599,18 @@ class _UnaryResponseCall(_Call):
         return self._response
 
 
-class UnaryUnaryCall(_UnaryResponseCall):
+class _OneRequest(_Call):
+    """A call of one request (unary-unary, unary-stream): served by _serve_one."""
+
     def __init__(self, invocation: _Invocation, request: Any) -> None:
         super().__init__(invocation)
         self._start_with(request, self._serve_one)
 
+    async def _serve_one(self, raw: bytes) -> None:
+        raise NotImplementedError
+
+
+class UnaryUnaryCall(_OneRequest, _UnaryResponseCall):
     async def _serve_one(self, raw: bytes) -> None:
         handler = await self._handler()
         assert self._context is not None
@@ -670,11 +677,7 @@ class _StreamResponseCall(_Call):
             yield item
 
 
-class UnaryStreamCall(_StreamResponseCall):
-    def __init__(self, invocation: _Invocation, request: Any) -> None:
-        super().__init__(invocation)
-        self._start_with(request, self._serve_one)
-
+class UnaryStreamCall(_OneRequest, _StreamResponseCall):
     async def _serve_one(self, raw: bytes) -> None:
         handler = await self._handler()
         request = self._decode_request(handler, raw)
@@ -725,10 +728,22 @@ class _Requests:
             self._feeder.cancel()
 
 
-class _ClientStream:
-    """write() and done_writing() of a call whose requests are a stream."""
+class _ClientStream(_Call):
+    """A call whose requests are a stream (stream-unary, stream-stream): an iterator the
+    caller passed, or write() and done_writing(); served by _serve_stream."""
 
-    _requests: _Requests
+    def __init__(self, invocation: _Invocation, requests: Any | None) -> None:
+        super().__init__(invocation)
+        self._requests = _Requests(self, requests)
+        self._start(self._serve_stream)
+        self._requests.start_feeding()
+
+    async def _serve_stream(self) -> None:
+        raise NotImplementedError
+
+    def _on_settled(self) -> None:
+        super()._on_settled()
+        self._requests.stop()
 
     async def write(self, request: Any) -> None:
         await self._requests.write(request)
@@ -738,44 +753,23 @@ class _ClientStream:
 
 
 class StreamUnaryCall(_ClientStream, _UnaryResponseCall):
-    def __init__(self, invocation: _Invocation, requests: Any | None) -> None:
-        super().__init__(invocation)
-        self._requests = _Requests(self, requests)
-
-        async def body() -> None:
-            handler = await self._handler()
-            assert self._context is not None
-            response = await _behaviour(handler, "stream_unary")(
-                self._requests.decoded(handler), self._context
-            )
-            if self._context.code() in (None, grpc.StatusCode.OK):
-                self._response = self._respond(handler, response)
-
-        self._start(body)
-        self._requests.start_feeding()
-
-    def _on_settled(self) -> None:
-        self._requests.stop()
+    async def _serve_stream(self) -> None:
+        handler = await self._handler()
+        assert self._context is not None
+        response = await _behaviour(handler, "stream_unary")(
+            self._requests.decoded(handler), self._context
+        )
+        if self._context.code() in (None, grpc.StatusCode.OK):
+            self._response = self._respond(handler, response)
 
 
 class StreamStreamCall(_ClientStream, _StreamResponseCall):
-    def __init__(self, invocation: _Invocation, requests: Any | None) -> None:
-        super().__init__(invocation)
-        self._requests = _Requests(self, requests)
-
-        async def body() -> None:
-            handler = await self._handler()
-            responses = _behaviour(handler, "stream_stream")(
-                self._requests.decoded(handler), self._context
-            )
-            await self._produce(handler, responses)
-
-        self._start(body)
-        self._requests.start_feeding()
-
-    def _on_settled(self) -> None:
-        super()._on_settled()
-        self._requests.stop()
+    async def _serve_stream(self) -> None:
+        handler = await self._handler()
+        responses = _behaviour(handler, "stream_stream")(
+            self._requests.decoded(handler), self._context
+        )
+        await self._produce(handler, responses)
 
 
 class _MultiCallable:
