@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -57,10 +57,11 @@ $(MODEL_STAMP): Makefile
 	@touch $@
 
 ## Start every service on localhost (SQLite, in-memory event log, scripted model); Ctrl-C stops all.
+## One process hosts them all (target all); make run SHAPE=split: one process per service.
 ## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
 ## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it.
 run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
-	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL))
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(SHAPE),--shape $(SHAPE))
 
 ## A development bearer token (make token SUB=alice).
 token: install
@@ -82,15 +83,17 @@ buf-breaking: tools
 lint: buf-lint
 
 ## The whole suite: once on the embedded default, once on real PostgreSQL + Redis, then
-## the real-model tier against the local model server.
+## the real-model tier against the local model server. The end-to-end tests start the suite
+## in one process (target all) on the embedded pass and one process per service on the
+## postgres pass (AGENTMESH_TEST_SHAPE): both shapes, without running the tier twice each.
 test: install tools buf-lint buf-breaking test-embedded test-postgres test-realmodel
 
 test-embedded: install tools
-	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q
+	AGENTMESH_TEST_BACKEND=embedded AGENTMESH_TEST_SHAPE=all $(BIN)/python -m pytest -q
 
 test-postgres: install tools
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
-		AGENTMESH_TEST_BACKEND=postgres $(BIN)/python -m pytest -q; \
+		AGENTMESH_TEST_BACKEND=postgres AGENTMESH_TEST_SHAPE=split $(BIN)/python -m pytest -q; \
 	else \
 		echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) is not reachable:"; \
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
@@ -101,9 +104,29 @@ test-realmodel: install $(MODEL_STAMP)
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
 
 ## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
-bench: install
+## They include the issue-24 targets against the peer (bench/targets.py), which needs bench-peer.
+bench: install bench-peer
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## The peer of make bench: LangGraph's dev server (in-memory runtime) in its own venv, so the
+## suite's venv stays free of langgraph; bench/peer.py starts it with no outbound calls.
+PEER_VENV := .venv-peer
+PEER_STAMP := $(PEER_VENV)/.installed
+LANGGRAPH_CLI_VERSION := 0.4.40
+LANGGRAPH_API_VERSION := 0.16.7
+LANGGRAPH_INMEM_VERSION := 0.36.7
+LANGGRAPH_VERSION := 1.2.24
+
+bench-peer: $(PEER_STAMP)
+
+$(PEER_STAMP): Makefile
+	@test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEER_VENV)/bin/python -m pip install --quiet 'langgraph-cli[inmem]==$(LANGGRAPH_CLI_VERSION)' \
+		'langgraph-api==$(LANGGRAPH_API_VERSION)' 'langgraph-runtime-inmem==$(LANGGRAPH_INMEM_VERSION)' \
+		'langgraph==$(LANGGRAPH_VERSION)'
+	@touch $@
 
 ## agentmesh's overhead around the real local model (first text, tokens/s: gateway vs direct).
 bench-model: install $(MODEL_STAMP)

@@ -118,6 +118,23 @@ def skeleton_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def targets_lines(results: dict[str, Any]) -> list[str]:
+    """The issue-24 targets (bench/targets.py), when measured."""
+    if "targets" not in results:
+        return []
+    from bench import targets
+
+    return [
+        "",
+        "Targets (issue 24): target `all` (every service in one process) against the peer, "
+        "LangGraph's dev server (in-memory, a two-node scripted graph, bench/peer.py), the same "
+        "clients, alternating, a fresh server per cell; one process per service on PostgreSQL "
+        "+ Redis against the skeleton; an open-loop run at 50% of target all's saturation.",
+        "",
+        *targets.markdown(results["targets"]).splitlines(),
+    ]
+
+
 def profile_orchestrator(suite: Any, out_dir: Path, seconds: int, processes: int) -> str | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -251,6 +268,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"bare SSE {fl['sse_events_per_s']['median']} events/s, first event p50 {fl['sse_first_event_p50_ms']['median']} ms.",
         *floor_cpu_lines(fl, results["machine"]["cpus"]),
         *skeleton_lines(results),
+        *targets_lines(results),
         "",
         "| backend | concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | per-run cost in bare gRPC round trips | errors |",
         "|---|---|---|---|---|---|---|",
@@ -335,6 +353,13 @@ def main() -> None:
         "c=32 (bench.cpu) and the timeline of every RPC from the suite's traces at c=1 and c=32 "
         "(bench.spans)",
     )
+    parser.add_argument(
+        "--no-targets",
+        dest="targets",
+        action="store_false",
+        help="leave out the issue-24 targets (bench.targets: target all against the LangGraph "
+        "peer, split against the skeleton, the open-loop run)",
+    )
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -352,6 +377,15 @@ def main() -> None:
     results["skeleton"] = skeleton_median(args)
     print("skeleton:", json.dumps(results["skeleton"]), flush=True)
     results["backends"] = [bench_backend(b, args, out_dir) for b in args.backends.split(",") if b]
+    if args.targets:
+        from bench import targets
+
+        results["targets"] = targets.measure(
+            targets.arguments(
+                ["--duration", str(args.duration), "--repeats", str(args.repeats),
+                 "--processes", str(args.processes), "--out", str(out_dir)]
+            )
+        )  # fmt: skip
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'protos'}")
     if args.history:
         subprocess.run([sys.executable, "-m", "bench.history", "--messages", "1000000", "--threads", "10000"], cwd=ROOT, env=env, check=False)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import shutil
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import summary_ms
-from bench.suite import http_client, load, start_suite, token
+from bench.suite import http_client, load, run_clients, start_suite, token
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,17 +111,7 @@ def measure(
 ) -> dict[str, Any]:
     procs = max(1, min(processes, concurrency))
     per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    ctx = mp.get_context("spawn")
-    pipes, workers = [], []
-    for n in per:
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, n, duration, pause, child))
-        p.start()
-        pipes.append(parent)
-        workers.append(p)
-    results = [pipe.recv() for pipe in pipes]
-    for p in workers:
-        p.join()
+    results = run_clients(_client_process, [(url, n, duration, pause) for n in per])
     elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
     firsts = [x for r in results for x in r["firsts"]]
     refused = [x for r in results for x in r["refused"]]

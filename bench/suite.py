@@ -27,7 +27,15 @@ PG_URL = os.environ.get("AGENTMESH_BENCH_PG_URL", "postgresql://postgres@127.0.0
 REDIS_URL = os.environ.get("AGENTMESH_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
-def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] | None = None) -> Suite:
+def start_suite(
+    backend: str,
+    tmp: Path,
+    prefix: str,
+    extra_env: dict[str, str] | None = None,
+    shape: str = "split",
+) -> Suite:
+    """The suite on free ports: one process per service (shape "split"), or every service
+    in one process (shape "all": python -m services --target all)."""
     env = {
         "AGENTMESH_DATA_DIR": str(tmp / "data"),
         "AGENTMESH_JWT_SECRET": SECRET,
@@ -42,7 +50,9 @@ def start_suite(backend: str, tmp: Path, prefix: str, extra_env: dict[str, str] 
         "AGENTMESH_MAX_MESSAGE_CHARS": "200000",
     }
     env.update(extra_env or {})
-    suite = Suite(ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs")
+    suite = Suite(
+        ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs", shape=shape
+    )
     suite.start(timeout=120)
     return suite
 
@@ -63,17 +73,54 @@ def http_client(connections: int, timeout: float) -> aiohttp.ClientSession:
     )
 
 
-async def one_run(
-    client: aiohttp.ClientSession, url: str, auth: str, text: str
+# The peer (bench/peer.py): LangGraph's API server, a stateless streamed run of the graph
+# "agent"; the stream ends when the run has.
+LANGGRAPH = "langgraph"
+
+
+def run_url(base: str, api: str = "agentmesh") -> str:
+    """Where a run is started and streamed, for the load clients."""
+    return f"{base}/runs/stream" if api == LANGGRAPH else f"{base}/api/v1/agent/runs"
+
+
+async def _langgraph_run(
+    client: aiohttp.ClientSession, url: str, text: str, started: float
 ) -> tuple[float, float, int]:
-    """(time to first event, time to RUN_FINISHED, events) of one run, in seconds."""
+    body = {
+        "assistant_id": "agent",
+        "input": {"messages": [{"role": "human", "content": text}]},
+        "stream_mode": ["values"],
+    }
+    first = 0.0
+    events = 0
+    tail = b""
+    async with client.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.read())[:200]!r}")
+        async for chunk in resp.content.iter_any():
+            if not first:
+                first = time.perf_counter() - started
+            events += chunk.count(b"\n\n")
+            tail = (tail + chunk)[-4096:]
+            if b"event: error" in tail:
+                raise RuntimeError("run failed: " + tail[-300:].decode(errors="replace"))
+    return first, time.perf_counter() - started, events
+
+
+async def one_run(
+    client: aiohttp.ClientSession, url: str, auth: str, text: str, api: str = "agentmesh"
+) -> tuple[float, float, int]:
+    """(time to first event, time to RUN_FINISHED (the peer: to the stream's end), events)
+    of one run, in seconds."""
+    started = time.perf_counter()
+    if api == LANGGRAPH:
+        return await _langgraph_run(client, url, text, started)
     thread_id = f"b-{uuid.uuid4().hex[:12]}"
     body = {
         "threadId": thread_id,
         "runId": f"r-{uuid.uuid4().hex[:12]}",
         "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": text}],
     }
-    started = time.perf_counter()
     first = 0.0
     events = 0
     async with client.post(url, json=body, headers={"Authorization": auth}) as resp:
@@ -92,59 +139,84 @@ async def one_run(
     return first, time.perf_counter() - started, events
 
 
-def _client_process(url: str, concurrency: int, duration: float, text: str, out: Any) -> None:
+class _Tally:
+    """What one client process saw of its runs."""
+
+    def __init__(self, url: str, text: str, api: str) -> None:
+        self.url, self.text, self.api = url, text, api
+        self.auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
+        self.firsts: list[float] = []
+        self.totals: list[float] = []
+        self.errors: list[str] = []
+
+    async def run(self, client: aiohttp.ClientSession, late: float = 0.0) -> None:
+        """One run; `late`: how long after its scheduled start it began (counted in)."""
+        try:
+            f, t, _ = await one_run(client, self.url, self.auth, self.text, self.api)
+        except Exception as err:  # the benchmark counts failures, it does not stop
+            self.errors.append(f"{type(err).__name__}: {err}"[:200])
+            return
+        self.firsts.append(f + late)
+        self.totals.append(t + late)
+
+    def result(self, **more: Any) -> dict[str, Any]:
+        return {"firsts": self.firsts, "totals": self.totals, "errors": self.errors, **more}
+
+
+def _client_process(
+    url: str, concurrency: int, duration: float, text: str, api: str, out: Any
+) -> None:
     import uvloop
 
     async def main() -> dict[str, Any]:
-        auth = f"Bearer {token('bench-' + uuid.uuid4().hex[:6])}"
-        firsts: list[float] = []
-        totals: list[float] = []
-        errors: list[str] = []
+        tally = _Tally(url, text, api)
         async with http_client(concurrency + 4, timeout=120) as client:
             deadline = time.perf_counter() + duration
 
             async def worker() -> None:
                 while time.perf_counter() < deadline:
-                    try:
-                        f, t, _ = await one_run(client, url, auth, text)
-                        firsts.append(f)
-                        totals.append(t)
-                    except Exception as err:  # the benchmark counts failures, it does not stop
-                        errors.append(f"{type(err).__name__}: {err}"[:200])
+                    await tally.run(client)
 
             began, cpu_began = time.time(), time.process_time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             ended, cpu = time.time(), time.process_time() - cpu_began
-        return {
-            "firsts": firsts,
-            "totals": totals,
-            "errors": errors,
-            "began": began,
-            "ended": ended,
-            "cpu_s": cpu,
-        }
+        return tally.result(began=began, ended=ended, cpu_s=cpu)
 
     out.send(uvloop.run(main()))
     out.close()
 
 
-def load(suite: Suite, concurrency: int, duration: float, processes: int, text: str = "Hello benchmark") -> dict[str, Any]:
-    """Runs/s and latency at `concurrency` concurrent runs spread over client processes."""
-    url = f"{suite.gateway_url}/api/v1/agent/runs"
-    procs = max(1, min(processes, concurrency))
-    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+def run_clients(target: Any, arguments: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """`target(*args, pipe)` in a client process per entry of `arguments`; what each sent."""
     ctx = mp.get_context("spawn")
-    pipes = []
-    workers = []
-    for n in per:
+    pipes, workers = [], []
+    for args in arguments:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, n, duration, text, child))
+        p = ctx.Process(target=target, args=(*args, child))
         p.start()
         pipes.append(parent)
         workers.append(p)
     results = [pipe.recv() for pipe in pipes]
     for p in workers:
         p.join()
+    return results
+
+
+def load(
+    suite: Suite | str,
+    concurrency: int,
+    duration: float,
+    processes: int,
+    text: str = "Hello benchmark",
+    api: str = "agentmesh",
+) -> dict[str, Any]:
+    """Runs/s and latency at `concurrency` concurrent runs spread over client processes;
+    `suite` is the suite or the base URL of a server speaking `api`."""
+    base = suite if isinstance(suite, str) else suite.gateway_url
+    url = run_url(base, api)
+    procs = max(1, min(processes, concurrency))
+    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    results = run_clients(_client_process, [(url, n, duration, text, api) for n in per])
     # The load window: from the first client's first request to the last client's last
     # answer (client processes take a while to start; that is not the suite's time).
     elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
@@ -160,6 +232,66 @@ def load(suite: Suite, concurrency: int, duration: float, processes: int, text: 
         "client_cpu_s": round(sum(r["cpu_s"] for r in results), 3),
         "runs_per_s": round(len(totals) / elapsed, 1),
         "first_event": summary_ms(firsts),
+        "run_finished": summary_ms(totals),
+    }
+
+
+def _open_loop_process(
+    url: str, rate: float, duration: float, text: str, api: str, seed: int, out: Any
+) -> None:
+    import random
+
+    import uvloop
+
+    async def main() -> dict[str, Any]:
+        tally = _Tally(url, text, api)
+        rng = random.Random(seed)
+        async with http_client(4096, timeout=120) as client:
+            began = time.perf_counter()
+            arrival = began
+            tasks = []
+            while True:
+                arrival += rng.expovariate(rate)
+                if arrival - began > duration:
+                    break
+                await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
+                # Timed from the arrival it was scheduled for, so a late start counts
+                # against the server (no coordinated omission).
+                late = time.perf_counter() - arrival
+                tasks.append(asyncio.create_task(tally.run(client, late)))
+            await asyncio.gather(*tasks)
+        return tally.result(arrivals=len(tasks))
+
+    out.send(uvloop.run(main()))
+    out.close()
+
+
+def open_loop(
+    suite: Suite | str,
+    rate: float,
+    duration: float,
+    processes: int,
+    text: str = "Hello benchmark",
+    api: str = "agentmesh",
+) -> dict[str, Any]:
+    """Runs arriving as a Poisson process of `rate` runs/s (spread over client processes),
+    each started at its arrival whatever is still running: latency below saturation."""
+    base = suite if isinstance(suite, str) else suite.gateway_url
+    url = run_url(base, api)
+    procs = max(1, processes)
+    results = run_clients(
+        _open_loop_process,
+        [(url, rate / procs, duration, text, api, 1000 + i) for i in range(procs)],
+    )
+    totals = [x for r in results for x in r["totals"]]
+    errors = [x for r in results for x in r["errors"]]
+    return {
+        "rate_per_s": round(rate, 1),
+        "arrivals": sum(r["arrivals"] for r in results),
+        "runs": len(totals),
+        "errors": len(errors),
+        "error_samples": errors[:3],
+        "first_event": summary_ms([x for r in results for x in r["firsts"]]),
         "run_finished": summary_ms(totals),
     }
 

@@ -1,4 +1,6 @@
-"""`make run`: every service as its own process on localhost, health-gated, stopped cleanly.
+"""`make run`: the suite on localhost, health-gated, stopped cleanly: every service in one
+process by default (`python -m services --target all`), or one process per service
+(`--shape split`, `make run SHAPE=split`).
 
 Starts history, memory, router, executor, orchestrator, scheduler and the gateway with the
 embedded defaults (SQLite files under ./data, in-memory event log, scripted model), waits
@@ -66,8 +68,32 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+# How the suite's services are spread over processes: "all" hosts them in one process
+# (python -m services --target ...), "split" starts one process per service. A Suite also
+# takes groups of services, comma-separated, the groups separated by ";" (each group one
+# process, every service left out of them a process of its own).
+SHAPES = ("all", "split")
+
+
+def _grouping(shape: str) -> list[tuple[str, ...]]:
+    """The groups of a shape like "orchestrator,router,executor;history,memory", each in
+    start order; ValueError naming the shape when a name is unknown or in two groups."""
+    from services.targets import parse_targets
+
+    try:
+        groups = [parse_targets(part) for part in shape.split(";")]
+    except ValueError as err:
+        raise ValueError(f"shape {shape!r}: {err} (or {' / '.join(SHAPES)})") from None
+    names = [n for group in groups for n in group]
+    if len(names) != len(set(names)):
+        raise ValueError(f"shape {shape!r}: a service is in two groups")
+    return groups
+
+
 class Suite:
-    """The whole suite as child processes."""
+    """The whole suite as child processes: one per service (shape "split"), or one hosting
+    every service (shape "all"). `procs` is keyed by process: the service's name, or for a
+    process of several, its target ("all" for every service)."""
 
     def __init__(
         self,
@@ -76,9 +102,13 @@ class Suite:
         env: Mapping[str, str] | None = None,
         log_dir: Path | None = None,
         services: tuple[str, ...] = ALL_SERVICES,
+        shape: str = "split",
     ) -> None:
+        if shape not in SHAPES:
+            _grouping(shape)  # ValueError naming what is wrong
         self.ports = dict(ports or DEFAULT_PORTS)
         self.services = services
+        self.shape = shape
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         base = dict(os.environ)
@@ -96,15 +126,59 @@ class Suite:
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
 
+    @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """The processes of the suite: each one's key in `procs`, and the services it hosts
+        (from `services` and `shape` now: tests narrow `services` before starting)."""
+        if self.shape == "split" or len(self.services) == 1:
+            return {name: (name,) for name in self.services}
+        if self.shape == "all":
+            hosted = tuple(n for n in ALL_SERVICES if n in self.services)
+            return {"all" if hosted == ALL_SERVICES else ",".join(hosted): hosted}
+        groups: dict[str, tuple[str, ...]] = {}
+        for group in _grouping(self.shape):
+            hosted = tuple(n for n in group if n in self.services)
+            if hosted:
+                groups[",".join(hosted)] = hosted
+        grouped = {n for group in groups.values() for n in group}
+        groups.update({n: (n,) for n in self.services if n not in grouped})
+        return groups
+
+    def process_of(self, name: str) -> str:
+        """The key in `procs` of the process hosting service `name` (or `name` itself when
+        it names a process)."""
+        for key, hosted in self.groups.items():
+            if name == key or name in hosted:
+                return key
+        return name
+
+    def log_path(self, name: str) -> Path:
+        """The log file of the process hosting `name`."""
+        if self.log_dir is None:
+            raise RuntimeError("this suite has no log_dir")
+        return self.log_dir / f"{self.process_of(name)}.log"
+
     def start_service(self, name: str) -> subprocess.Popen[bytes]:
-        env = dict(self.env, AGENTMESH_PORT=str(self.ports[name]))
+        """Start the process hosting `name` (a service, or a process of `groups`)."""
+        key = self.process_of(name)
+        hosted = self.groups.get(key, (key,))
+        if len(hosted) == 1:
+            command = [sys.executable, "-m", f"services.{key}"]
+            env = dict(self.env, AGENTMESH_PORT=str(self.ports[key]))
+        else:
+            # Each gRPC service listens on the port of its AGENTMESH_<NAME>_ADDR; the
+            # gateway, if hosted, on AGENTMESH_PORT.
+            command = [sys.executable, "-m", "services", "--target", key]
+            env = {k: v for k, v in self.env.items() if k != "AGENTMESH_PORT"}
+            if "gateway" in hosted:
+                env["AGENTMESH_PORT"] = str(self.ports["gateway"])
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps its own copy
+            log = open(self.log_dir / f"{key}.log", "ab")  # the child keeps its own copy
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}"],
+                command,
                 cwd=ROOT,
                 env=env,
                 stdout=log if log is not None else None,
@@ -115,24 +189,27 @@ class Suite:
         finally:
             if log is not None:
                 log.close()
-        self.procs[name] = proc
+        self.procs[key] = proc
         return proc
 
     def start(self, timeout: float = 60.0) -> None:
         busy = [f"{n}:{self.ports[n]}" for n in self.services if port_in_use(self.ports[n])]
         if busy:
-            raise RuntimeError(f"ports already in use: {', '.join(busy)} (is the suite already running?)")
-        for name in self.services:
-            self.start_service(name)
+            raise RuntimeError(
+                f"ports already in use: {', '.join(busy)} (is the suite already running?)"
+            )
+        for key in self.groups:
+            self.start_service(key)
         deadline = time.monotonic() + timeout
         for name in self.services:
             self.wait_ready(name, deadline)
 
     def wait_ready(self, name: str, deadline: float) -> None:
+        key = self.process_of(name)
         while True:
-            proc = self.procs[name]
+            proc = self.procs[key]
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {proc.returncode} while starting")
+                raise RuntimeError(f"{key} exited with code {proc.returncode} while starting")
             if self.is_ready(name):
                 return
             if time.monotonic() > deadline:
@@ -155,7 +232,8 @@ class Suite:
             return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
 
     def stop_service(self, name: str, sig: int = signal.SIGTERM, grace: float = 15.0) -> int | None:
-        proc = self.procs.get(name)
+        """Stop the process hosting `name` (with shape "all": every service)."""
+        proc = self.procs.get(self.process_of(name))
         if proc is None or proc.poll() is not None:
             return None if proc is None else proc.returncode
         proc.send_signal(sig)
@@ -167,7 +245,16 @@ class Suite:
 
     def stop(self, grace: float = 15.0) -> dict[str, int | None]:
         """SIGTERM to every process (gateway first), then SIGKILL whatever outlives the grace."""
-        order = ["gateway", "scheduler", "orchestrator", "executor", "router", "memory", "history"]
+        stopping = [
+            "gateway", "scheduler", "orchestrator", "executor", "router", "memory", "history"
+        ]  # fmt: skip
+        order = sorted(
+            self.procs,
+            key=lambda key: min(
+                (stopping.index(n) for n in self.groups.get(key, (key,)) if n in stopping),
+                default=len(stopping),
+            ),
+        )
         for name in order:
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is None:
@@ -212,7 +299,7 @@ def launch_ports(gateway: int | None = None, grpc_base: int | None = None) -> di
     return ports
 
 
-def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str]:
+def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str, str]:
     parser = argparse.ArgumentParser(
         prog="python -m services.launcher", description="Start the whole suite on localhost."
     )
@@ -229,9 +316,16 @@ def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str]:
         default="scripted",
         help="local: start the local model server (make model-server) and use its card",
     )
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="all",
+        help="all: every service in one process (python -m services --target all, the "
+        "default); split: one process per service",
+    )
     args = parser.parse_args(argv)
     try:
-        return launch_ports(args.port, args.grpc_port_base), args.model
+        return launch_ports(args.port, args.grpc_port_base), args.model, args.shape
     except ValueError as err:
         parser.error(str(err))
 
@@ -359,7 +453,7 @@ def dev_token(settings: Settings, sub: str = "dev-user") -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ports, model = _arguments(argv)
+    ports, model, shape = _arguments(argv)
     settings = Settings()
     model_server: LocalModelServer | None = None
     env: dict[str, str] = {}
@@ -372,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {err}", file=sys.stderr, flush=True)
             sys.exit(1)
         env = model_server.env()
-    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs", env=env)
+    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs", env=env, shape=shape)
     stop = False
 
     def _on_signal(_signum: int, _frame: object) -> None:
@@ -381,7 +475,12 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
-    print(f"starting agentmesh ({', '.join(ALL_SERVICES)}); logs in {settings.data_dir / 'logs'}", flush=True)
+    processes = "one process" if len(suite.groups) == 1 else "one process each"
+    print(
+        f"starting agentmesh ({', '.join(ALL_SERVICES)}; {processes}); "
+        f"logs in {settings.data_dir / 'logs'}",
+        flush=True,
+    )
     try:
         suite.start()
     except RuntimeError as err:

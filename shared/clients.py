@@ -1,7 +1,10 @@
 """gRPC client channels: round-robin over every address a name resolves to, keepalive,
 retries (via service config) only for idempotent methods, and a deadline on every call.
 While tracing is on (shared/telemetry.py) a channel also carries the trace context of every
-call; a channel opened while tracing is off carries no interceptor at all."""
+call; a channel opened while tracing is off carries no interceptor at all.
+
+A peer hosted by this very process (`--target`, shared/inproc.py) is reached in process
+instead: same stubs, metadata, deadlines, statuses and server interceptors, no socket."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from shared import telemetry
+from shared import inproc, telemetry
 from shared.server import KEEPALIVE_CLIENT_OPTIONS, MAX_MESSAGE_BYTES
 
 # The longest pause between two connection attempts to a peer that is down (+-20% jitter).
@@ -42,12 +45,18 @@ def _service_config(idempotent_services: Sequence[str]) -> str:
     return json.dumps(config)
 
 
-def open_channel(address: str, *, idempotent_services: Sequence[str] = ()) -> grpc.aio.Channel:
-    """A channel to `address` ("host:port" or "dns:///name:port").
+def open_channel(
+    address: str, *, idempotent_services: Sequence[str] = (), peer: str = ""
+) -> grpc.aio.Channel:
+    """A channel to `address` ("host:port" or "dns:///name:port"), or in process to the
+    service `peer` when this process hosts it.
 
     `idempotent_services` lists full service names whose every method may be retried on
-    UNAVAILABLE; only services whose writes carry client-chosen ids qualify.
+    UNAVAILABLE; only services whose writes carry client-chosen ids qualify (in process
+    nothing is retried: an UNAVAILABLE there is the peer's own answer, not a lost packet).
     """
+    if peer and inproc.hosted(peer):
+        return inproc.InProcessChannel(peer)  # type: ignore[return-value]
     target = address if "://" in address or address.startswith("dns:") else f"dns:///{address}"
     return grpc.aio.insecure_channel(
         target,

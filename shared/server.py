@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from shared import heap, logs, metrics, telemetry
+from shared import heap, inproc, logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 
@@ -115,8 +115,12 @@ class GrpcServer:
         self.metrics_host = metrics_host
         self._stop_metrics: Callable[[], None] | None = None
         self.health = health.aio.HealthServicer()
+        interceptor = ServerInterceptor(name, VERSION)
+        # A service whose peers share its process (--target) also serves them in process
+        # (shared/inproc.py): the same servicers, health and interceptors, no socket.
+        self.local = inproc.InProcessServer(name, [interceptor]) if inproc.hosted(name) else None
         self.server = grpc.aio.server(
-            interceptors=[ServerInterceptor(name, VERSION)],
+            interceptors=[interceptor],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -131,15 +135,26 @@ class GrpcServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
 
-    async def start(self, host: str, port: int) -> int:
-        self.parts.register(self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+    def _register(self, server: grpc.aio.Server | inproc.InProcessServer) -> None:
+        self.parts.register(server)  # type: ignore[arg-type]
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = [*self.parts.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, self.server)
+        # The asyncio servicer on both (enable_server_reflection picks it for grpc.aio
+        # servers only, and the in-process server is not one).
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(names), server
+        )
+
+    async def start(self, host: str, port: int) -> int:
+        self._register(self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"{self.name}: cannot listen on {host}:{port}")
         await self.server.start()
+        if self.local is not None:
+            self._register(self.local)
+            inproc.register(self.local)
+            self.local.start()
         if self.metrics_port:
             self._stop_metrics = metrics.serve(self.metrics_port, self.metrics_host)
         for task_factory in self.parts.background:
@@ -202,7 +217,13 @@ class GrpcServer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self.server.stop(self.grace_seconds)
+        if self.local is None:
+            await self.server.stop(self.grace_seconds)
+        else:
+            await asyncio.gather(
+                self.server.stop(self.grace_seconds), self.local.stop(self.grace_seconds)
+            )
+            inproc.unregister(self.local)
         if self.parts.on_stop is not None:
             await self.parts.on_stop()
         for check in self.parts.dependencies.values():

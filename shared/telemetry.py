@@ -262,13 +262,25 @@ def _client_span(method: str | bytes) -> tuple[Span, str] | None:
     return span, name
 
 
+def start_client_span(method: str | bytes) -> Span | None:
+    """The client span of an outgoing call (None while tracing is off); the in-process
+    transport (shared/inproc.py) uses it as the interceptors below do."""
+    started = _client_span(method)
+    return None if started is None else started[0]
+
+
+def trace_metadata(span: Span) -> tuple[tuple[str, str], ...]:
+    """The trace context of `span` as call metadata (W3C traceparent)."""
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier, context=trace.set_span_in_context(span))
+    return tuple(carrier.items())
+
+
 def _with_trace_context(
     details: grpc.aio.ClientCallDetails, span: Span
 ) -> grpc.aio.ClientCallDetails:
-    carrier: dict[str, str] = {}
-    _propagator.inject(carrier, context=trace.set_span_in_context(span))
     metadata = grpc.aio.Metadata(*(details.metadata or ()))
-    for key, value in carrier.items():
+    for key, value in trace_metadata(span):
         metadata.add(key, value)
     replaced: grpc.aio.ClientCallDetails = details._replace(  # type: ignore[attr-defined]
         metadata=metadata
@@ -276,7 +288,7 @@ def _with_trace_context(
     return replaced
 
 
-def _end_client_span(span: Span, code: grpc.StatusCode) -> None:
+def end_client_span(span: Span, code: grpc.StatusCode) -> None:
     span.set_attribute("rpc.grpc.status_code", code.value[0])
     if code is not grpc.StatusCode.OK:
         span.set_status(Status(StatusCode.ERROR, code.name))
@@ -284,7 +296,7 @@ def _end_client_span(span: Span, code: grpc.StatusCode) -> None:
 
 
 async def _end_when_done(span: Span, call: grpc.aio.Call) -> None:
-    _end_client_span(span, await call.code())
+    end_client_span(span, await call.code())
 
 
 def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
@@ -305,12 +317,12 @@ class _UnaryUnaryTracing(grpc.aio.UnaryUnaryClientInterceptor):
             call = await continuation(_with_trace_context(details, span), request)
             code = await call.code()
         except asyncio.CancelledError:
-            _end_client_span(span, grpc.StatusCode.CANCELLED)
+            end_client_span(span, grpc.StatusCode.CANCELLED)
             raise
         except BaseException:
-            _end_client_span(span, grpc.StatusCode.UNKNOWN)
+            end_client_span(span, grpc.StatusCode.UNKNOWN)
             raise
-        _end_client_span(span, code)
+        end_client_span(span, code)
         return call
 
 
@@ -323,7 +335,7 @@ class _UnaryStreamTracing(grpc.aio.UnaryStreamClientInterceptor):
         try:
             call = await continuation(_with_trace_context(details, span), request)
         except BaseException:
-            _end_client_span(span, grpc.StatusCode.UNKNOWN)
+            end_client_span(span, grpc.StatusCode.UNKNOWN)
             raise
 
         def done(finished: grpc.aio.Call) -> None:

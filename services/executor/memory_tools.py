@@ -41,7 +41,7 @@ class MemoryClient:
     """The memory service, called on behalf of one owner per call."""
 
     def __init__(self, address: str, rpc_timeout_seconds: float) -> None:
-        self._channel = open_channel(address)
+        self._channel = open_channel(address, peer="memory")
         self._stub = pb_grpc.MemoryServiceStub(self._channel)
         self._timeout = rpc_timeout_seconds
 

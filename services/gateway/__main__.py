@@ -9,12 +9,13 @@ import contextlib
 import socket
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
 from services.gateway.auth import DEFAULT_TTL_SECONDS, issue_token
 from shared import heap, logs
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
 
 class _Server(uvicorn.Server):
@@ -34,20 +35,26 @@ class _Server(uvicorn.Server):
                 self._captured_signals.clear()
 
 
-def _serve() -> None:
-    from services.gateway.app import create_app
+class EmbeddedServer(uvicorn.Server):
+    """The gateway inside a process of several targets (services/targets.py), which handles
+    the signals itself and stops it with should_exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     from services.gateway.protocol import http_protocol
 
-    settings = get_settings()
-    logs.configure("gateway", settings.log_level)
     try:
         import uvloop  # noqa: F401
 
         loop = "uvloop"
     except ImportError:  # uvloop is optional (not on every platform)
         loop = "asyncio"
-    config = uvicorn.Config(
-        create_app(settings),
+    return uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.listen_port("gateway"),
         loop=loop,
@@ -59,7 +66,14 @@ def _serve() -> None:
         access_log=False,
         proxy_headers=False,
     )
-    _Server(config).run()
+
+
+def _serve() -> None:
+    from services.gateway.app import create_app
+
+    settings = get_settings()
+    logs.configure("gateway", settings.log_level)
+    _Server(uvicorn_config(create_app(settings), settings)).run()
 
 
 def main(argv: list[str] | None = None) -> None:

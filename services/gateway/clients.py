@@ -87,15 +87,19 @@ class Clients:
 def open_clients(settings: Settings) -> Clients:
     """Channels to every peer at settings.addr(name); call inside the serving event loop."""
     channels = {
-        "orchestrator": open_channel(settings.addr("orchestrator")),
+        "orchestrator": open_channel(settings.addr("orchestrator"), peer="orchestrator"),
         # Reads, and writes keyed by ids the caller chose: safe to retry on UNAVAILABLE.
         "history": open_channel(
-            settings.addr("history"), idempotent_services=["agentmesh.history.v1.HistoryService"]
+            settings.addr("history"),
+            idempotent_services=["agentmesh.history.v1.HistoryService"],
+            peer="history",
         ),
         "memory": open_channel(
-            settings.addr("memory"), idempotent_services=["agentmesh.memory.v1.MemoryService"]
+            settings.addr("memory"),
+            idempotent_services=["agentmesh.memory.v1.MemoryService"],
+            peer="memory",
         ),
-        "scheduler": open_channel(settings.addr("scheduler")),
+        "scheduler": open_channel(settings.addr("scheduler"), peer="scheduler"),
     }
     orchestrator = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channels["orchestrator"])
     return Clients(

@@ -58,9 +58,13 @@ class Peers:
         # decides: both may be retried. An executor step may not (it runs tools): the run
         # tries it again itself, only while it has produced nothing (RunManager._executor_step).
         self._channels = [
-            open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE]),
-            open_channel(settings.addr("router"), idempotent_services=[ROUTER_SERVICE]),
-            open_channel(settings.addr("executor")),
+            open_channel(
+                settings.addr("history"), idempotent_services=[HISTORY_SERVICE], peer="history"
+            ),
+            open_channel(
+                settings.addr("router"), idempotent_services=[ROUTER_SERVICE], peer="router"
+            ),
+            open_channel(settings.addr("executor"), peer="executor"),
         ]
         self.history = history_service_pb2_grpc.HistoryServiceStub(self._channels[0])
         self.router = router_service_pb2_grpc.RouterServiceStub(self._channels[1])

@@ -39,9 +39,11 @@ async def migrate(settings: Settings) -> None:
 async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> ServiceParts:
     cfg = cfg or SchedulerSettings()
     engine = await _migrated_engine(settings)
-    channel = open_channel(settings.addr("orchestrator"))
+    channel = open_channel(settings.addr("orchestrator"), peer="orchestrator")
     # Only history's run lookup (GetRun, a read) goes there: retried on UNAVAILABLE.
-    history = open_channel(settings.addr("history"), idempotent_services=[HISTORY_SERVICE])
+    history = open_channel(
+        settings.addr("history"), idempotent_services=[HISTORY_SERVICE], peer="history"
+    )
     dispatcher = Dispatcher(engine, channel, history, settings, cfg, replica_id())
     loop = ClaimLoop(engine, dispatcher, cfg)
     _, known = deployment_tools(settings, NAME)

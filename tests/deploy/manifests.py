@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "k8s" / "base"
 OVERLAY = DEPLOY / "k8s" / "overlays" / "example"
+# The example with grouped targets (orchestrator, router, executor in one Deployment).
+GROUPED = DEPLOY / "k8s" / "overlays" / "grouped"
 
 ALL_SERVICES = (*GRPC_SERVICES, "gateway")
 TABLE_OWNERS = ("history", "memory", "scheduler")

@@ -18,6 +18,7 @@ from tests.deploy.manifests import (
     AUTOSCALED,
     BASE,
     DEPLOY,
+    GROUPED,
     K8S_VERSIONS,
     OVERLAY,
     PRESTOP_SLEEP_SECONDS,
@@ -98,7 +99,7 @@ def test_kustomization_lists_only_existing_files(directory: Path) -> None:
 
 def test_every_manifest_file_is_used_by_a_kustomization() -> None:
     listed = set()
-    for directory in (BASE, OVERLAY):
+    for directory in (BASE, OVERLAY, GROUPED):
         k = kustomization(directory)
         listed |= {(directory / r).resolve() for r in k.get("resources", [])}
         listed |= {(directory / p["path"]).resolve() for p in k.get("patches", []) if "path" in p}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
 import uuid
@@ -26,7 +27,15 @@ def token(sub: str, *, admin: bool = False) -> str:
     return issue_token(Settings(jwt_secret=SECRET), sub, admin=admin, ttl_seconds=3600)
 
 
-def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
+# How the end-to-end suites spread the services over processes (services.launcher.SHAPES):
+# "split" (one process per service, the default) or "all" (one process hosting them all).
+# `make test` runs the embedded pass on "all" and the postgres pass on "split".
+SHAPE = os.environ.get("AGENTMESH_TEST_SHAPE", "split")
+
+
+def make_suite(tmp: Path, prefix: str, *, shape: str = "", **env: str) -> Suite:
+    """The suite on free ports, in `shape` (default SHAPE). A test that stops or kills one
+    service while the others keep running asks for shape "split"."""
     values = {
         "AGENTMESH_DATA_DIR": str(tmp / "data"),
         "AGENTMESH_JWT_SECRET": SECRET,
@@ -39,7 +48,12 @@ def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
         "AGENTMESH_LOG_LEVEL": "INFO",
     }
     values.update(env)
-    return Suite(ports={n: free_port() for n in ALL_SERVICES}, env=values, log_dir=tmp / "logs")
+    return Suite(
+        ports={n: free_port() for n in ALL_SERVICES},
+        env=values,
+        log_dir=tmp / "logs",
+        shape=shape or SHAPE,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -141,8 +155,7 @@ class Replicas:
         return self.base.gateway_url
 
     def log(self, replica: Suite, name: str) -> Path:
-        assert replica.log_dir is not None
-        return replica.log_dir / f"{name}.log"
+        return replica.log_path(name)
 
     def served(self, replica: Suite, name: str, method: str, since: int = 0) -> set[str]:
         """The request ids of the `method` calls (e.g. "Execute") that the replica's `name`

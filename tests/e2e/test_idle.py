@@ -64,13 +64,11 @@ def _chat_run(suite: Suite) -> tuple[int, list[dict[str, object]], str]:
 
 
 def _log_sizes(suite: Suite) -> dict[str, int]:
-    assert suite.log_dir is not None
-    return {name: (suite.log_dir / f"{name}.log").stat().st_size for name in ALL_SERVICES}
+    return {name: suite.log_path(name).stat().st_size for name in ALL_SERVICES}
 
 
 def _logged_since(suite: Suite, name: str, offset: int) -> str:
-    assert suite.log_dir is not None
-    with (suite.log_dir / f"{name}.log").open("rb") as f:
+    with suite.log_path(name).open("rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace")
 

@@ -75,7 +75,7 @@ def test_sigterm_stops_every_process_and_a_restart_keeps_the_data(tmp_path: Path
 
 def test_orchestrator_down_gives_503_and_loses_nothing(tmp_path: Path) -> None:
     prefix = f"e{uuid.uuid4().hex[:10]}_"
-    suite = make_suite(tmp_path, prefix)
+    suite = make_suite(tmp_path, prefix, shape="split")
     try:
         suite.start(timeout=90)
         thread_id = f"t-{uuid.uuid4().hex[:8]}"

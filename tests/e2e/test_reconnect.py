@@ -49,7 +49,7 @@ class Run:
 def lone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     tmp = tmp_path_factory.mktemp("reconnect")
     prefix = f"c{uuid.uuid4().hex[:10]}_"
-    suite = make_suite(tmp, prefix, AGENTMESH_RPC_TIMEOUT_SECONDS="5")
+    suite = make_suite(tmp, prefix, shape="split", AGENTMESH_RPC_TIMEOUT_SECONDS="5")
     try:
         suite.start(timeout=90)
         serves_runs(suite.gateway_url, in_a_row=2, within=60)

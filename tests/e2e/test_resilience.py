@@ -121,7 +121,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         redis_proc = _start_redis(port)
         redis_url = f"redis://127.0.0.1:{port}/0"
         env["AGENTMESH_EVENT_LOG_URL"] = redis_url
-    a = make_suite(tmp / "a", prefix, **env)
+    a = make_suite(tmp / "a", prefix, shape="split", **env)
     ours = {k: v for k, v in a.env.items() if k.startswith("AGENTMESH_")}
     b = Suite(
         ports={**a.ports, "orchestrator": free_port(), "gateway": free_port()},

@@ -1,0 +1,3 @@
+from services.targets import main
+
+main()
