@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import NotModifiedResponse, StaticFiles
-from starlette.types import Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 ASSETS = Path(__file__).resolve().parent / "console"
 PREFIX = "/console"
@@ -46,6 +46,40 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
+
+
+# /docs and /redoc (fastapi-offline's pages): their scripts and styles come from the gateway,
+# but ReDoc's bundle still shows a logo from cdn.redoc.ly. This policy keeps the pages to this
+# origin (the image is refused and ReDoc hides it), so the docs work offline and leak nothing.
+# The pages start their viewers with an inline script, and ReDoc runs a blob: worker.
+DOCS_PATHS = frozenset({"/docs", "/redoc"})
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+class DocsPolicy:
+    """Pure ASGI middleware: the Content Security Policy of the API docs pages."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in DOCS_PATHS:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", [])
+                           if k.lower() != b"content-security-policy"]  # fmt: skip
+                headers.append((b"content-security-policy", DOCS_CSP.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)
 
 
 class ConsoleAssets(StaticFiles):
@@ -79,3 +113,4 @@ def install(app: FastAPI) -> None:
 
     app.add_route("/", index, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount(PREFIX, assets, name="console")
+    app.add_middleware(DocsPolicy)

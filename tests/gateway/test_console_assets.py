@@ -155,3 +155,17 @@ def test_the_asset_folder_holds_only_servable_files() -> None:
     assert all(p.suffix in MEDIA_TYPES for p in files), [
         p for p in files if p.suffix not in MEDIA_TYPES
     ]
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_the_api_docs_may_load_nothing_from_elsewhere(
+    http: httpx.AsyncClient, page: str
+) -> None:
+    """ReDoc's bundle shows a logo from cdn.redoc.ly: the pages' policy keeps them to this
+    origin (the browser test sees no request leave)."""
+    from services.gateway.console import DOCS_CSP
+
+    resp = await http.get(page)
+    assert resp.status_code == 200
+    assert resp.headers["content-security-policy"] == DOCS_CSP
+    assert "img-src 'self' data:;" in DOCS_CSP and "https:" not in DOCS_CSP

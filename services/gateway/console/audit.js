@@ -15,7 +15,9 @@ function text(m) {
 
 export async function render(root) {
   const mine = claims(session.token());
-  const adminToken = () => (mine?.admin ? session.token() : session.adminToken());
+  // The signed-in token when it has the admin scope, else the admin token given here (else the
+  // signed-in one, and the API answers its 403).
+  const adminToken = () => (mine?.admin ? session.token() : session.adminToken() || session.token());
   const tokenInput = h("input", { id: "admin-token", type: "password", placeholder: "an admin token (make token ADMIN=1)", autocomplete: "off", value: session.adminToken() });
   const owner = h("input", { id: "audit-owner", value: mine?.sub ?? "", required: true, spellcheck: "false" });
   const origin = select("audit-origin", ["chat", "automation"]);
@@ -108,5 +110,5 @@ export async function render(root) {
     session.setAdminToken(tokenInput.value.trim());
     load(undefined, query(undefined));
   });
-  if (adminToken()) await load(undefined, query(undefined));
+  if (mine?.admin || session.adminToken()) await load(undefined, query(undefined));
 }
