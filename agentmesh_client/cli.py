@@ -162,13 +162,13 @@ class _RunPrinter:
         elif t == EventType.RUN_FINISHED:
             assert isinstance(e, ag_ui.core.RunFinishedEvent)
             outcome = e.outcome.type if e.outcome is not None else "success"
-            parts = [f"[run] {outcome}"]
+            line = f"[run] {outcome}"
             if self.started and e.timestamp:
-                parts.append(f"in {e.timestamp - self.started} ms")
+                line += f" in {e.timestamp - self.started} ms"
             for u in e.usage or []:
                 estimated = " (estimated)" if (u.model_extra or {}).get("estimated") else ""
-                parts.append(f"tokens {u.input_tokens} in / {u.output_tokens} out{estimated}")
-            self._note(", ".join(parts))
+                line += f", tokens {u.input_tokens} in / {u.output_tokens} out{estimated}"
+            self._note(line)
         elif t == EventType.RUN_ERROR:
             assert isinstance(e, ag_ui.core.RunErrorEvent)
             self._note(f"[run] failed: {e.code or 'RUN_ERROR'}: {e.message}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from playwright.async_api import Browser, Page, async_playwright
 from agentmesh_client import Client
 from services.launcher import ROOT, Suite
 from tests.conftest import USES_POSTGRES, drop_schemas
+from tests.e2e.client_helpers import chat, memory_job, wait_for_job_run
 from tests.e2e.conftest import make_suite, token
 
 pytestmark = pytest.mark.e2e
@@ -112,23 +112,6 @@ async def console(browser: Browser, slow_suite: Suite) -> AsyncIterator[Console]
     await context.close()
 
 
-def _drain(client: Client, thread: str, text: str) -> str:
-    with client.start_run(thread, text) as run:
-        events = list(run)
-    assert events[-1].type == "RUN_FINISHED", events[-1]
-    return run.run_id
-
-
-def _wait_job_run(client: Client, job_id: str, within: float = 60) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        runs = client.job_runs(job_id).runs
-        if runs and runs[0].state not in ("pending", "dispatching"):
-            return runs[0]
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} has no finished run: {client.job_runs(job_id).runs}")
-
-
 async def test_a_chat_run_streams_its_text_and_its_steps(console: Console) -> None:
     page, client = console.page, console.client
     await console.open()
@@ -205,7 +188,7 @@ async def test_a_job_created_and_triggered_shows_its_run_and_the_memory_it_wrote
     console: Console,
 ) -> None:
     page, client = console.page, console.client
-    _drain(client, f"t-{uuid.uuid4().hex[:8]}", "I love green tea")
+    chat(client, f"t-{uuid.uuid4().hex[:8]}", "I love green tea")
     await console.open("#/automation")
     await page.click("#new-job")
     await page.fill("#job-title", "Tea memory")
@@ -307,13 +290,10 @@ async def test_an_api_error_is_shown_as_the_api_gives_it(console: Console) -> No
 
 async def test_the_audit_marks_hidden_messages(console: Console) -> None:
     page, client = console.page, console.client
-    _drain(client, f"t-{uuid.uuid4().hex[:8]}", "My name is Ada")
-    job = client.create_job({
-        "title": "Memory", "schedule": {"type": "daily", "localTime": "10:00"},
-        "config": {"prompt": "Extract durable facts now.", "tools": ["memory_write"]},
-    })  # fmt: skip
+    chat(client, f"t-{uuid.uuid4().hex[:8]}", "My name is Ada")
+    job = client.create_job(memory_job("Extract durable facts now."))
     client.trigger_job(job.id)
-    assert _wait_job_run(client, job.id).state == "succeeded"
+    assert wait_for_job_run(client, job.id).state == "succeeded"
     await console.open("#/audit")
     # A user token: the admin endpoint's 403, as the API says it.
     await page.click("#audit-search")
