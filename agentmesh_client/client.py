@@ -113,7 +113,22 @@ def _raise_for(resp: httpx.Response) -> None:
     raise ApiError(resp.status_code, body, resp.headers.get("x-request-id", ""))
 
 
-class RunStream:
+class _Closing:
+    """`with` closes it."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class RunStream(_Closing):
     """The AG-UI events of one run, typed (`ag_ui.core` models), as they arrive.
 
     Iterate it once; `last_event_id` is the sequence of the last event received (what
@@ -151,16 +166,8 @@ class RunStream:
         if self._response is not None:
             self._response.close()
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class Client:
+class Client(_Closing):
     """The gateway's HTTP API, one method per endpoint; `token` is the bearer token."""
 
     def __init__(
@@ -178,14 +185,6 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # ---- plumbing ----------------------------------------------------------------------------
 

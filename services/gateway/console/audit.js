@@ -1,6 +1,6 @@
 // Audit (admin): every message and refused tool call of one owner, hidden ones included and
 // marked; filters by origin, executor, profile, thread and time.
-import { api, badge, claims, clear, empty, guarded, h, mono, moreButton, session, when } from "./lib.js";
+import { api, badge, claims, clear, empty, guarded, h, mono, moreButton, session, table, when } from "./lib.js";
 
 function select(id, options) {
   return h("select", { id }, h("option", { value: "" }, "any"), options.map((o) => h("option", { value: o }, o)));
@@ -49,13 +49,9 @@ export async function render(root) {
   );
   clear(results,
       h("h2", {}, "Messages"),
-      h("div", { class: "table-wrap" }, h("table", { class: "table", id: "audit-messages" },
-        h("thead", {}, h("tr", {}, ["Time", "Thread", "Role / kind", "Content", "Origin · executor · profile", "Visibility"].map((c) => h("th", {}, c)))),
-        rows)),
+      table("audit-messages", ["Time", "Thread", "Role / kind", "Content", "Origin · executor · profile", "Visibility"], rows),
       h("h2", {}, "Refused tool calls"),
-      h("div", { class: "table-wrap" }, h("table", { class: "table", id: "audit-denials" },
-        h("thead", {}, h("tr", {}, ["Time", "Thread", "Tool", "Reason", "Origin · executor · profile", "Arguments sha256"].map((c) => h("th", {}, c)))),
-        denials)),
+      table("audit-denials", ["Time", "Thread", "Tool", "Reason", "Origin · executor · profile", "Arguments sha256"], denials),
       more);
   let shown = { messages: 0, denials: 0 };
   const query = (token) => ({

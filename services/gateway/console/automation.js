@@ -2,7 +2,7 @@
 // run in the job's own time zone, and its past runs with every attempt and its error.
 import {
   api, ApiError, badge, browserZone, clear, confirmButton, empty, errorBox, guarded, h, mono,
-  moreButton, pathId, when, ago,
+  listing, pathId, table, when, ago,
 } from "./lib.js";
 
 const TOOLS = ["memory_write", "memory_forget", "memory_search"];
@@ -29,37 +29,22 @@ export async function render(root, params) {
   if (params[0] === "new") return renderForm(root, null);
   if (params[0] && params[1] === "edit") return renderJob(root, params[0], true);
   if (params[0]) return renderJob(root, params[0], false);
-  const errorSlot = h("div", {});
-  const body = h("tbody", {});
-  const more = h("div", { class: "more" });
-  clear(
-    root,
-    h("section", { class: "page" },
-      h("div", { class: "page-head" }, h("h1", {}, "Automation"),
-        h("p", { class: "muted" }, "Agent work on a schedule in your local time. Each slot runs once."),
-        h("a", { class: "btn primary", href: "#/automation/new", id: "new-job" }, "New job")),
-      errorSlot,
-      h("div", { class: "table-wrap" },
-        h("table", { class: "table", id: "jobs-table" },
-          h("thead", {}, h("tr", {}, ["Job", "Status", "Schedule", "Next run (job's time)", "Version"].map((c) => h("th", {}, c)))),
-          body)),
-      more),
-  );
-  const load = async (token) => {
-    const page = await guarded(errorSlot, () => api("GET", "/api/v1/automation/jobs", { query: { page_size: 50, page_token: token } }));
-    if (!page) return;
-    for (const j of page.jobs) {
-      body.append(h("tr", { "data-job-id": j.id },
-        h("td", {}, h("a", { href: `#/automation/${pathId(j.id)}` }, j.title), j.defaultJob ? h("span", { class: "muted small" }, " default") : null),
-        h("td", {}, badge(j.status)),
-        h("td", {}, schedule(j), h("div", { class: "muted small" }, j.timezone)),
-        h("td", {}, nextRun(j)),
-        h("td", { class: "num" }, String(j.version))));
-    }
-    if (!token && !page.jobs.length) body.append(h("tr", {}, h("td", { colspan: 5 }, empty("No jobs yet."))));
-    clear(more, moreButton(page.nextPageToken, load));
-  };
-  await load(undefined);
+  return listing(root, {
+    title: "Automation",
+    intro: "Agent work on a schedule in your local time. Each slot runs once.",
+    action: h("a", { class: "btn primary", href: "#/automation/new", id: "new-job" }, "New job"),
+    id: "jobs-table",
+    columns: ["Job", "Status", "Schedule", "Next run (job's time)", "Version"],
+    path: "/api/v1/automation/jobs",
+    key: "jobs",
+    none: "No jobs yet.",
+    row: (j) => h("tr", { "data-job-id": j.id },
+      h("td", {}, h("a", { href: `#/automation/${pathId(j.id)}` }, j.title), j.defaultJob ? h("span", { class: "muted small" }, " default") : null),
+      h("td", {}, badge(j.status)),
+      h("td", {}, schedule(j), h("div", { class: "muted small" }, j.timezone)),
+      h("td", {}, nextRun(j)),
+      h("td", { class: "num" }, String(j.version))),
+  });
 }
 
 function fact(label, ...value) {
@@ -68,9 +53,8 @@ function fact(label, ...value) {
 
 function runsTable(job, runs) {
   if (!runs.length) return empty("No runs yet: trigger the job, or wait for its next slot.");
-  return h("div", { class: "table-wrap" }, h("table", { class: "table", id: "job-runs" },
-    h("thead", {}, h("tr", {}, ["Slot (job's time)", "State", "Trigger", "Attempt", "Dispatched", "Finished", "Run", "Errors"].map((c) => h("th", {}, c)))),
-    h("tbody", {}, runs.map((r) => h("tr", { "data-job-run-id": r.id, "data-state": r.state },
+  const columns = ["Slot (job's time)", "State", "Trigger", "Attempt", "Dispatched", "Finished", "Run", "Errors"];
+  return table("job-runs", columns, h("tbody", {}, runs.map((r) => h("tr", { "data-job-run-id": r.id, "data-state": r.state },
       h("td", {}, when(r.scheduledSlot, job.timezone)),
       h("td", {}, badge(r.state), r.nextAttemptTime ? h("div", { class: "muted small" }, `next attempt ${when(r.nextAttemptTime)}`) : null),
       h("td", {}, r.trigger),
@@ -80,7 +64,7 @@ function runsTable(job, runs) {
       h("td", {}, r.runId ? h("a", { href: `#/threads/${pathId(`automation:${job.id}`)}`, title: "the job's thread" }, mono(r.runId)) : "—"),
       h("td", {}, r.errors?.length
         ? h("ol", { class: "attempt-errors" }, r.errors.map((e) => h("li", {}, h("span", { class: "muted small" }, `attempt ${e.attempt} · ${when(e.time)}`), h("div", { class: "error-inline" }, e.error))))
-        : "—"))))));
+        : "—")))));
 }
 
 async function renderJob(root, jobId, editing) {

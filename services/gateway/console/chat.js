@@ -376,7 +376,13 @@ export async function render(root, params) {
         el.append(event.delta);
       },
       onCustomEvent: ({ event }) => tl.custom(event),
-      onRunFinishedEvent: ({ event }) => tl.finished(event),
+      onRunFinishedEvent: ({ event }) => {
+        tl.finished(event);
+        // A stopped run keeps what it streamed (stored as interrupted): say so on its reply.
+        if (event.outcome?.type === "cancelled") {
+          for (const bubble of bubbles.values()) bubble.parentElement?.querySelector(".msg-meta")?.append(badge("stopped", "cancelled"));
+        }
+      },
       onRunErrorEvent: ({ event }) => tl.failed(event),
     };
     const props = profile.value.trim() ? { forwardedProps: { agentmesh: { profile: profile.value.trim() } } } : {};

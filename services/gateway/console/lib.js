@@ -183,6 +183,12 @@ export function badge(text, kind) {
   return h("span", { class: `badge badge-${kind ?? text}` }, text);
 }
 
+// A listing's table: its header cells, and the tbody the view fills.
+export function table(id, columns, body) {
+  return h("div", { class: "table-wrap" },
+    h("table", { class: "table", id }, h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))), body));
+}
+
 export function pretty(text) {
   if (typeof text !== "string") return JSON.stringify(text, null, 2);
   try {
@@ -214,6 +220,25 @@ export function moreButton(token, more) {
     button.remove();
   });
   return button;
+}
+
+// A listing page: a heading, an error slot, a table filled page by page from `path` (its
+// `key` list, one `row(item)` each; a "Load more" button while there is a next page).
+export async function listing(root, { title, intro, action, id, columns, path, key, row, none }) {
+  const errorSlot = h("div", {});
+  const body = h("tbody", {});
+  const more = h("div", { class: "more" });
+  clear(root, h("section", { class: "page" },
+    h("div", { class: "page-head" }, h("h1", {}, title), h("p", { class: "muted" }, intro), action ?? null),
+    errorSlot, table(id, columns, body), more));
+  const load = async (token) => {
+    const page = await guarded(errorSlot, () => api("GET", path, { query: { page_size: 50, page_token: token } }));
+    if (!page) return;
+    for (const item of page[key]) body.append(row(item));
+    if (!token && !page[key].length) body.append(h("tr", {}, h("td", { colspan: columns.length }, empty(none))));
+    clear(more, moreButton(page.nextPageToken, load));
+  };
+  await load(undefined);
 }
 
 // A button that asks once more before it acts (no modal dialog).

@@ -1,43 +1,28 @@
 // Threads: the caller's threads; one thread's runs (outcome, usage, profile) and its /history.
 import {
-  api, badge, clear, duration, empty, guarded, h, messageView, mono, moreButton, pathId, session,
-  when,
+  api, badge, clear, duration, empty, guarded, h, listing, messageView, mono, moreButton, pathId,
+  session, table, when,
 } from "./lib.js";
 
 const FINISHED = new Set(["succeeded", "failed", "cancelled", "interrupted"]);
 
 export async function render(root, params) {
   if (params[0]) return renderThread(root, params[0]);
-  const errorSlot = h("div", {});
-  const body = h("tbody", {});
-  const more = h("div", { class: "more" });
-  clear(
-    root,
-    h("section", { class: "page" },
-      h("div", { class: "page-head" }, h("h1", {}, "Threads"),
-        h("p", { class: "muted" }, "Every thread of yours: chat threads and the threads of your automation jobs.")),
-      errorSlot,
-      h("div", { class: "table-wrap" },
-        h("table", { class: "table", id: "threads-table" },
-          h("thead", {}, h("tr", {}, ["Thread", "Mode", "Messages", "Created", "Updated"].map((c) => h("th", {}, c)))),
-          body)),
-      more),
-  );
-  const load = async (token) => {
-    const page = await guarded(errorSlot, () => api("GET", "/api/v1/agent/threads", { query: { page_size: 50, page_token: token } }));
-    if (!page) return;
-    for (const t of page.threads) {
-      body.append(h("tr", {},
-        h("td", {}, h("a", { href: `#/threads/${pathId(t.id)}` }, mono(t.id))),
-        h("td", {}, badge(t.runtimeMode, t.runtimeMode)),
-        h("td", { class: "num" }, String(t.messageCount)),
-        h("td", {}, when(t.createTime)),
-        h("td", {}, when(t.updateTime))));
-    }
-    if (!token && !page.threads.length) body.append(h("tr", {}, h("td", { colspan: 5 }, empty("No threads yet: start one in Chat."))));
-    clear(more, moreButton(page.nextPageToken, load));
-  };
-  await load(undefined);
+  return listing(root, {
+    title: "Threads",
+    intro: "Every thread of yours: chat threads and the threads of your automation jobs.",
+    id: "threads-table",
+    columns: ["Thread", "Mode", "Messages", "Created", "Updated"],
+    path: "/api/v1/agent/threads",
+    key: "threads",
+    none: "No threads yet: start one in Chat.",
+    row: (t) => h("tr", {},
+      h("td", {}, h("a", { href: `#/threads/${pathId(t.id)}` }, mono(t.id))),
+      h("td", {}, badge(t.runtimeMode, t.runtimeMode)),
+      h("td", { class: "num" }, String(t.messageCount)),
+      h("td", {}, when(t.createTime)),
+      h("td", {}, when(t.updateTime))),
+  });
 }
 
 // A finished run's usage is on its RUN_FINISHED event, readable while its events are kept
@@ -77,10 +62,7 @@ async function renderThread(root, threadId) {
       errorSlot,
       h("h2", {}, "Runs"),
       h("p", { class: "muted small" }, "The runs that wrote this thread's visible messages, oldest first."),
-      h("div", { class: "table-wrap" },
-        h("table", { class: "table", id: "runs-table" },
-          h("thead", {}, h("tr", {}, ["Run", "Outcome", "Origin", "Profile", "Started", "Took", "Usage", "Error"].map((c) => h("th", {}, c)))),
-          runsBody)),
+      table("runs-table", ["Run", "Outcome", "Origin", "Profile", "Started", "Took", "Usage", "Error"], runsBody),
       h("h2", {}, "History"),
       messages,
       more),
