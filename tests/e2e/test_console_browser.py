@@ -184,6 +184,30 @@ async def test_stop_cancels_the_run_on_the_server(console: Console) -> None:
     console.no_errors()
 
 
+async def test_a_thread_shows_its_runs_with_outcome_usage_and_profile(console: Console) -> None:
+    page, client = console.page, console.client
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    first = chat(client, thread, "First question")
+    second = chat(client, thread, 'use the memory_search tool with {"query": "q"}')
+    await console.open("#/threads")
+    await page.locator("#threads-table a", has_text=thread).click()
+    rows = page.locator("#runs-table tbody tr")
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('#runs-table td.usage')]"
+        ".filter(td => td.textContent.includes(' in ')).length === 2"
+    )
+    assert await rows.evaluate_all("rs => rs.map(r => r.dataset.runId)") == [first, second]
+    for run_id in (first, second):
+        cells = await page.locator(f'#runs-table tr[data-run-id="{run_id}"] td').all_text_contents()
+        assert cells[1] == "succeeded" and cells[2] == "chat", cells
+        assert cells[3].startswith("chat_default") and "router on · worker" in cells[3], cells
+        assert " in · " in cells[6] and " out" in cells[6], cells
+    history = page.locator("#thread-history > .msg")
+    assert await history.count() == len(client.history(thread).messages)
+    await console.shot("thread-runs")
+    console.no_errors()
+
+
 async def test_a_job_created_and_triggered_shows_its_run_and_the_memory_it_wrote(
     console: Console,
 ) -> None:
