@@ -184,9 +184,13 @@ def _follow(client: Client, stream: RunStream, args: argparse.Namespace) -> int:
             else:
                 printer.event(event)
     except KeyboardInterrupt:
+        # Ctrl-C stops the run itself, not only this terminal's view of it.
         stream.close()
-        result = client.cancel_run(stream.run_id)
-        print(f"\n[run] {stream.run_id} cancel asked: state {result.state}", file=sys.stderr)
+        try:
+            result = client.cancel_run(stream.run_id)
+            print(f"\n[run] {stream.run_id} cancelled: state {result.state}", file=sys.stderr)
+        except ApiError as err:
+            print(f"\n[run] {stream.run_id} not cancelled: {err}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if not args.json:
         print(f"[run] {stream.run_id} on thread {stream.thread_id or '-'}", file=sys.stderr)

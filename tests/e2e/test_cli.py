@@ -3,22 +3,32 @@ scripts, errors as the API gave them, and the documented exit codes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jwt
 import pytest
 
 from agentmesh_client import Client
-from agentmesh_client.cli import EXIT_AUTH, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from agentmesh_client.cli import (
+    EXIT_AUTH,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 from services.launcher import ROOT, Suite, free_port
+from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.client_helpers import chat
-from tests.e2e.conftest import SECRET, token
+from tests.e2e.conftest import SECRET, make_suite, token
 
 pytestmark = pytest.mark.e2e
 
@@ -170,3 +180,46 @@ def test_make_install_installs_the_agentmesh_command() -> None:
     from agentmesh_client.cli import entry
 
     assert callable(entry)
+
+
+@pytest.fixture(scope="module")
+def slow_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+    """A suite whose scripted model takes 0.05 s a token: a run lasts long enough to stop."""
+    prefix = f"k{uuid.uuid4().hex[:10]}_"
+    suite = make_suite(
+        tmp_path_factory.mktemp("slow"), prefix, AGENTMESH_SCRIPTED_TOKEN_LATENCY="0.05"
+    )
+    try:
+        suite.start(timeout=90)
+    except RuntimeError:
+        suite.stop()
+        raise
+    yield suite
+    suite.stop()
+    if USES_POSTGRES:
+        asyncio.run(drop_schemas(prefix))
+
+
+def test_ctrl_c_during_a_run_cancels_it(slow_suite: Suite, owner: str) -> None:
+    env = {
+        **os.environ,
+        "AGENTMESH_URL": slow_suite.gateway_url,
+        "AGENTMESH_TOKEN": token(owner),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}",
+    }
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    command = ["run", " ".join(["word"] * 200), "--thread", thread]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentmesh_client", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.read(8)  # the reply has started streaming
+    assert first
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "cancelled: state cancelled" in err
+    with Client(slow_suite.gateway_url, token(owner)) as am:
+        [run_id] = {m.run_id for m in am.history(thread).messages}
+        assert am.get_run(run_id or "").state == "cancelled"

@@ -15,9 +15,10 @@ const who = document.getElementById("who");
 // token and take it out of the address bar (and of the browser's history).
 function takeTokenFromUrl() {
   const match = location.hash.match(/^#token=([^&]+)/);
-  if (!match) return;
+  if (!match) return false;
   session.setToken(decodeURIComponent(match[1]));
   history.replaceState(null, "", `${location.pathname}#/chat`);
+  return true;
 }
 
 function signIn(problem) {
@@ -103,10 +104,7 @@ function start() {
 }
 
 takeTokenFromUrl();
-window.addEventListener("hashchange", () => {
-  takeTokenFromUrl();
-  route();
-});
+window.addEventListener("hashchange", () => (takeTokenFromUrl() ? start() : route()));
 if (session.token()) {
   if (!location.hash.startsWith("#/")) history.replaceState(null, "", `${location.pathname}#/chat`);
   start();
