@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,7 +153,14 @@ class _RunPrinter:
         elif t == EventType.TOOL_CALL_RESULT:
             assert isinstance(e, ag_ui.core.ToolCallResultEvent)
             name = self.names.get(e.tool_call_id, "?")
-            self._note(f"[tool] {name} -> {_short(e.content)}")
+            content = (
+                e.content
+                if isinstance(e.content, str)
+                else json.dumps(
+                    [p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in e.content]
+                )
+            )
+            self._note(f"[tool] {name} -> {_short(content)}")
         elif t == EventType.REASONING_MESSAGE_CONTENT:
             assert isinstance(e, ag_ui.core.ReasoningMessageContentEvent)
             self._note(f"[thinking] {_short(e.delta)}")
@@ -202,7 +210,7 @@ def _follow(client: Client, stream: RunStream, args: argparse.Namespace) -> int:
 
 
 def cmd_run(client: Client, args: argparse.Namespace) -> int:
-    thread = args.thread or f"t-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    thread = args.thread or f"t-{uuid.uuid4().hex[:12]}"
     stream = client.start_run(
         thread,
         args.text,
@@ -370,12 +378,12 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
         try:
-            body = json.loads(text)
+            loaded: object = json.loads(text)
         except ValueError as err:
             raise _Usage(f"--file: not JSON: {err}") from None
-        if not isinstance(body, dict):
+        if not isinstance(loaded, dict):
             raise _Usage("--file: must hold a JSON object (a job)")
-        return body
+        return loaded
     schedules = [s for s in ("at", "daily", "weekly", "cron") if getattr(args, s)]
     if len(schedules) != 1 or not args.title or not args.prompt:
         raise _Usage(
