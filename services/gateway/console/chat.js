@@ -4,7 +4,7 @@
 import { HttpAgent } from "./vendor/ag-ui-client.js";
 import {
   api, ApiError, badge, browserZone, clear, empty, errorBox, guarded, h, messageView, mono,
-  moreButton, ms, newId, pathId, pretty, session, when,
+  moreButton, ms, newId, pathId, pretty, put, session, when,
 } from "./lib.js";
 
 // One run's timeline: every stage as a row with its offset and duration (the server's event
@@ -122,7 +122,7 @@ class Timeline {
     e.args = "";
     e.argsEl = h("pre", { class: "code tool-args" });
     e.resultEl = h("pre", { class: "code tool-result" }, "…");
-    put2(e.body, h("div", { class: "small muted" }, "arguments"), e.argsEl, h("div", { class: "small muted" }, "result"), e.resultEl);
+    put(e.body, [h("div", { class: "small muted" }, "arguments"), e.argsEl, h("div", { class: "small muted" }, "result"), e.resultEl]);
     this.layout();
     return e;
   }
@@ -172,7 +172,7 @@ class Timeline {
       facts.push(h("span", { class: "usage" }, `${u.inputTokens} in · ${u.outputTokens} out tokens`, u.estimated ? " (estimated)" : ""));
     }
     if (event.outcome?.pendingToolCallIds?.length) facts.push(h("span", {}, `pending tool calls: ${event.outcome.pendingToolCallIds.join(", ")}`));
-    put2(this.summary, ...facts);
+    put(this.summary, facts);
     this.point("end", "end", `run ${outcome}`, null);
     this.layout();
   }
@@ -195,17 +195,10 @@ class Timeline {
   record(run) {
     if (!run) return;
     const p = run.profile ?? {};
-    put2(
-      this.summary,
-      h("span", {}, "profile ", h("strong", {}, p.name ?? "—")),
+    put(this.summary, [h("span", {}, "profile ", h("strong", {}, p.name ?? "—")),
       h("span", {}, `router ${p.enableRouter ? "on" : "off"} · ${p.executor ?? "—"}`),
-      h("span", {}, "stored as ", badge(run.state)),
-    );
+      h("span", {}, "stored as ", badge(run.state))]);
   }
-}
-
-function put2(el, ...children) {
-  for (const c of children) el.append(c);
 }
 
 export async function render(root, params) {
