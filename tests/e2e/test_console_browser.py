@@ -73,8 +73,10 @@ class Console:
         page.on("console", self._console)
 
     def _console(self, msg: Any) -> None:
-        # The browser logs every 4xx/5xx it fetched; the error tests provoke those on purpose.
-        if msg.type == "error" and "Failed to load resource" not in msg.text:
+        # The browser logs every 4xx/5xx it fetched, and @ag-ui/client logs a refused run
+        # ("Agent execution failed: ..."): the error tests provoke those on purpose.
+        expected = ("Failed to load resource", "Agent execution failed: Error: HTTP 4")
+        if msg.type == "error" and not msg.text.startswith(expected):
             self.errors.append(msg.text)
 
     @property
@@ -309,6 +311,22 @@ async def test_an_api_error_is_shown_as_the_api_gives_it(console: Console) -> No
     assert await page.locator('.field.invalid[data-for="schedule.cron"]').count() == 1
     await console.shot("job-error")
     assert client.jobs().jobs == []
+    console.no_errors()
+
+
+async def test_a_refused_run_says_it_was_not_started(console: Console) -> None:
+    page = console.page
+    await console.open()
+    await page.fill("#chat-profile", "no_such_profile")
+    await page.fill("#chat-input", "hello")
+    await page.click("#send")
+    box = page.locator("#chat-error .error")
+    await box.wait_for()
+    text = await box.text_content() or ""
+    assert "400 INVALID_ARGUMENT" in text and "forwardedProps.agentmesh.profile" in text, text
+    head = await page.locator("#run-head").text_content() or ""
+    assert "not started" in head and "nothing of it was stored" in head, head
+    assert await page.locator("#send").is_visible()
     console.no_errors()
 
 

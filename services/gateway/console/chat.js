@@ -180,16 +180,29 @@ class Timeline {
   failed(event) {
     this.stamp(event);
     this.ended = true;
-    this.state.replaceWith((this.state = badge("failed")));
-    const e = this.point("end", "error", "run failed", h("code", {}, event.code ?? "RUN_ERROR"));
+    // OUTCOME_UNKNOWN is the stream lost, not the run (sse-events.md): its record tells.
+    const unknown = event.code === "OUTCOME_UNKNOWN";
+    this.state.replaceWith((this.state = unknown ? badge("outcome unknown", "pending") : badge("failed")));
+    const e = this.point("end", "error", unknown ? "stream lost" : "run failed", h("code", {}, event.code ?? "RUN_ERROR"));
     e.body.append(h("div", { class: "error small" }, event.message));
     this.layout();
   }
 
+  // The POST was answered with an error: what that says about the run (api-endpoints.md,
+  // "Did the run start?").
   refused(err) {
     this.ended = true;
-    this.state.replaceWith((this.state = badge("not started", "failed")));
-    this.summary.append(h("span", { class: "muted" }, err?.status ? `HTTP ${err.status}: nothing of the run was started` : "the run could not be sent"));
+    const status = err?.status;
+    const unknown = status === 504;
+    this.state.replaceWith((this.state = unknown ? badge("outcome unknown", "pending") : badge("not started", "failed")));
+    const why = !status
+      ? "the request did not reach the gateway: nothing was started"
+      : unknown
+        ? "it may have started: send it again with the same run id, or read its record"
+        : status === 502
+          ? "the orchestrator ended it without any event"
+          : `HTTP ${status}: the run was not started and nothing of it was stored`;
+    this.summary.append(h("span", { class: "muted" }, why));
   }
 
   record(run) {
