@@ -242,7 +242,7 @@ def cmd_runs(client: Client, args: argparse.Namespace) -> int:
         ("thread", run.thread_id),
         ("state", run.state),
         ("origin", run.origin or "-"),
-        ("profile", profile.name or "-" if profile else "-"),
+        ("profile", (profile.name or "-") if profile else "-"),
         ("router", ("on" if profile.enable_router else "off") if profile else "-"),
         ("executor", (profile.executor or "-") if profile else "-"),
         ("created", _when(run.create_time)),

@@ -223,3 +223,23 @@ def test_ctrl_c_during_a_run_cancels_it(slow_suite: Suite, owner: str) -> None:
     with Client(slow_suite.gateway_url, token(owner)) as am:
         [run_id] = {m.run_id for m in am.history(thread).messages}
         assert am.get_run(run_id or "").state == "cancelled"
+
+
+def test_runs_register_and_audit(agentmesh: Run, suite: Suite, owner: str) -> None:
+    with Client(suite.gateway_url, token(owner)) as am:
+        run_id = chat(am, f"t-{uuid.uuid4().hex[:8]}", "Hi")
+    shown = agentmesh("runs", "get", run_id)
+    assert shown.returncode == EXIT_OK
+    fields = dict(line.split(None, 1) for line in shown.stdout.splitlines() if " " in line)
+    assert (fields["state"], fields["profile"], fields["router"]) == (
+        "succeeded",
+        "chat_default",
+        "on",
+    )
+    events = agentmesh("runs", "events", run_id, "--json")
+    assert json.loads(events.stdout.splitlines()[-1])["type"] == "RUN_FINISHED"
+    reg = json.loads(agentmesh("register", "--timezone", "Europe/Berlin", "--json").stdout)
+    assert reg["ownerId"] == owner and reg["jobs"][0]["timezone"] == "Europe/Berlin"
+    audit = agentmesh("audit", "--owner", owner, AGENTMESH_TOKEN=token("auditor", admin=True))
+    assert audit.returncode == EXIT_OK
+    assert "user: Hi" in audit.stdout and "assistant: You said" in audit.stdout
