@@ -3,10 +3,32 @@ test_console_browser.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from agentmesh_client import Client, JobRun
+from services.launcher import Suite
+from tests.conftest import USES_POSTGRES, drop_schemas
+from tests.e2e.conftest import make_suite
+
+
+@contextmanager
+def private_suite(tmp: Path, **env: str) -> Iterator[Suite]:
+    """A suite of its own (e.g. a slow scripted model), started, then stopped and dropped."""
+    prefix = f"c{uuid.uuid4().hex[:10]}_"
+    suite = make_suite(tmp, prefix, **env)
+    try:
+        suite.start(timeout=90)
+        yield suite
+    finally:
+        suite.stop()
+        if USES_POSTGRES:
+            asyncio.run(drop_schemas(prefix))
 
 
 def memory_job(prompt: str) -> dict[str, Any]:

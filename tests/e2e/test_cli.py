@@ -3,7 +3,6 @@ scripts, errors as the API gave them, and the documented exit codes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -26,9 +25,8 @@ from agentmesh_client.cli import (
     EXIT_USAGE,
 )
 from services.launcher import ROOT, Suite, free_port
-from tests.conftest import USES_POSTGRES, drop_schemas
-from tests.e2e.client_helpers import chat
-from tests.e2e.conftest import SECRET, make_suite, token
+from tests.e2e.client_helpers import chat, private_suite
+from tests.e2e.conftest import SECRET, token
 
 pytestmark = pytest.mark.e2e
 
@@ -185,19 +183,9 @@ def test_make_install_installs_the_agentmesh_command() -> None:
 @pytest.fixture(scope="module")
 def slow_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     """A suite whose scripted model takes 0.05 s a token: a run lasts long enough to stop."""
-    prefix = f"k{uuid.uuid4().hex[:10]}_"
-    suite = make_suite(
-        tmp_path_factory.mktemp("slow"), prefix, AGENTMESH_SCRIPTED_TOKEN_LATENCY="0.05"
-    )
-    try:
-        suite.start(timeout=90)
-    except RuntimeError:
-        suite.stop()
-        raise
-    yield suite
-    suite.stop()
-    if USES_POSTGRES:
-        asyncio.run(drop_schemas(prefix))
+    slow = {"AGENTMESH_SCRIPTED_TOKEN_LATENCY": "0.05"}
+    with private_suite(tmp_path_factory.mktemp("slow"), **slow) as suite:
+        yield suite
 
 
 def test_ctrl_c_during_a_run_cancels_it(slow_suite: Suite, owner: str) -> None:

@@ -6,7 +6,6 @@ pages fit a narrow window. Screenshots go to results/console/ for a person to lo
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,9 +17,8 @@ from playwright.async_api import Browser, Page, async_playwright
 
 from agentmesh_client import Client
 from services.launcher import ROOT, Suite
-from tests.conftest import USES_POSTGRES, drop_schemas
-from tests.e2e.client_helpers import chat, memory_job, wait_for_job_run
-from tests.e2e.conftest import make_suite, token
+from tests.e2e.client_helpers import chat, memory_job, private_suite, wait_for_job_run
+from tests.e2e.conftest import token
 
 pytestmark = pytest.mark.e2e
 
@@ -38,18 +36,9 @@ def chromium() -> str:
 
 @pytest.fixture(scope="module")
 def slow_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
-    tmp = tmp_path_factory.mktemp("console")
-    prefix = f"c{uuid.uuid4().hex[:10]}_"
-    suite = make_suite(tmp, prefix, AGENTMESH_SCRIPTED_TOKEN_LATENCY=TOKEN_LATENCY)
-    try:
-        suite.start(timeout=90)
-    except RuntimeError:
-        suite.stop()
-        raise
-    yield suite
-    suite.stop()
-    if USES_POSTGRES:
-        asyncio.run(drop_schemas(prefix))
+    slow = {"AGENTMESH_SCRIPTED_TOKEN_LATENCY": TOKEN_LATENCY}
+    with private_suite(tmp_path_factory.mktemp("console"), **slow) as suite:
+        yield suite
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +88,12 @@ class Console:
     async def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         await self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+    async def error_text(self, slot: str) -> str:
+        """The text of the error box shown in `slot`, once it shows."""
+        box = self.page.locator(f"{slot} .error")
+        await box.wait_for()
+        return await box.text_content() or ""
 
     def no_errors(self) -> None:
         assert not self.errors, self.errors
@@ -304,9 +299,7 @@ async def test_an_api_error_is_shown_as_the_api_gives_it(console: Console) -> No
     await page.fill("#job-cron", "every day at noon")
     await page.fill("#job-prompt", "anything")
     await page.click("#save-job")
-    box = page.locator("#job-form-error .error")
-    await box.wait_for()
-    text = await box.text_content() or ""
+    text = await console.error_text("#job-form-error")
     assert "400 INVALID_ARGUMENT" in text and "schedule.cron" in text and "request id" in text
     assert await page.locator('.field.invalid[data-for="schedule.cron"]').count() == 1
     await console.shot("job-error")
@@ -320,9 +313,7 @@ async def test_a_refused_run_says_it_was_not_started(console: Console) -> None:
     await page.fill("#chat-profile", "no_such_profile")
     await page.fill("#chat-input", "hello")
     await page.click("#send")
-    box = page.locator("#chat-error .error")
-    await box.wait_for()
-    text = await box.text_content() or ""
+    text = await console.error_text("#chat-error")
     assert "400 INVALID_ARGUMENT" in text and "forwardedProps.agentmesh.profile" in text, text
     head = await page.locator("#run-head").text_content() or ""
     assert "not started" in head and "nothing of it was stored" in head, head
