@@ -72,7 +72,7 @@ class Timeline {
     this.stamp(event);
     const latency = performance.now() - this.sentAt;
     this.state.replaceWith((this.state = badge("running")));
-    this.point("run", "run", "run started", h("span", { class: "muted" }, `first event after ${ms(latency)}`));
+    this.point("run", "run", "run started", h("span", { class: "muted", title: "from sending the request to the run's first event" }, `1st event ${ms(latency)}`));
     this.layout();
   }
 
