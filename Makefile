@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools chromium console-vendor run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -34,6 +34,27 @@ tools: $(NODE_STAMP)
 $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 	cd tools/node && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
+
+# The browser tests (tests/e2e/test_console_browser.py) drive Debian's Chromium through
+# Playwright, which never downloads a browser of its own: installed here when missing (as root,
+# as CI runs; elsewhere it says what to run).
+CHROMIUM ?= $(or $(shell command -v chromium),/usr/bin/chromium)
+
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		if [ "$$(id -u)" = "0" ]; then \
+			echo "installing chromium (Debian package) for the browser tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "the browser tests need Chromium: sudo apt-get install -y chromium"; exit 1; \
+		fi; \
+	fi
+
+## The console's AG-UI client bundle (committed): @ag-ui/client bundled by esbuild into one ESM file.
+console-vendor: tools
+	tools/node/node_modules/.bin/esbuild tools/node/console-vendor.mjs --bundle --format=esm \
+		--minify --target=es2020 --legal-comments=eof \
+		--outfile=services/gateway/console/vendor/ag-ui-client.js
 
 model-server: $(MODEL_STAMP)
 
@@ -63,9 +84,9 @@ $(MODEL_STAMP): Makefile
 run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
 	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(SHAPE),--shape $(SHAPE))
 
-## A development bearer token (make token SUB=alice).
+## A development bearer token (make token SUB=alice; ADMIN=1 adds the admin scope).
 token: install
-	@$(BIN)/python -m services.gateway token --sub $(or $(SUB),dev-user)
+	@$(BIN)/python -m services.gateway token --sub $(or $(SUB),dev-user) $(if $(ADMIN),--admin)
 
 ## Regenerate the Python bindings of protos/ (never edit them by hand).
 protos: install
@@ -86,12 +107,12 @@ lint: buf-lint
 ## the real-model tier against the local model server. The end-to-end tests start the suite
 ## in one process (target all) on the embedded pass and one process per service on the
 ## postgres pass (AGENTMESH_TEST_SHAPE): both shapes, without running the tier twice each.
-test: install tools buf-lint buf-breaking test-embedded test-postgres test-realmodel
+test: install tools chromium buf-lint buf-breaking test-embedded test-postgres test-realmodel
 
-test-embedded: install tools
+test-embedded: install tools chromium
 	AGENTMESH_TEST_BACKEND=embedded AGENTMESH_TEST_SHAPE=all $(BIN)/python -m pytest -q
 
-test-postgres: install tools
+test-postgres: install tools chromium
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
 		AGENTMESH_TEST_BACKEND=postgres AGENTMESH_TEST_SHAPE=split $(BIN)/python -m pytest -q; \
 	else \

@@ -452,6 +452,12 @@ def dev_token(settings: Settings, sub: str = "dev-user") -> str:
     return issue_token(settings, sub, ttl_seconds=30 * 86_400)
 
 
+def console_url(gateway_url: str, token: str) -> str:
+    """The console signed in with `token`: the token rides in the URL's fragment, which the
+    browser never sends to a server (nor logs); the console keeps it and drops it from the URL."""
+    return f"{gateway_url}/#token={token}"
+
+
 def main(argv: list[str] | None = None) -> None:
     ports, model, shape = _arguments(argv)
     settings = Settings()
@@ -494,6 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "\nagentmesh is running.\n"
         f"{model_line}"
+        f"  console:   {console_url(suite.gateway_url, token)}\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
         f"  token:     {token}\n\n"
         "try:\n"

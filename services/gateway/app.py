@@ -25,6 +25,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import (
+    console,
     openapi,
     routes_automation,
     routes_history,
@@ -254,6 +255,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
+    # The browser console at / (static assets; it uses the API above like any app).
+    console.install(app)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

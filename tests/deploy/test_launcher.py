@@ -92,10 +92,19 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
         lines = []
         for line in proc.stdout:
             lines.append(line.decode())
-            if "agentmesh is running" in lines[-1] or proc.poll() is not None:
+            if "console:" in lines[-1] or proc.poll() is not None:
                 break
         assert any("agentmesh is running" in line for line in lines), "".join(lines)
         assert httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).status_code == 200
+        # The console's link signs in the development user: its page, and its token's fragment.
+        url = lines[-1].split("console:", 1)[1].strip()
+        page, _, fragment = url.partition("#token=")
+        assert page == f"http://127.0.0.1:{gateway}/"
+        assert httpx.get(page, timeout=5).headers["content-type"].startswith("text/html")
+        threads = httpx.get(
+            f"{page}api/v1/agent/threads", headers={"Authorization": f"Bearer {fragment}"}, timeout=5
+        )
+        assert threads.status_code == 200, threads.text
         assert all(port_in_use(base + i) for i in range(6))
         assert not port_in_use(DEFAULT_PORTS["gateway"]) or DEFAULT_PORTS["gateway"] == gateway
     finally:

@@ -1,0 +1,51 @@
+"""agentmesh's Python client: `Client` (the gateway's HTTP API, typed) and the `agentmesh` CLI."""
+
+from agentmesh_client.client import (
+    DEFAULT_URL,
+    AgentmeshError,
+    ApiError,
+    Client,
+    GatewayUnreachable,
+    RunStream,
+)
+from agentmesh_client.models import (
+    AuditPage,
+    CancelResult,
+    Job,
+    JobPage,
+    JobRun,
+    JobRunPage,
+    Memory,
+    MemoryPage,
+    Message,
+    MessagePage,
+    Registration,
+    Run,
+    Thread,
+    ThreadPage,
+    ToolDenial,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "AgentmeshError",
+    "ApiError",
+    "AuditPage",
+    "CancelResult",
+    "Client",
+    "GatewayUnreachable",
+    "Job",
+    "JobPage",
+    "JobRun",
+    "JobRunPage",
+    "Memory",
+    "MemoryPage",
+    "Message",
+    "MessagePage",
+    "Registration",
+    "Run",
+    "RunStream",
+    "Thread",
+    "ThreadPage",
+    "ToolDenial",
+]
