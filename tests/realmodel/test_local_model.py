@@ -50,6 +50,12 @@ def test_a_chat_run_streams_real_text_stores_it_and_reports_usage(suite: Suite) 
     [usage] = finished["usage"]
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
     assert usage["inputTokens"] + usage["outputTokens"] <= LOCAL_CONTEXT
+    # llama-cpp-python reports no usage when streaming: agentmesh counted it, and says so,
+    # on RUN_FINISHED and on the run record alike.
+    assert usage["estimated"] is True
+    url = f"{suite.gateway_url}/api/v1/agent/runs/{events[0]['runId']}"
+    record = httpx.get(url, headers=auth(owner), timeout=30).json()
+    assert record["usage"] == finished["usage"]
     # With one tool (memory_search) the router has nothing to decide: its step is immediate.
     assert [e["stepName"] for e in events if e["type"] == "STEP_STARTED"] == ["router", "worker"]
     # Stored as streamed (one reply, or the text of each turn if the model used its tool).
