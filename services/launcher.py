@@ -286,7 +286,8 @@ class LocalModelServer:
         if not python.is_file():
             raise RuntimeError(f"{python} is missing (run `make model-server`)")
         return [
-            str(python), "-m", "llama_cpp.server",
+            # llama_cpp.server with plain weight buffers (tools/llama_server.py says why).
+            str(python), str(ROOT / "tools" / "llama_server.py"),
             "--model", str(local_gguf(self.venv)),
             "--model_alias", LOCAL_MODEL_ID,
             "--chat_format", "chatml-function-calling",
