@@ -284,7 +284,13 @@ def parse_extraction(text: str) -> Extraction:
     """The document `text` holds; ValueError saying why not (never the text itself: it is
     the model's output, which may repeat the owner's messages)."""
     try:
-        return Extraction.model_validate_json(text.strip())
+        # strict=False: a raw newline inside a string (llama-cpp-python's grammar lets one
+        # through) is still the model's text, not a broken document.
+        data = json.loads(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError("not the JSON document asked for (not JSON)") from None
+    try:
+        return Extraction.model_validate(data)
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['type']}"

@@ -135,7 +135,7 @@ async def test_no_tools_are_offered_and_the_schema_is_asked_for() -> None:
 @pytest.mark.parametrize(
     ("answer", "finished", "why"),
     [
-        ("Sure! Green tea is lovely.", "stop", "not the JSON document asked for"),
+        ("Sure! Green tea is lovely.", "stop", "not the JSON document asked for (not JSON)"),
         ('{"memories": [{"content": "User likes', "length", "cut at the output limit"),
         ('{"memories": [{"content": "x", "kind": "fact"}]}', "stop", "forget: missing"),
         ('{"memories": "green tea", "forget": []}', "stop", "memories: list_type"),
@@ -179,16 +179,18 @@ async def test_memories_none_of_which_could_be_saved_fail_the_step() -> None:
 
 
 def test_the_document_s_calls_forget_before_they_save() -> None:
+    # A raw newline inside a string (llama-cpp-python's grammar lets one through) is text.
     document = parse_extraction(
         json.dumps(
             {
                 "memories": [{"content": "User likes tea", "kind": "preference"}],
                 "forget": [{"memory": "User likes coffee", "user_request": "forget  my coffee"}],
             }
-        )
+        ).replace("User likes tea", "User likes\ntea")
     )
     calls, unasked = document.calls(["I like tea now. Please FORGET my coffee!"])
     assert [name for name, _ in calls] == ["memory_forget", "memory_write"] and unasked == 0
+    assert json.loads(calls[1][1])["content"] == "User likes\ntea"
 
 
 async def test_a_forget_no_message_of_the_user_asks_for_is_never_run() -> None:

@@ -192,7 +192,12 @@ def test_a_memory_job_extracts_a_fact_told_in_chat(suite: Suite) -> None:
     chat(suite, owner, new_id("t"), "My favourite colour is green. Please remember that.")
     run_id, events = automation_run(suite, owner)
     last = events[-1]
-    assert last.WhichOneof("payload") == "run_finished", last
+    said = "".join(
+        e.text_message_content.delta
+        for e in events
+        if e.WhichOneof("payload") == "text_message_content"
+    )
+    assert last.WhichOneof("payload") == "run_finished", (last.run_error.message, said)
     resp = httpx.get(f"{suite.gateway_url}/api/v1/memories", headers=auth(owner), timeout=30)
     saved = [m["content"] for m in resp.json()["memories"]]
     # Whatever the wording, the memory is about the colour the user named.
