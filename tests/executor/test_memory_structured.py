@@ -148,7 +148,11 @@ async def test_an_answer_that_is_not_the_document_fails_and_leaves_the_watermark
     marks = Marks()
     write = Tool("memory_write", "content")
     agent = MemoryAgent(
-        Answers(answer, finished), ToolRegistry((write,)), marks, max_tool_rounds=2, tool_timeout_seconds=5
+        Answers(answer, finished),
+        ToolRegistry((write,)),
+        marks,
+        max_tool_rounds=2,
+        tool_timeout_seconds=5,
     )
     with pytest.raises(FailedPrecondition) as err:
         [item async for item in agent.run(step("I love green tea"))]
@@ -160,7 +164,9 @@ async def test_an_answer_that_is_not_the_document_fails_and_leaves_the_watermark
 
 async def test_memories_none_of_which_could_be_saved_fail_the_step() -> None:
     # The job declared only memory_forget: every write is refused by the tool policy.
-    model = Answers('{"memories": [{"content": "User likes tea", "kind": "preference"}], "forget": []}')
+    model = Answers(
+        '{"memories": [{"content": "User likes tea", "kind": "preference"}], "forget": []}'
+    )
     request = step("I love tea", declared=("memory_forget",))
     marks = Marks()
     write, forget = Tool("memory_write", "content"), Tool("memory_forget", "content_query")
