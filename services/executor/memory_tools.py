@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 import grpc
-from pydantic import BaseModel, ConfigDict, ValidationError
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.executor.tools import ToolContext, ToolError
 from services.memory.core import content_key

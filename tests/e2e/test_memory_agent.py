@@ -267,7 +267,11 @@ def test_a_memory_profile_whose_card_extracts_structured_output_saves_through_th
     assert set(memories(suite, owner)) == {"User likes green tea", "User's name is Sam"}
     # Its document's entries ran as the memory tool calls they stand for, streamed as such.
     assert TOOL_EVENTS <= set(payloads(events))
-    names = [e.tool_call_start.tool_call_name for e in events if e.WhichOneof("payload") == "tool_call_start"]
+    names = [
+        e.tool_call_start.tool_call_name
+        for e in events
+        if e.WhichOneof("payload") == "tool_call_start"
+    ]
     assert names == ["memory_write", "memory_write"]
     assert "Saved 2 memories, forgot 0." in reply_text(events)
     audit = httpx.get(
@@ -276,9 +280,11 @@ def test_a_memory_profile_whose_card_extracts_structured_output_saves_through_th
         headers=_auth("root", admin=True),
         timeout=10,
     )
-    calls = [c for m in audit.json()["messages"] if m.get("runId") == run_id for c in m.get("toolCalls", [])]
+    audited = [m for m in audit.json()["messages"] if m.get("runId") == run_id]
+    calls = [c for m in audited for c in m.get("toolCalls", [])]
     assert [c["function"]["name"] for c in calls] == names
-    record = httpx.get(f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=_auth(owner), timeout=10)
+    url = f"{suite.gateway_url}/api/v1/agent/runs/{run_id}"
+    record = httpx.get(url, headers=_auth(owner), timeout=10)
     assert record.json()["state"] == "succeeded" and record.json()["usage"][0]["outputTokens"] > 0
 
     # Those messages were processed: the watermark moved past them.

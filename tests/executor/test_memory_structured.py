@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,14 +17,12 @@ from services.executor.agents.memory import MemoryAgent
 from services.executor.events import StepResult, ToolDenied
 from services.executor.memory_tools import EXTRACTION_SCHEMA, parse_extraction
 from services.executor.tools import ToolContext, ToolRegistry
-from shared.domain import ExecutorKind
 from shared.errors import FailedPrecondition
 from shared.messages import Msg, TextBlock, ToolCallState, Usage, user
 from shared.model.base import ChatResponse, OutputSchema, ToolSpec
 from shared.model.cards import load_card
 from shared.model.scripted import MEMORY_EXTRACTION, ScriptedModel
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT
-from tests.executor.test_memory_output import Marks
+from tests.executor.test_memory_output import Marks, memory_step
 
 STRUCTURED = load_card("scripted-structured")
 
@@ -74,19 +73,7 @@ def step(*said: str, declared: tuple[str, ...] = ("memory_write", "memory_forget
     context = tuple(
         user(text, id=f"m{i}", thread_id="chat-1", position=i + 1) for i, text in enumerate(said)
     )
-    return StepRequest(
-        run_id="job-1",
-        thread_id="job-thread",
-        owner="alice",
-        executor=ExecutorKind.MEMORY,
-        profile=AUTOMATION_MEMORY_DEFAULT,
-        context=context,
-        input=user("extract"),
-        tools=declared,
-        client_tools=(),
-        time_zone="Asia/Shanghai",
-        reply_message_id="reply-1",
-    )
+    return replace(memory_step(), context=context, tools=declared)
 
 
 async def run(model: Any, request: StepRequest) -> tuple[Marks, Tool, Tool, list[Any]]:

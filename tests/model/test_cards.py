@@ -163,11 +163,12 @@ def test_the_local_card_refuses_a_tool_choice_up_front() -> None:
 
 
 def test_structured_memory_extraction_needs_a_way_to_ask_for_it(tmp_path: Path) -> None:
-    with pytest.raises(CardError, match=r"card\.yaml: memory_extraction: structured needs structured_output"):
+    needs = r"card\.yaml: memory_extraction: structured needs structured_output"
+    with pytest.raises(CardError, match=needs):
         load_card(write_card(tmp_path, memory_extraction="structured"))
-    with pytest.raises(CardError, match=r"structured_output: Input should be 'none', 'json_schema'"):
+    with pytest.raises(CardError, match=r"structured_output: Input should be 'none', 'json_sch"):
         load_card(write_card(tmp_path, structured_output="grammar"))
-    with pytest.raises(CardError, match=r"memory_extraction: Input should be 'tool_call' or 'structured'"):
+    with pytest.raises(CardError, match=r"memory_extraction: Input should be 'tool_call' or"):
         load_card(write_card(tmp_path, memory_extraction="prose"))
     card = load_card(
         write_card(tmp_path, structured_output="json_schema", memory_extraction="structured")

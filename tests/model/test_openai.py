@@ -22,7 +22,13 @@ from shared.messages import (
     system,
     user,
 )
-from shared.model.base import ModelError, ModelRequestError, ModelUnavailable, OutputSchema, ToolSpec
+from shared.model.base import (
+    ModelError,
+    ModelRequestError,
+    ModelUnavailable,
+    OutputSchema,
+    ToolSpec,
+)
 from shared.model.cards import ModelCard
 from shared.model.merge import collect
 from shared.model.openai import OpenAIChatModel, read_api_key, to_openai_messages
@@ -243,7 +249,10 @@ SCHEMA = OutputSchema("facts", {"type": "object", "properties": {"x": {"type": "
     [
         (
             "json_schema",
-            {"type": "json_schema", "json_schema": {"name": "facts", "schema": dict(SCHEMA.schema), "strict": True}},
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "facts", "schema": dict(SCHEMA.schema), "strict": True},
+            },
         ),
         ("json_object_schema", {"type": "json_object", "schema": dict(SCHEMA.schema)}),
     ],
@@ -260,7 +269,7 @@ async def test_an_output_schema_is_asked_for_the_way_the_card_says(
     assert "tools" not in request.body
 
 
-async def test_an_output_schema_for_a_card_that_cannot_take_one_is_refused_before_any_request() -> None:
+async def test_an_output_schema_for_a_card_that_cannot_take_one_is_refused_unsent() -> None:
     async with fake_openai([recording("text.sse")]) as fake:
         m = model(fake.base_url)
         with pytest.raises(ModelRequestError, match="structured_output is none"):

@@ -151,7 +151,9 @@ def test_a_profile_whose_card_rejects_its_options_fails_naming_the_field() -> No
 
 async def test_the_memory_agent_uses_the_profiles_prompt_model_and_options() -> None:
     default = Answers('{"memories": [], "forget": []}')
-    chosen = Answers('{"memories": [{"content": "User likes tea", "kind": "preference"}], "forget": []}')
+    chosen = Answers(
+        '{"memories": [{"content": "User likes tea", "kind": "preference"}], "forget": []}'
+    )
     marks = Marks()
     write = Tool("memory_write", "content")
     agent = MemoryAgent(

@@ -168,7 +168,8 @@ class MemoryAgent:
             return
 
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
-        structured = model_call.card is not None and model_call.card.memory_extraction == "structured"
+        card = model_call.card
+        structured = card is not None and card.memory_extraction == "structured"
         # The profile's prompt replaces the built-in one; with tool calls the NO_MEMORIES
         # answer stays part of the contract (without it an empty extraction could not be
         # told from prose); a structured answer says "nothing" with its empty lists.
@@ -232,7 +233,7 @@ class MemoryAgent:
         said = [m.text for m in conversation if m.role is Role.USER]
         wanted, unasked = document.calls(said) if document is not None else ([], 0)
         calls = [
-            ToolCallBlock(id=f"call_{new_id()}", name=name, input=arguments, state=ToolCallState.FINISHED)
+            ToolCallBlock(f"call_{new_id()}", name, arguments, ToolCallState.FINISHED)
             for name, arguments in wanted
         ]
         if unasked:
@@ -309,7 +310,8 @@ class MemoryAgent:
         _run_calls)."""
         step = progress.step
         for c in calls:
-            progress.reasons[c.id] = authorize(c.name, step.declared, step.profile, progress.registered)
+            reason = authorize(c.name, step.declared, step.profile, progress.registered)
+            progress.reasons[c.id] = reason
         return assistant(
             turn.content([stored_call(c, progress.reasons[c.id]) for c in calls]),
             id=message_id,
@@ -331,7 +333,9 @@ class MemoryAgent:
             current = await self.watermarks.watermark(progress.step.owner)
             if current.position != progress.mark.position:
                 progress.taken = True
-                taken = [ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls]
+                taken = [
+                    ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
+                ]
                 async for item in self._results(taken, tracker):
                     yield item
                 for c in calls:
@@ -353,7 +357,9 @@ class MemoryAgent:
             else:
                 lifecycle.allow()
                 lifecycle.submit()
-                result = await run_tool(self.tools, call, progress.context, self.tool_timeout_seconds)
+                result = await run_tool(
+                    self.tools, call, progress.context, self.tool_timeout_seconds
+                )
                 lifecycle.finish(result.state)
                 if result.state is ToolResultState.SUCCESS:
                     progress.succeeded.append(call.name)
