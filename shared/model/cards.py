@@ -222,7 +222,7 @@ class ModelCard(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
     # How the endpoint is asked for an answer that is one JSON document of a JSON Schema:
     # "json_schema" (response_format {"type": "json_schema", "json_schema": {...}}: OpenAI,
-    # vLLM, Ollama's /v1, DashScope), "json_object_schema" ({"type": "json_object",
+    # vLLM, Ollama's /v1), "json_object_schema" ({"type": "json_object",
     # "schema": ...}: llama-cpp-python's server, which turns the schema into a grammar), or
     # "none" (it cannot be).
     structured_output: Literal["none", "json_schema", "json_object_schema"] = "none"
