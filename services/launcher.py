@@ -380,7 +380,8 @@ class LocalModelServer:
         if not python.is_file():
             raise RuntimeError(f"{python} is missing (run `make model-server`)")
         return [
-            str(python), "-m", "llama_cpp.server",
+            # llama_cpp.server with plain weight buffers (tools/llama_server.py says why).
+            str(python), str(ROOT / "tools" / "llama_server.py"),
             "--model", str(local_gguf(self.venv)),
             "--model_alias", LOCAL_MODEL_ID,
             "--chat_format", "chatml-function-calling",
@@ -388,7 +389,11 @@ class LocalModelServer:
             # Its default cuts a streaming answer short ([DONE]) when another request
             # arrives; concurrent runs must wait for the model instead.
             "--interrupt_requests", "false",
-            "--n_threads", str(max(1, min(4, os.cpu_count() or 1))),
+            # One thread: llama.cpp's threads spin-wait for each other, and on a machine whose
+            # cores are busy (the suite itself, CI neighbours) a preempted one stalls the
+            # rest. Measured under load 12-17 on 2 cores: 71 grammar-constrained tokens in
+            # 16 s with one thread, 264 s with two.
+            "--n_threads", "1",
             "--host", "127.0.0.1",
             "--port", str(self.port),
         ]  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.errors import FailedPrecondition
 from shared.messages import Msg
-from shared.model.base import ChatModel, ChatResponse, ToolSpec
+from shared.model.base import ChatModel, ChatResponse, OutputSchema, ToolSpec
 from shared.model.cards import CardError, ModelCard
 from shared.profiles import AgentConfig
 
@@ -31,11 +31,17 @@ class CallSetup:
     now: datetime | None = None
 
     def stream(
-        self, messages: Sequence[Msg], tools: Sequence[ToolSpec]
+        self,
+        messages: Sequence[Msg],
+        tools: Sequence[ToolSpec],
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
+        extra: dict[str, Any] = {}
         if self.options:
-            return self.model.stream(messages, tools=tools, options=self.options)
-        return self.model.stream(messages, tools=tools)
+            extra["options"] = self.options
+        if output_schema is not None:
+            extra["output_schema"] = output_schema
+        return self.model.stream(messages, tools=tools, **extra)
 
     def prompt_with(self, memories: str) -> tuple[str, bool]:
         """The system prompt with the recalled `memories` block at the template's

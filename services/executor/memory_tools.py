@@ -17,9 +17,11 @@ from typing import Any
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.executor.core import stating_messages
 from services.executor.tools import ToolContext, ToolError
+from services.memory.core import content_key
 from shared.clients import open_channel
 from shared.errors import Aborted, from_rpc_error
 from shared.identity import call_metadata
@@ -228,3 +230,108 @@ def _asked(sources: Sequence[str], context: ToolContext) -> str:
 
 def memory_tools(client: MemoryClient) -> tuple[MemoryWrite, MemoryForget, MemorySearch]:
     return MemoryWrite(client), MemoryForget(client), MemorySearch(client)
+
+
+# ---- structured extraction (a card's memory_extraction: structured) ----------------------
+
+# The one JSON document a model that does not call tools answers instead: the memories to
+# save (memory_write's arguments) and the memories to forget, each with what it says
+# (memory_forget's content_query) and the user's request to forget it, quoted. Every
+# property required and no others, as OpenAI's strict mode wants; no $ref, so llama.cpp's
+# schema-to-grammar takes it as it is.
+EXTRACTION_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "memories": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string"},
+                    "kind": {"type": "string", "enum": list(MEMORY_KINDS)},
+                },
+                "required": ["content", "kind"],
+                "additionalProperties": False,
+            },
+        },
+        "forget": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "memory": {"type": "string"},
+                    "user_request": {"type": "string"},
+                },
+                "required": ["memory", "user_request"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["memories", "forget"],
+    "additionalProperties": False,
+}
+
+
+class ExtractedMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    content: str
+    kind: str
+
+
+class ForgetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    memory: str
+    user_request: str
+
+    def asked_in(self, said: Sequence[str]) -> bool:
+        """The user really asked: the quoted request is in one of their messages (compared
+        as the memory service compares contents, services.memory.core.content_key)."""
+        quote = content_key(self.user_request)
+        return bool(quote) and any(quote in content_key(text) for text in said)
+
+
+class Extraction(BaseModel):
+    """A model's structured answer, parsed; the values are checked by the tools themselves
+    (MemoryWrite, MemoryForget), as a tool call's arguments are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    memories: list[ExtractedMemory]
+    forget: list[ForgetRequest]
+
+    def calls(self, said: Sequence[str]) -> tuple[list[tuple[str, str]], int]:
+        """The memory tool calls it stands for, (name, JSON arguments), and how many of its
+        forgets were dropped because no message of `said` (the user's) holds their request:
+        small models fill the list when nobody asked, and a forget destroys memories.
+        Forgets come first, so a memory it also saves is never forgotten by the same answer."""
+        asked = [f for f in self.forget if f.asked_in(said)]
+        forgets = [
+            (MemoryForget.name, json.dumps({"content_query": f.memory}, ensure_ascii=False))
+            for f in asked
+        ]
+        writes = [
+            (MemoryWrite.name, json.dumps(m.model_dump(), ensure_ascii=False))
+            for m in self.memories
+        ]
+        return list(dict.fromkeys(forgets + writes)), len(self.forget) - len(asked)
+
+
+def parse_extraction(text: str) -> Extraction:
+    """The document `text` holds; ValueError saying why not (never the text itself: it is
+    the model's output, which may repeat the owner's messages)."""
+    try:
+        # strict=False: a raw newline inside a string (llama-cpp-python's grammar lets one
+        # through) is still the model's text, not a broken document.
+        data = json.loads(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError("not the JSON document asked for (not JSON)") from None
+    try:
+        return Extraction.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['type']}"
+            for e in err.errors()[:3]
+        )
+        raise ValueError(f"not the JSON document asked for ({problems})") from None

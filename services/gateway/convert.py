@@ -238,6 +238,19 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
     return out
 
 
+def usage_json(u: message_pb2.Usage) -> list[dict[str, Any]]:
+    """A run's usage as RUN_FINISHED and the run record show it (sse-events.md)."""
+    return [
+        {
+            "inputTokens": u.input_tokens,
+            "outputTokens": u.output_tokens,
+            "totalTokens": u.input_tokens + u.output_tokens,
+            # The model's endpoint reported none: agentmesh counted them (an estimate).
+            **({"estimated": True} if u.estimated else {}),
+        }
+    ]
+
+
 def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
     out: dict[str, Any] = {"id": r.id, "threadId": r.thread_id}
     if r.state in RUN_STATE_NAMES:
@@ -260,6 +273,8 @@ def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
         out["cancelRequested"] = True
     if r.rolled_back:
         out["rolledBack"] = True
+    if r.HasField("usage") and (r.usage.input_tokens or r.usage.output_tokens):
+        out["usage"] = usage_json(r.usage)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 from google.protobuf import json_format
 
-from services.gateway.convert import agui_messages
+from services.gateway.convert import agui_messages, usage_json
 from shared import run_events
 
 Event = dict[str, Any]
@@ -60,15 +60,7 @@ def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
             outcome["pendingToolCallIds"] = pending
         out["outcome"] = outcome
     if p.HasField("usage") and (p.usage.input_tokens or p.usage.output_tokens):
-        out["usage"] = [
-            {
-                "inputTokens": p.usage.input_tokens,
-                "outputTokens": p.usage.output_tokens,
-                "totalTokens": p.usage.input_tokens + p.usage.output_tokens,
-                # The model's endpoint reported none: agentmesh counted them (an estimate).
-                **({"estimated": True} if p.usage.estimated else {}),
-            }
-        ]
+        out["usage"] = usage_json(p.usage)
     return out
 
 

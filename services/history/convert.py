@@ -35,6 +35,7 @@ from shared.domain import (
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, optional_identifier
+from shared.messages import Usage
 from shared.profiles import profile_to_pb
 
 MAX_NAME = 200
@@ -211,6 +212,19 @@ def thread_to_pb(t: Thread) -> pb.Thread:
     )
 
 
+def messages_usage(items: Sequence[message_pb2.Message], field: str) -> Usage:
+    """What a run's output messages say it used: their usage summed (estimated when any
+    part was)."""
+    total = Usage()
+    for i, m in enumerate(items):
+        if not m.HasField("usage"):
+            continue
+        if m.usage.input_tokens < 0 or m.usage.output_tokens < 0:
+            raise InvalidArgument(f"{field}[{i}].usage", "token counts must not be negative")
+        total += Usage(m.usage.input_tokens, m.usage.output_tokens, m.usage.estimated)
+    return total
+
+
 def run_to_pb(r: Run) -> pb.Run:
     out = pb.Run(
         id=r.id,
@@ -230,6 +244,10 @@ def run_to_pb(r: Run) -> pb.Run:
     out.rolled_back = r.rolled_back
     if r.lease_expire_time is not None and r.active:
         out.lease_expire_time.CopyFrom(_ts(r.lease_expire_time))
+    if r.input_tokens or r.output_tokens:
+        out.usage.input_tokens = r.input_tokens
+        out.usage.output_tokens = r.output_tokens
+        out.usage.estimated = r.usage_estimated
     return out
 
 

@@ -92,6 +92,11 @@ class Run:
     rolled_back: bool = False
     lease_holder: str = ""
     lease_expire_time: datetime | None = None
+    # The usage its output messages recorded (FinishRun): tokens in and out, and whether
+    # any of it was agentmesh's estimate.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_estimated: bool = False
 
     @property
     def active(self) -> bool:

@@ -302,6 +302,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             raise InvalidArgument("error_code", "must be at most 100 characters")
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
+        usage = convert.messages_usage(request.output_messages, "output_messages")
         now = self._clock()
 
         async def finish(conn: Conn, check_ids: bool) -> Run:
@@ -315,6 +316,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 now=now,
                 error_code=request.error_code,
                 error_message=request.error_message[:10_000],
+                usage=usage,
             )
             if thread is None:
                 raise NotFound(f"run {run_id} not found")

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Dialect, Row
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.messages import Usage
 from shared.pgdirect import Conn, reused
 from shared.profiles import ExecutionProfile
 from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
@@ -116,6 +117,9 @@ runs = sa.Table(
     sa.Column("rolled_back", sa.Boolean),
     sa.Column("lease_holder", sa.String),
     sa.Column("lease_expire_time", UtcDateTime),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("usage_estimated", sa.Boolean),
 )
 
 tool_denials = sa.Table(
@@ -247,6 +251,9 @@ def _run(row: Row[Any]) -> Run:
         rolled_back=bool(row.rolled_back),
         lease_holder=row.lease_holder,
         lease_expire_time=row.lease_expire_time,
+        input_tokens=row.input_tokens or 0,
+        output_tokens=row.output_tokens or 0,
+        usage_estimated=bool(row.usage_estimated),
     )
 
 
@@ -750,6 +757,9 @@ _FINISH_ACTIVE_RUN = reused(
         finish_time=sa.bindparam("now", type_=UtcDateTime),
         error_code=sa.bindparam("code"),
         error_message=sa.bindparam("message"),
+        input_tokens=sa.bindparam("input_tokens", type_=sa.BigInteger),
+        output_tokens=sa.bindparam("output_tokens", type_=sa.BigInteger),
+        usage_estimated=sa.bindparam("usage_estimated", type_=sa.Boolean),
     )
     .returning(*_R)
 )
@@ -822,6 +832,9 @@ def _run_values(run: Run) -> dict[str, Any]:
         "rolled_back": run.rolled_back,
         "lease_holder": run.lease_holder,
         "lease_expire_time": run.lease_expire_time,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "usage_estimated": run.usage_estimated,
     }
 
 
@@ -857,12 +870,15 @@ async def lock_thread_finish_run(
     now: datetime,
     error_code: str,
     error_message: str,
+    usage: Usage,
 ) -> tuple[Thread | None, Run | None]:
     """lock_run_thread, then finish the run if it is queued or running: (the run's thread,
     row-locked, or None if the run does not exist; the run finished, or None if it was not
     queued or running, and then left as it was). One round trip on PostgreSQL."""
     params = {"o": owner_id, "r": run_id, "state": state.value, "now": now,
-              "code": error_code, "message": error_message}
+              "code": error_code, "message": error_message,
+              "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+              "usage_estimated": usage.estimated}
     if conn.dialect.name != "postgresql":
         thread = await lock_run_thread(conn, owner_id, run_id)
         if thread is None:

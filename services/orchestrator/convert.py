@@ -351,7 +351,7 @@ def end_of(record: history_service_pb2.Run) -> run_event_pb2.RunEvent:
         history_service_pb2.RUN_STATE_CANCELLED: run_event_pb2.RUN_OUTCOME_CANCELLED,
         history_service_pb2.RUN_STATE_INTERRUPTED: run_event_pb2.RUN_OUTCOME_INTERRUPT,
     }.get(record.state, run_event_pb2.RUN_OUTCOME_SUCCESS)
-    return run_finished(outcome)
+    return run_finished(outcome, usage=record.usage if record.HasField("usage") else None)
 
 
 def run_error(code: str, message: str) -> run_event_pb2.RunEvent:

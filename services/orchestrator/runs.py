@@ -661,7 +661,10 @@ class RunManager:
             run_event_pb2.RUN_OUTCOME_INTERRUPT if waits else run_event_pb2.RUN_OUTCOME_SUCCESS
         )
         run.outcome = Outcome.INTERRUPTED if waits else Outcome.SUCCEEDED
-        await self._emit(run, convert.run_finished(outcome, pending, result.usage, asked))
+        # The record's usage (its output messages' sum, history) is what GET .../runs/{id}
+        # shows; the step's own is the fallback of a history that recorded none.
+        usage = record.usage if record.HasField("usage") else result.usage
+        await self._emit(run, convert.run_finished(outcome, pending, usage, asked))
 
     async def _fail(self, run: ActiveRun, exc: BaseException) -> None:
         error = core.as_domain_error(exc)

@@ -20,6 +20,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class OutputSchema:
+    """Structured output: the answer must be one JSON document matching `schema` (a JSON
+    Schema). How it is asked for is the card's `structured_output` (shared.model.cards)."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class ChatResponse:
     """One streamed chunk of a model's response.
 
@@ -44,9 +53,11 @@ class ChatModel(Protocol):
         *,
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
         """Stream the model's response to `messages`, offering `tools`. `options` are
-        per-call parameters, checked against the model card (ValueError naming the option)."""
+        per-call parameters, checked against the model card (ValueError naming the option).
+        `output_schema`: the answer is one JSON document of that schema, streamed as text."""
         ...
 
 

@@ -220,6 +220,16 @@ class ModelCard(BaseModel):
     max_retries: int = Field(3, ge=0, le=10)
     # Layer 3 of the cascade: the card's overrides of the provider's parameters.
     parameters: dict[str, Any] = Field(default_factory=dict)
+    # How the endpoint is asked for an answer that is one JSON document of a JSON Schema:
+    # "json_schema" (response_format {"type": "json_schema", "json_schema": {...}}: OpenAI,
+    # vLLM, Ollama's /v1), "json_object_schema" ({"type": "json_object",
+    # "schema": ...}: llama-cpp-python's server, which turns the schema into a grammar), or
+    # "none" (it cannot be).
+    structured_output: Literal["none", "json_schema", "json_object_schema"] = "none"
+    # How the memory agent has this model extract memories: "tool_call" (it calls
+    # memory_write / memory_forget) or "structured" (it answers one JSON document of the
+    # memories to save and forget; for models that do not call tools).
+    memory_extraction: Literal["tool_call", "structured"] = "tool_call"
 
     _schema: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
     _removed: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -228,6 +238,11 @@ class ModelCard(BaseModel):
     def _cascade(self) -> ModelCard:
         if self.provider == "openai" and self.base_url is None:
             raise ValueError("base_url: required for an openai card")
+        if self.memory_extraction == "structured" and self.structured_output == "none":
+            raise ValueError(
+                "memory_extraction: structured needs structured_output "
+                "(json_schema or json_object_schema)"
+            )
         properties = provider_properties(self.provider)
         gated, removed = gate(properties, list(self.output_types), self.output_size)
         self._removed = removed

@@ -61,6 +61,7 @@ from shared.model.base import (
     ModelStreamBroken,
     ModelTimeout,
     ModelUnavailable,
+    OutputSchema,
     ToolSpec,
 )
 from shared.model.cards import ModelCard
@@ -376,7 +377,11 @@ class OpenAIChatModel:
             self._client = None
 
     def request_body(
-        self, messages: Sequence[Msg], tools: Sequence[ToolSpec], options: Mapping[str, Any] | None
+        self,
+        messages: Sequence[Msg],
+        tools: Sequence[ToolSpec],
+        options: Mapping[str, Any] | None,
+        output_schema: OutputSchema | None = None,
     ) -> dict[str, Any]:
         params = self.card.resolve_parameters(dict(options or {}))
         body: dict[str, Any] = {
@@ -388,7 +393,24 @@ class OpenAIChatModel:
         }
         if tools:
             body["tools"] = to_openai_tools(tools)
+        if output_schema is not None:
+            body["response_format"] = self._response_format(output_schema)
         return body
+
+    def _response_format(self, output: OutputSchema) -> dict[str, Any]:
+        """The card's way of asking for one JSON document of `output.schema`."""
+        schema = dict(output.schema)
+        if self.card.structured_output == "json_schema":
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": output.name, "schema": schema, "strict": True},
+            }
+        if self.card.structured_output == "json_object_schema":
+            return {"type": "json_object", "schema": schema}
+        raise ModelRequestError(
+            f"model card {self.card.name}: structured_output is none: it cannot be asked for "
+            "a JSON document"
+        )
 
     def _wait(self, state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
@@ -475,8 +497,9 @@ class OpenAIChatModel:
         *,
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
-        body = self.request_body(messages, tools, options)
+        body = self.request_body(messages, tools, options, output_schema)
         response = await self._open_with_retries(body)
         state = _StreamState(tools)
         received = False

@@ -9,7 +9,10 @@ What it does, decided from the conversation in this order (`respond` is the pure
    for the last user message and the names of the offered tools: executor memory when the
    user asks to remember or forget something ("remember ...", "forget ...", "记住", "忘记"),
    worker otherwise; tools: the offered tools the user asks for (grammar below) or names.
-2. Extract memories. A system message containing MEMORY_MARKER (MEMORY_PROMPT has it) with
+2. Extract memories. Asked for the MEMORY_EXTRACTION document (an output_schema of that
+   name, MEMORY_MARKER in the system message): {"memories": [{"content", "kind"}],
+   "forget": [{"memory", "user_request"}]} of the facts `extract_facts` finds in the user messages (any other
+   output_schema: "{}"). A system message containing MEMORY_MARKER (MEMORY_PROMPT has it) with
    memory_write and/or memory_forget offered: the facts `extract_facts` finds in the user
    messages become one tool call each, in order: memory_write {"content", "kind"} for
    preference/dislike/name/place, memory_forget {"content_query"} for forget. No facts: the
@@ -58,7 +61,7 @@ from shared.messages import (
     ToolResultState,
     Usage,
 )
-from shared.model.base import ChatResponse, ToolSpec
+from shared.model.base import ChatResponse, OutputSchema, ToolSpec
 from shared.model.cards import ModelCard
 
 ROUTE_MARKER = "[agentmesh:route]"
@@ -80,6 +83,19 @@ MEMORY_PROMPT = (
 )
 MEMORY_WRITE = "memory_write"
 MEMORY_FORGET = "memory_forget"
+# Structured extraction (a card's memory_extraction: structured): the memory agent asks for
+# one JSON document of this name (its schema: services.executor.memory_tools), under this
+# prompt; the scripted model answers it from extract_facts.
+MEMORY_EXTRACTION = "memory_extraction"
+MEMORY_EXTRACTION_PROMPT = (
+    f"{MEMORY_MARKER} You are the memory agent. Read the user's messages and write down the "
+    "lasting facts the user states about themselves: their name, where they live, what they "
+    "like, love or dislike, other durable facts. Each memory is one short sentence about the "
+    "user, in the user's language, with its kind. Only when the user asks you to forget "
+    'something, "forget" holds what that memory says and the user\'s request, copied word for '
+    'word; otherwise it is empty. Answer with the JSON object only: {"memories": [...], '
+    '"forget": [...]}.'
+)
 
 _WORD = re.compile(r"\S+\s*|\s+")
 _ARG_FRAGMENT = 5
@@ -331,7 +347,28 @@ def _memory_summary(after: Sequence[Msg]) -> str:
     return f"Saved {saved} {'memory' if saved == 1 else 'memories'}, forgot {forgot}.{tail}"
 
 
-def respond(messages: Sequence[Msg], tools: Sequence[ToolSpec] = (), *, thinking: bool = False) -> Reply:
+def extraction_document(messages: Sequence[Msg]) -> str:
+    """The structured answer to a memory extraction: the facts of the user messages."""
+    memories: list[dict[str, str]] = []
+    forget: list[dict[str, str]] = []
+    for m in messages:
+        if m.role != Role.USER:
+            continue
+        for fact in extract_facts(m.text):
+            if fact.kind == "forget":
+                forget.append({"memory": fact.content, "user_request": m.text})
+            else:
+                memories.append({"content": fact.content, "kind": fact.kind})
+    return json.dumps({"memories": memories, "forget": forget}, ensure_ascii=False)
+
+
+def respond(
+    messages: Sequence[Msg],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    thinking: bool = False,
+    output_schema: OutputSchema | None = None,
+) -> Reply:
     """The scripted model's answer to `messages` offering `tools` (see the module docstring)."""
     system_text = "\n".join(m.text for m in messages if m.role == Role.SYSTEM)
     last_user = max((i for i, m in enumerate(messages) if m.role == Role.USER), default=-1)
@@ -340,6 +377,11 @@ def respond(messages: Sequence[Msg], tools: Sequence[ToolSpec] = (), *, thinking
     already_called = any(m.tool_calls for m in after)
     offered = [t.name for t in tools]
     think = f'The user said "{said.strip()}". I will answer briefly.' if thinking else ""
+
+    if output_schema is not None:
+        if MEMORY_MARKER in system_text and output_schema.name == MEMORY_EXTRACTION:
+            return Reply(text=extraction_document(messages), thinking=think)
+        return Reply(text="{}", thinking=think)  # a schema it does not know
 
     if ROUTE_MARKER in system_text:
         return Reply(text=route(said, offered).to_json(), thinking=think)
@@ -404,10 +446,11 @@ class ScriptedModel:
         *,
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
         params = self._params(options)
         latency = self.token_latency if params.token_latency is None else params.token_latency
-        reply = respond(messages, tools, thinking=params.thinking)
+        reply = respond(messages, tools, thinking=params.thinking, output_schema=output_schema)
         emitted = 0
 
         async def pause() -> None:

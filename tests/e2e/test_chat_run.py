@@ -98,6 +98,25 @@ def test_chat_run_streams_the_agui_events_in_order(suite: Suite) -> None:
     assert "Hello agentmesh" in reply
 
 
+def test_the_run_record_shows_the_usage_run_finished_reported(suite: Suite) -> None:
+    thread_id, run_id = _ids()
+    resp, events = _run(suite, "carol", thread_id, run_id, "Count my tokens please")
+    assert resp.status_code == 200, resp.text
+    finished = events[-1]
+    assert finished["type"] == "RUN_FINISHED"
+    [usage] = finished["usage"]
+    assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
+    assert usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"]
+    assert "estimated" not in usage  # the scripted model reports its usage
+    url = f"{suite.gateway_url}/api/v1/agent/runs/{run_id}"
+    record = httpx.get(url, headers={"Authorization": f"Bearer {token('carol')}"}, timeout=10)
+    assert record.status_code == 200, record.text
+    assert record.json()["state"] == "succeeded"
+    assert record.json()["usage"] == finished["usage"]
+    other = httpx.get(url, headers={"Authorization": f"Bearer {token('mallory')}"}, timeout=10)
+    assert other.status_code == 404 and "usage" not in other.text
+
+
 def test_history_returns_the_turn_only_to_its_owner(suite: Suite) -> None:
     thread_id, run_id = _ids()
     resp, events = _run(suite, "bob", thread_id, run_id, "Remember the blue door")

@@ -18,7 +18,13 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 from services.launcher import Suite
 from shared.identity import call_metadata
 from shared.messages import msg_to_pb, user
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile, ToolPolicy, profile_to_pb
+from shared.profiles import (
+    AUTOMATION_MEMORY_DEFAULT,
+    AgentConfig,
+    ExecutionProfile,
+    ToolPolicy,
+    profile_to_pb,
+)
 from tests.e2e.conftest import parse_sse, run_body, token
 
 JOB_PROMPT = "Extract the user's durable memories from today's and yesterday's conversations."
@@ -246,3 +252,45 @@ def test_every_kind_of_forbidden_call_is_refused_audited_and_never_runs(
     ]
     assert "poison" not in str(audit["toolDenials"])
     assert all(len(d["argumentsSha256"]) == 64 for d in audit["toolDenials"])
+
+
+def test_a_memory_profile_whose_card_extracts_structured_output_saves_through_the_same_tools(
+    suite: Suite, orchestrator: orch_grpc.OrchestratorServiceStub,
+) -> None:
+    """The memory profile's agent names its own card (agent.model_card, as a chat profile's
+    does): scripted-structured answers one JSON document instead of calling tools."""
+    structured = AUTOMATION_MEMORY_DEFAULT.model_copy(
+        update={"agent": AgentConfig(model_card="scripted-structured")}
+    )
+    owner = _owner("sam")
+    chat(suite, owner, "I love green tea and my name is Sam")
+    run_id, events = automation_run(orchestrator, owner, profile=structured)
+    assert set(memories(suite, owner)) == {"User likes green tea", "User's name is Sam"}
+    # Its document's entries ran as the memory tool calls they stand for, streamed as such.
+    assert TOOL_EVENTS <= set(payloads(events))
+    names = [
+        e.tool_call_start.tool_call_name
+        for e in events
+        if e.WhichOneof("payload") == "tool_call_start"
+    ]
+    assert names == ["memory_write", "memory_write"]
+    assert "Saved 2 memories, forgot 0." in reply_text(events)
+    audit = httpx.get(
+        f"{suite.gateway_url}/api/v1/admin/audit",
+        params={"owner_id": owner, "executor": "memory"},
+        headers=_auth("root", admin=True),
+        timeout=10,
+    )
+    audited = [m for m in audit.json()["messages"] if m.get("runId") == run_id]
+    calls = [c for m in audited for c in m.get("toolCalls", [])]
+    assert [c["function"]["name"] for c in calls] == names
+    url = f"{suite.gateway_url}/api/v1/agent/runs/{run_id}"
+    record = httpx.get(url, headers=_auth(owner), timeout=10)
+    assert record.json()["state"] == "succeeded" and record.json()["usage"][0]["outputTokens"] > 0
+
+    # Those messages were processed: the watermark moved past them.
+    chat(suite, owner, "forget that I love green tea")
+    automation_run(orchestrator, owner, profile=structured)
+    assert set(memories(suite, owner)) == {"User's name is Sam"}
+    _, idle = automation_run(orchestrator, owner, profile=structured)
+    assert "No new messages" in reply_text(idle) and not TOOL_EVENTS & set(payloads(idle))

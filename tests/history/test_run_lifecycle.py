@@ -8,6 +8,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from agentmesh.history.v1 import history_service_pb2 as pb
+from agentmesh.type.v1 import message_pb2
 
 from services.history.service import MIGRATIONS
 from shared import db
@@ -219,3 +220,57 @@ async def test_finish_run_waits_for_the_thread_before_it_holds_the_run(
             finished = await asyncio.wait_for(finishing, 10)
     assert finished.run.state == pb.RUN_STATE_SUCCEEDED
     assert await history_of(history, "t1") == ["m1", "a1"]
+
+
+def _usage(input_tokens: int, output_tokens: int, estimated: bool = False) -> message_pb2.Usage:
+    return message_pb2.Usage(
+        input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated
+    )
+
+
+async def test_a_finished_run_records_the_sum_of_its_messages_usage(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    running = await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())
+    assert not running.run.HasField("usage")  # nothing recorded while it runs
+    await finish(
+        history,
+        "r1",
+        [
+            text_msg("a1", REPLY, usage=_usage(100, 7)),
+            text_msg("a2", REPLY, usage=_usage(120, 5, estimated=True)),
+            text_msg("a3", REPLY),
+        ],
+    )
+    record = (await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())).run
+    assert (record.usage.input_tokens, record.usage.output_tokens) == (220, 12)
+    assert record.usage.estimated  # one of its model calls was counted by agentmesh
+    # Another owner sees no such run, usage or not.
+    other = await rpc_error(
+        history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md("bob"))
+    )
+    assert other.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_run_whose_endpoint_reported_usage_is_not_estimated(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    done = await finish(history, "r1", [text_msg("a1", REPLY, usage=_usage(30, 4))])
+    assert (done.run.usage.input_tokens, done.run.usage.output_tokens) == (30, 4)
+    assert not done.run.usage.estimated
+    await begin(history, "t2", "r2", "u2")
+    failed = await finish(
+        history, "r2", [text_msg("a2", REPLY, usage=_usage(9, 2, True))], state=pb.RUN_STATE_FAILED
+    )
+    assert failed.run.usage.output_tokens == 2 and failed.run.usage.estimated
+
+
+async def test_a_run_without_usage_shows_none_and_negative_counts_are_refused(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", "u1")
+    err = await rpc_error(finish(history, "r1", [text_msg("a1", REPLY, usage=_usage(-1, 3))]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "output_messages[0].usage" in (err.details() or "")
+    record = (await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())).run
+    assert record.state == pb.RUN_STATE_RUNNING  # the refused finish changed nothing
+    done = await finish(history, "r1", [text_msg("a1", REPLY)])
+    assert done.run.state == pb.RUN_STATE_SUCCEEDED and not done.run.HasField("usage")

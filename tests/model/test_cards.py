@@ -160,3 +160,24 @@ def test_the_local_card_refuses_a_tool_choice_up_front() -> None:
         local.resolve_parameters({"tool_choice": "required"})
     with pytest.raises(CardError, match=r"tool_choice: unknown parameter"):
         load_card("smollm2-local", overrides={"tool_choice": {"default": "required"}})
+
+
+def test_structured_memory_extraction_needs_a_way_to_ask_for_it(tmp_path: Path) -> None:
+    needs = r"card\.yaml: memory_extraction: structured needs structured_output"
+    with pytest.raises(CardError, match=needs):
+        load_card(write_card(tmp_path, memory_extraction="structured"))
+    with pytest.raises(CardError, match=r"structured_output: Input should be 'none', 'json_sch"):
+        load_card(write_card(tmp_path, structured_output="grammar"))
+    with pytest.raises(CardError, match=r"memory_extraction: Input should be 'tool_call' or"):
+        load_card(write_card(tmp_path, memory_extraction="prose"))
+    card = load_card(
+        write_card(tmp_path, structured_output="json_schema", memory_extraction="structured")
+    )
+    assert (card.structured_output, card.memory_extraction) == ("json_schema", "structured")
+    plain = load_card(write_card(tmp_path))
+    assert (plain.structured_output, plain.memory_extraction) == ("none", "tool_call")
+
+
+def test_the_local_card_extracts_memories_with_llama_cpp_s_schema_grammar() -> None:
+    card = load_card("smollm2-local")
+    assert (card.structured_output, card.memory_extraction) == ("json_object_schema", "structured")

@@ -22,7 +22,13 @@ from shared.messages import (
     system,
     user,
 )
-from shared.model.base import ModelError, ModelRequestError, ModelUnavailable, ToolSpec
+from shared.model.base import (
+    ModelError,
+    ModelRequestError,
+    ModelUnavailable,
+    OutputSchema,
+    ToolSpec,
+)
 from shared.model.cards import ModelCard
 from shared.model.merge import collect
 from shared.model.openai import OpenAIChatModel, read_api_key, to_openai_messages
@@ -231,5 +237,42 @@ async def test_unknown_option_is_refused_before_any_request() -> None:
         m = model(fake.base_url)
         with pytest.raises(ValueError, match="options.temprature: not a parameter"):
             await collect(m.stream([user("hi")], options={"temprature": 1}))
+        await m.aclose()
+    assert fake.requests == []
+
+
+SCHEMA = OutputSchema("facts", {"type": "object", "properties": {"x": {"type": "string"}}})
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [
+        (
+            "json_schema",
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "facts", "schema": dict(SCHEMA.schema), "strict": True},
+            },
+        ),
+        ("json_object_schema", {"type": "json_object", "schema": dict(SCHEMA.schema)}),
+    ],
+)
+async def test_an_output_schema_is_asked_for_the_way_the_card_says(
+    dialect: str, expected: dict[str, Any]
+) -> None:
+    async with fake_openai([recording("text.sse")]) as fake:
+        m = model(fake.base_url, structured_output=dialect)
+        await collect(m.stream([user("hi")], output_schema=SCHEMA))
+        await m.aclose()
+    [request] = fake.requests
+    assert request.body["response_format"] == expected
+    assert "tools" not in request.body
+
+
+async def test_an_output_schema_for_a_card_that_cannot_take_one_is_refused_unsent() -> None:
+    async with fake_openai([recording("text.sse")]) as fake:
+        m = model(fake.base_url)
+        with pytest.raises(ModelRequestError, match="structured_output is none"):
+            await collect(m.stream([user("hi")], output_schema=SCHEMA))
         await m.aclose()
     assert fake.requests == []

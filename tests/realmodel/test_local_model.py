@@ -50,6 +50,12 @@ def test_a_chat_run_streams_real_text_stores_it_and_reports_usage(suite: Suite) 
     [usage] = finished["usage"]
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
     assert usage["inputTokens"] + usage["outputTokens"] <= LOCAL_CONTEXT
+    # llama-cpp-python reports no usage when streaming: agentmesh counted it, and says so,
+    # on RUN_FINISHED and on the run record alike.
+    assert usage["estimated"] is True
+    url = f"{suite.gateway_url}/api/v1/agent/runs/{events[0]['runId']}"
+    record = httpx.get(url, headers=auth(owner), timeout=30).json()
+    assert record["usage"] == finished["usage"]
     # With one tool (memory_search) the router has nothing to decide: its step is immediate.
     assert [e["stepName"] for e in events if e["type"] == "STEP_STARTED"] == ["router", "worker"]
     # Stored as streamed (one reply, or the text of each turn if the model used its tool).
@@ -179,37 +185,41 @@ def automation_run(suite: Suite, owner: str) -> tuple[str, list[run_event_pb2.Ru
     return run_id, events
 
 
-def test_a_memory_job_either_extracts_and_moves_on_or_says_its_output_was_unusable(
-    suite: Suite,
-) -> None:
+def test_a_memory_job_extracts_a_fact_told_in_chat(suite: Suite) -> None:
+    """smollm2-local extracts by structured output (a JSON-schema grammar): the fact told
+    in chat becomes a memory through memory_write, and the watermark moves past it."""
     owner = new_id("lin")
-    chat(suite, owner, new_id("t"), "My name is Lin and I love green tea. Please remember that.")
+    chat(suite, owner, new_id("t"), "My favourite colour is green. Please remember that.")
     run_id, events = automation_run(suite, owner)
-    last = events[-1].WhichOneof("payload")
-    assert last in ("run_finished", "run_error")
+    last = events[-1]
+    said = "".join(
+        e.text_message_content.delta
+        for e in events
+        if e.WhichOneof("payload") == "text_message_content"
+    )
+    assert last.WhichOneof("payload") == "run_finished", (last.run_error.message, said)
     resp = httpx.get(f"{suite.gateway_url}/api/v1/memories", headers=auth(owner), timeout=30)
-    saved = resp.json()["memories"]
+    saved = [m["content"] for m in resp.json()["memories"]]
+    # Whatever the wording, the memory is about the colour the user named.
+    assert any("green" in content.lower() for content in saved), saved
+    started = [
+        e.tool_call_start.tool_call_name
+        for e in events
+        if e.WhichOneof("payload") == "tool_call_start"
+    ]
+    assert "memory_write" in started
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+    ).json()
+    assert record["state"] == "succeeded" and record["usage"][0]["estimated"] is True
+    # The watermark moved past those messages: the next run has nothing to read.
     _, again = automation_run(suite, owner)
     again_text = "".join(
         e.text_message_content.delta
         for e in again
         if e.WhichOneof("payload") == "text_message_content"
     )
-    if last == "run_error":
-        error = events[-1].run_error
-        assert error.code in ("MEMORY_OUTPUT_UNUSABLE", "MODEL_BAD_RESPONSE"), error
-        if error.code == "MEMORY_OUTPUT_UNUSABLE":
-            assert "watermark did not move" in error.message
-        # The watermark stayed: the next run reads the same messages again.
-        assert "No new messages" not in again_text
-        record = httpx.get(
-            f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
-        )
-        assert record.json()["state"] == "failed" and record.json()["error"]["code"] == error.code
-    else:
-        # It processed the messages: the watermark moved past them, nothing is read twice.
-        assert again[-1].WhichOneof("payload") == "run_finished" and "No new messages" in again_text
-    assert isinstance(saved, list)
+    assert again[-1].WhichOneof("payload") == "run_finished" and "No new messages" in again_text
 
 
 @pytest.fixture

@@ -3,13 +3,16 @@ validated at load naming the field, carried over gRPC, used by the executor's ag
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from services.executor import agent_config
+from services.executor.agents.memory import MemoryAgent
 from services.executor.agents.worker import WorkerAgent
+from services.executor.events import StepResult
 from services.executor.tools import ToolRegistry
 from shared.errors import FailedPrecondition, InvalidArgument
 from shared.messages import Role
@@ -28,6 +31,8 @@ from shared.profiles import (
 from shared.settings import Settings
 from shared.tools import REGISTERED_TOOLS
 from tests.executor.test_context import SmallModel, card
+from tests.executor.test_memory_output import Marks, memory_step
+from tests.executor.test_memory_structured import Answers, Tool
 from tests.executor.test_worker import run, step
 
 AGENT = {
@@ -142,3 +147,54 @@ def test_a_profile_whose_card_rejects_its_options_fails_naming_the_field() -> No
     agent = parse_profile(profile(temperature=0.5), allow_agent=True).agent
     with pytest.raises(FailedPrecondition, match=r"profile\.agent\.temperature"):
         agent_config.setup(agent, "Asia/Shanghai", ScriptedModel(card=load_card("scripted")), None)
+
+
+async def test_the_memory_agent_uses_the_profiles_prompt_model_and_options() -> None:
+    default = Answers('{"memories": [], "forget": []}')
+    chosen = Answers(
+        '{"memories": [{"content": "User likes tea", "kind": "preference"}], "forget": []}'
+    )
+    marks = Marks()
+    write = Tool("memory_write", "content")
+    agent = MemoryAgent(
+        default,
+        ToolRegistry((write,)),
+        marks,
+        max_tool_rounds=1,
+        tool_timeout_seconds=5,
+        models=lambda name: {"small": chosen}[name],
+    )
+    memory_profile = parse_profile(
+        {
+            "name": "memory_small",
+            "enable_router": False,
+            "executor": "memory",
+            "tool_policy": {"allowlist": ["memory_write"]},
+            "agent": {
+                "system_prompt": "You keep notes for a user in {time_zone}.",
+                "model_card": "small",
+                "max_tokens": 50,
+            },
+        },
+        allow_agent=True,
+    )
+    request = replace(memory_step(), profile=memory_profile, tools=("memory_write",))
+    items = [item async for item in agent.run(request)]
+    assert default.asked == [] and len(chosen.asked) == 1
+    [sent] = chosen.messages
+    assert sent[0].role == Role.SYSTEM
+    assert sent[0].text.startswith("You keep notes for a user in Asia/Shanghai.")
+    assert "The job's instructions:\nextract" in sent[0].text
+    assert chosen.options == [{"max_tokens": 50}]
+    assert write.got == ["User likes tea"] and marks.advanced == 1
+    assert isinstance(items[-1], StepResult)
+
+
+def test_a_memory_profile_whose_card_rejects_its_options_fails_naming_the_field() -> None:
+    agent = parse_profile(
+        {"name": "m", "enable_router": False, "executor": "memory", "agent": {"top_p": 0.5}},
+        allow_agent=True,
+    ).agent
+    model = ScriptedModel(card=load_card("scripted-structured"))
+    with pytest.raises(FailedPrecondition, match=r"profile\.agent\.top_p"):
+        agent_config.setup(agent, "Asia/Shanghai", model, None)

@@ -11,8 +11,9 @@ the next run instead of being skipped. It asks the model (MEMORY_PROMPT and the 
 prompt as the system message, the owner's memories those messages recall
 (services.executor.recall) so that it rewrites rather than duplicates, the new messages
 as the conversation), runs the memory_write / memory_forget calls that shared.tools
-authorises, streams TOOL_CALL_* events through shared.toolcalls.ToolCallTracker, then
-moves the watermark with a compare-and-set.
+authorises (or, for a card with memory_extraction "structured", the writes and forgets of
+its one JSON document, as those calls), streams TOOL_CALL_* events through
+shared.toolcalls.ToolCallTracker, then moves the watermark with a compare-and-set.
 
 Two runs at once: before running any tool the agent re-reads the watermark; if another run
 moved it, the messages are that run's and this one writes nothing. If the final
@@ -31,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from services.executor import agent_config, core, recall
@@ -44,7 +45,13 @@ from services.executor.agents.worker import (
     stored_call,
 )
 from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, TextStart
-from services.executor.memory_tools import Watermark
+from services.executor.memory_tools import (
+    EXTRACTION_SCHEMA,
+    Extraction,
+    MemoryWrite,
+    Watermark,
+    parse_extraction,
+)
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
 from shared.errors import FailedPrecondition, InvalidArgument
@@ -64,11 +71,16 @@ from shared.messages import (
     tool_result_message_id,
     user,
 )
-from shared.model.base import ChatModel
-from shared.model.scripted import MEMORY_PROMPT, NO_MEMORIES
+from shared.model.base import ChatModel, OutputSchema, ToolSpec
+from shared.model.scripted import (
+    MEMORY_EXTRACTION,
+    MEMORY_EXTRACTION_PROMPT,
+    MEMORY_PROMPT,
+    NO_MEMORIES,
+)
 from shared.model.tokens import messages_tokens, tools_tokens
 from shared.toolcalls import ToolCallTracker
-from shared.tools import authorize, effective_tools
+from shared.tools import DenialReason, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")
 
@@ -82,6 +94,26 @@ def unusable(why: str) -> FailedPrecondition:
         "the next run reads these messages again",
         reason="MEMORY_OUTPUT_UNUSABLE",
     )
+
+
+EXTRACTION = OutputSchema(MEMORY_EXTRACTION, EXTRACTION_SCHEMA)
+
+
+@dataclass
+class _Progress:
+    """One memory step's state across its model turns and tool calls."""
+
+    step: StepRequest
+    watermark: str  # its name (core.watermark_name)
+    mark: Watermark  # the watermark when the step began
+    registered: Sequence[str]
+    context: ToolContext
+    tracker: ToolCallTracker = field(default_factory=ToolCallTracker)
+    usage: Usage = field(default_factory=Usage)
+    reasons: dict[str, DenialReason | None] = field(default_factory=dict)
+    succeeded: list[str] = field(default_factory=list)  # names of the calls that ran well
+    checked: bool = False  # the watermark was read again before the first call
+    taken: bool = False  # another run had moved it: these messages are that run's
 
 
 class Watermarks(Protocol):
@@ -142,6 +174,8 @@ class MemoryAgent:
             return
 
         model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
+        card = model_call.card
+        structured = card is not None and card.memory_extraction == "structured"
         # The owner's memories the new messages may restate or contradict: the model updates
         # or forgets them instead of writing near-duplicates.
         said = [m.text for m in fresh if m.role is Role.USER]
@@ -151,10 +185,11 @@ class MemoryAgent:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
         block = recall.block_text(recalled)
         prompt, placed = model_call.prompt_with(block)
-        # The profile's prompt replaces the built-in one; the NO_MEMORIES answer stays part
-        # of the contract (without it an empty extraction could not be told from prose).
-        instructions = prompt or MEMORY_PROMPT
-        if NO_MEMORIES not in instructions:
+        # The profile's prompt replaces the built-in one; with tool calls the NO_MEMORIES
+        # answer stays part of the contract (without it an empty extraction could not be
+        # told from prose); a structured answer says "nothing" with its empty lists.
+        instructions = prompt or (MEMORY_EXTRACTION_PROMPT if structured else MEMORY_PROMPT)
+        if not structured and NO_MEMORIES not in instructions:
             instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
@@ -170,77 +205,15 @@ class MemoryAgent:
             source_message_ids=tuple(m.id for m in fresh if m.role is Role.USER),
             source_texts=tuple(m.text for m in fresh if m.role is Role.USER),
         )
-        tracker = ToolCallTracker()
-        usage = Usage()
-        checked = False
-        for turn_no in range(self.max_tool_rounds + 1):
-            last = turn_no == self.max_tool_rounds
-            message_id = core.turn_message_id(step.reply_message_id, turn_no)
-            turn = TurnOutput()
-            tools = () if last else offered
-            async for event in self._model_turn(model_call, conversation, tools, message_id, turn, tracker):
-                yield event
-            if turn.usage is None:
-                turn.usage = turn.estimated_usage(messages_tokens(conversation) + tools_tokens(tools))
-            usage = usage + turn.usage
-            calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
-            reasons = {c.id: authorize(c.name, step.declared, step.profile, registered) for c in calls}
-            message = assistant(
-                turn.content([stored_call(c, reasons[c.id]) for c in calls]),
-                id=message_id,
-                kind=core.turn_kind(bool(calls)),
-                usage=turn.usage,
-                finished_reason=turn.finished_reason,
-            )
-            yield message
-            if not calls:
-                if turn_no == 0 and NO_MEMORIES not in "".join(turn.text):
-                    raise unusable(f"it answered in prose instead of calling a memory tool or saying {NO_MEMORIES}")
-                break
-            conversation.append(message)
-            if not checked:
-                checked = True
-                current = await self.watermarks.watermark(step.owner, watermark)
-                if current.position != mark.position:
-                    results = [
-                        ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
-                    ]
-                    async for item in self._results(results, tracker):
-                        yield item
-                    for c in calls:
-                        tracker.track(c.id, c.name).interrupt()
-                    async for item in _reply(new_id(), TAKEN):
-                        yield item
-                    yield StepResult("stop", usage)
-                    return
-            results: list[ToolResultBlock] = []
-            for call in calls:
-                lifecycle = tracker.track(call.id, call.name)
-                reason = reasons[call.id]
-                if reason is not None:
-                    lifecycle.deny()
-                    yield denied(call, reason)
-                    result = denied_result(call, reason)
-                elif last:
-                    lifecycle.interrupt()
-                    result = ToolResultBlock(
-                        call.id, call.name, "error: no tool rounds are left", ToolResultState.INTERRUPTED
-                    )
-                else:
-                    lifecycle.allow()
-                    lifecycle.submit()
-                    result = await run_tool(self.tools, call, context, self.tool_timeout_seconds)
-                    lifecycle.finish(result.state)
-                results.append(result)
-            results_msg = None
-            async for item in self._results(results, tracker):
-                if isinstance(item, Msg):
-                    results_msg = item
+        progress = _Progress(step, watermark, mark, registered, context)
+        extract = self._structured if structured else self._tool_calls
+        async for item in extract(progress, model_call, conversation, offered):
+            yield item
+        if progress.taken:
+            async for item in _reply(new_id(), TAKEN):
                 yield item
-            assert results_msg is not None
-            conversation.append(results_msg)
-            if turn_no == 0 and not any(r.state is ToolResultState.SUCCESS for r in results):
-                raise unusable("none of its tool calls could be run")
+            yield StepResult("stop", progress.usage)
+            return
 
         newest = fresh[-1]
         position = core.watermark_position(reading.upto, newest.id)
@@ -249,7 +222,167 @@ class MemoryAgent:
         )
         if not advanced:
             log.info("another memory run advanced the watermark first")
-        yield StepResult("stop", usage)
+        yield StepResult("stop", progress.usage)
+
+    async def _structured(
+        self,
+        progress: _Progress,
+        model_call: agent_config.CallSetup,
+        conversation: list[Msg],
+        offered: Sequence[ToolSpec],
+    ) -> AsyncIterator[StepItem]:
+        """One model turn answering the EXTRACTION_SCHEMA document; its memories and forgets
+        run as the memory tool calls they stand for (same policy, audit and events)."""
+        message_id = core.turn_message_id(progress.step.reply_message_id, 0)
+        turn = TurnOutput()
+        async for event in self._model_turn(
+            model_call, conversation, (), message_id, turn, progress.tracker, EXTRACTION
+        ):
+            yield event
+        if turn.usage is None:
+            turn.usage = turn.estimated_usage(messages_tokens(conversation))
+        progress.usage = progress.usage + turn.usage
+        try:
+            document: Extraction | None = parse_extraction("".join(turn.text))
+            problem = ""
+        except ValueError as err:
+            document, problem = None, str(err)
+        said = [m.text for m in conversation if m.role is Role.USER]
+        wanted, unasked = document.calls(said) if document is not None else ([], 0)
+        calls = [
+            ToolCallBlock(f"call_{new_id()}", name, arguments, ToolCallState.FINISHED)
+            for name, arguments in wanted
+        ]
+        if unasked:
+            log.info("dropped %d forget(s) the user's messages do not ask for", unasked)
+        for call in calls:
+            for event in progress.tracker.start(call.id, call.name, message_id):
+                yield event
+            for event in progress.tracker.args(call.id, call.input):
+                yield event
+            for event in progress.tracker.end(call.id):
+                yield event
+        message = self._turn_message(progress, turn, calls, message_id)
+        yield message
+        if document is None:
+            cut = " (cut at the output limit)" if turn.finished_reason == "length" else ""
+            raise unusable(f"its answer{cut} is {problem}")
+        if calls:
+            async for item in self._run_calls(progress, calls, last=False):
+                yield item
+            if progress.taken:
+                return
+            if not progress.succeeded:
+                raise unusable("none of the memories it gave could be saved or forgotten")
+        saved = sum(1 for n in progress.succeeded if n == MemoryWrite.name)
+        forgot = len(progress.succeeded) - saved
+        summary = f"Saved {saved} {'memory' if saved == 1 else 'memories'}, forgot {forgot}."
+        if unasked:
+            summary += f" Ignored {unasked} forget request(s) no message of the user makes."
+        async for item in _reply(new_id(), summary):
+            yield item
+
+    async def _tool_calls(
+        self,
+        progress: _Progress,
+        model_call: agent_config.CallSetup,
+        conversation: list[Msg],
+        offered: Sequence[ToolSpec],
+    ) -> AsyncIterator[StepItem]:
+        """Tool rounds: the model calls memory_write / memory_forget until it answers."""
+        step = progress.step
+        for turn_no in range(self.max_tool_rounds + 1):
+            last = turn_no == self.max_tool_rounds
+            message_id = core.turn_message_id(step.reply_message_id, turn_no)
+            turn = TurnOutput()
+            tools = () if last else offered
+            async for event in self._model_turn(
+                model_call, conversation, tools, message_id, turn, progress.tracker
+            ):
+                yield event
+            if turn.usage is None:
+                turn.usage = turn.estimated_usage(messages_tokens(conversation) + tools_tokens(tools))
+            progress.usage = progress.usage + turn.usage
+            calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
+            message = self._turn_message(progress, turn, calls, message_id)
+            yield message
+            if not calls:
+                if turn_no == 0 and NO_MEMORIES not in "".join(turn.text):
+                    raise unusable(f"it answered in prose instead of calling a memory tool or saying {NO_MEMORIES}")
+                return
+            conversation.append(message)
+            async for item in self._run_calls(progress, calls, last=last):
+                if isinstance(item, Msg) and item.kind is MessageKind.TOOL_RESULT:
+                    conversation.append(item)
+                yield item
+            if progress.taken:
+                return
+            if turn_no == 0 and not progress.succeeded:
+                raise unusable("none of its tool calls could be run")
+
+    def _turn_message(
+        self, progress: _Progress, turn: TurnOutput, calls: list[ToolCallBlock], message_id: str
+    ) -> Msg:
+        """The model's turn as stored, each call with its policy decision (kept for
+        _run_calls)."""
+        step = progress.step
+        for c in calls:
+            reason = authorize(c.name, step.declared, step.profile, progress.registered)
+            progress.reasons[c.id] = reason
+        return assistant(
+            turn.content([stored_call(c, progress.reasons[c.id]) for c in calls]),
+            id=message_id,
+            kind=core.turn_kind(bool(calls)),
+            usage=turn.usage,
+            finished_reason=turn.finished_reason,
+        )
+
+    async def _run_calls(
+        self, progress: _Progress, calls: list[ToolCallBlock], *, last: bool
+    ) -> AsyncIterator[StepItem]:
+        """Run the memory tool calls the policy allows (refused ones are audited as denied),
+        then their results message. Before the first, the watermark is read again: if
+        another run moved it, these messages are that run's and nothing runs
+        (progress.taken)."""
+        tracker = progress.tracker
+        if not progress.checked:
+            progress.checked = True
+            current = await self.watermarks.watermark(progress.step.owner, progress.watermark)
+            if current.position != progress.mark.position:
+                progress.taken = True
+                taken = [
+                    ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
+                ]
+                async for item in self._results(taken, tracker):
+                    yield item
+                for c in calls:
+                    tracker.track(c.id, c.name).interrupt()
+                return
+        results: list[ToolResultBlock] = []
+        for call in calls:
+            lifecycle = tracker.track(call.id, call.name)
+            reason = progress.reasons[call.id]
+            if reason is not None:
+                lifecycle.deny()
+                yield denied(call, reason)
+                result = denied_result(call, reason)
+            elif last:
+                lifecycle.interrupt()
+                result = ToolResultBlock(
+                    call.id, call.name, "error: no tool rounds are left", ToolResultState.INTERRUPTED
+                )
+            else:
+                lifecycle.allow()
+                lifecycle.submit()
+                result = await run_tool(
+                    self.tools, call, progress.context, self.tool_timeout_seconds
+                )
+                lifecycle.finish(result.state)
+                if result.state is ToolResultState.SUCCESS:
+                    progress.succeeded.append(call.name)
+            results.append(result)
+        async for item in self._results(results, tracker):
+            yield item
 
     async def _results(
         self, results: list[ToolResultBlock], tracker: ToolCallTracker
@@ -268,9 +401,11 @@ class MemoryAgent:
         message_id: str,
         turn: TurnOutput,
         tracker: ToolCallTracker,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[StepItem]:
         text_open = False
-        async with aclosing(model_call.stream(conversation, offered)) as stream:  # type: ignore[arg-type]
+        stream_of = model_call.stream(conversation, offered, output_schema)  # type: ignore[arg-type]
+        async with aclosing(stream_of) as stream:
             async for chunk in stream:
                 for block in chunk.content:
                     if isinstance(block, TextBlock) and block.text:

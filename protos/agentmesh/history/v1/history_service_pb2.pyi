@@ -79,7 +79,7 @@ class Thread(_message.Message):
     def __init__(self, id: _Optional[str] = ..., runtime_mode: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ..., shown_message_count: _Optional[int] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message", "cancel_requested", "rolled_back", "lease_expire_time", "ahead_run_ids", "owner_id")
+    __slots__ = ("id", "thread_id", "state", "profile", "origin", "create_time", "start_time", "finish_time", "error_code", "error_message", "cancel_requested", "rolled_back", "lease_expire_time", "ahead_run_ids", "owner_id", "usage")
     ID_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class Run(_message.Message):
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     AHEAD_RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     thread_id: str
     state: RunState
@@ -110,7 +111,8 @@ class Run(_message.Message):
     lease_expire_time: _timestamp_pb2.Timestamp
     ahead_run_ids: _containers.RepeatedScalarFieldContainer[str]
     owner_id: str
-    def __init__(self, id: _Optional[str] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., rolled_back: _Optional[bool] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ahead_run_ids: _Optional[_Iterable[str]] = ..., owner_id: _Optional[str] = ...) -> None: ...
+    usage: _message_pb2.Usage
+    def __init__(self, id: _Optional[str] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., origin: _Optional[_Union[_message_pb2.RuntimeMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., rolled_back: _Optional[bool] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ahead_run_ids: _Optional[_Iterable[str]] = ..., owner_id: _Optional[str] = ..., usage: _Optional[_Union[_message_pb2.Usage, _Mapping]] = ...) -> None: ...
 
 class ContextOptions(_message.Message):
     __slots__ = ("window", "time_zone", "max_chars")

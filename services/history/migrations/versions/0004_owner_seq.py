@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004_owner_seq"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,266 @@
+"""A real suite whose model card points at an OpenAI-compatible endpoint that misbehaves
+(tests/model/fake_openai.py, in a thread of this process): each fault of issue 18's "Bad
+input" is a clear RUN_ERROR with its code, nothing is stored half-way, the thread takes
+the next run, and neither the key nor the prompt is in any service's log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from services.launcher import Suite
+from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, token
+from tests.model.fake_openai import FakeOpenAI, Reply, closed_port, error, events, recording
+
+KEY = "sk-fault-test-key-0123456789abcdef"
+PROMPT = "The secret word of this turn is marmalade-4821"
+
+
+class ThreadedFake:
+    """FakeOpenAI served by its own event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.fake = FakeOpenAI([])
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def start() -> asyncio.Server:
+                server = await asyncio.start_server(self.fake.handle, "127.0.0.1", 0)
+                self.fake.port = server.sockets[0].getsockname()[1]
+                ready.set()
+                return server
+
+            server = self.loop.run_until_complete(start())
+            self.loop.run_forever()
+            server.close()
+            for task in list(self.fake.tasks):
+                task.cancel()
+            self.loop.run_until_complete(server.wait_closed())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def _card(path: Path, name: str, base_url: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "provider": "openai",
+                "model": "fault-model",
+                "context_size": 8000,
+                "output_size": 500,
+                "output_types": ["text", "tool_call"],
+                "base_url": base_url,
+                "api_key_env": "FAULT_MODEL_KEY",
+                "timeout_seconds": 5,
+                "connect_timeout_seconds": 1,
+                "max_retries": 0,
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Suite, FakeOpenAI, Path]]:
+    fake = ThreadedFake()
+    tmp = tmp_path_factory.mktemp("faults")
+    cards = tmp / "cards"
+    cards.mkdir()
+    _card(cards / "fault.yaml", "fault", fake.fake.base_url)
+    _card(cards / "down.yaml", "down", f"http://127.0.0.1:{closed_port()}/v1")
+    profiles = tmp / "profiles.yaml"
+    profiles.write_text(
+        yaml.safe_dump(
+            {
+                "profiles": [
+                    {
+                        "name": "down_chat",
+                        "enable_router": False,
+                        "executor": "worker",
+                        "agent": {"model_card": "down"},
+                    }
+                ]
+            }
+        )
+    )
+    s = make_suite(
+        tmp,
+        f"f{uuid.uuid4().hex[:10]}_",
+        AGENTMESH_MODEL_PROVIDER="openai",
+        AGENTMESH_MODEL_CARD="fault",
+        AGENTMESH_MODEL_CARDS_DIR=str(cards),
+        AGENTMESH_PROFILES_FILE=str(profiles),
+        FAULT_MODEL_KEY=KEY,
+    )
+    try:
+        s.start(timeout=90)
+    except RuntimeError:
+        s.stop()
+        _dump_logs(tmp / "logs")
+        fake.stop()
+        raise
+    yield s, fake.fake, tmp / "logs"
+    s.stop()
+    fake.stop()
+
+
+def _chat(suite: Suite, owner: str, thread: str, text: str, **extra: Any) -> list[dict[str, Any]]:
+    resp = httpx.post(
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=run_body(thread, f"r-{uuid.uuid4().hex[:8]}", text, **extra),
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    return parse_sse(resp.content)
+
+
+def _history(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
+    resp = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/threads/{thread}/history",
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    return list(resp.json()["messages"])
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+TEXT = recording("text.sse")  # "Hello! How can I help?"
+FAULTS = {
+    "unknown-model": (
+        error(
+            404,
+            "The model `fault-model` does not exist",
+            code="model_not_found",
+            type="invalid_request_error",
+        ),
+        "MODEL_INVALID_REQUEST",
+    ),
+    "wrong-key": (
+        error(
+            401, "Incorrect API key provided", code="invalid_api_key", type="invalid_request_error"
+        ),
+        "MODEL_AUTHENTICATION",
+    ),
+    "malformed-chunk": (
+        events(_chunk({"content": "Hel"}), "{not json at all"),
+        "MODEL_BAD_RESPONSE",
+    ),
+    "wrong-shape": (events(_chunk({"content": "Hel"}), {"choices": "nope"}), "MODEL_BAD_RESPONSE"),
+    "closed-mid-stream": (
+        Reply(body=TEXT.body, headers=TEXT.headers, cut_after=len(TEXT.body) // 2),
+        "MODEL_STREAM_BROKEN",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_model_fault_is_its_own_run_error_and_the_thread_goes_on(
+    faulty: tuple[Suite, FakeOpenAI, Path], fault: str
+) -> None:
+    suite, fake, _ = faulty
+    reply, code = FAULTS[fault]
+    owner, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    fake.replies[:] = [reply]
+    failed = _chat(suite, owner, thread, PROMPT)
+    assert failed[-1]["type"] == "RUN_ERROR" and failed[-1]["code"] == code, failed[-1]
+    assert KEY not in json.dumps(failed) and "marmalade" not in failed[-1]["message"]
+    streamed = "".join(e["delta"] for e in failed if e["type"] == "TEXT_MESSAGE_CONTENT")
+    stored = _history(suite, owner, thread)
+    # The input is kept; of the answer only what was streamed, as it was streamed.
+    assert stored[0]["role"] == "user" and stored[0]["content"] == PROMPT
+    replies = [m for m in stored[1:] if m["role"] == "assistant"]
+    assert "".join(m.get("content") or "" for m in replies) == streamed
+    assert len(stored) == 1 + (1 if streamed else 0)
+    run_id = failed[0]["runId"]
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}",
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=30,
+    ).json()
+    assert record["state"] == "failed" and record["error"]["code"] == code
+
+    fake.replies[:] = [recording("text.sse")]
+    again = _chat(suite, owner, thread, "Are you back?")
+    assert again[-1]["type"] == "RUN_FINISHED", again[-1]
+    assert "Hello! How can I help?" in "".join(
+        e["delta"] for e in again if e["type"] == "TEXT_MESSAGE_CONTENT"
+    )
+    # The next run's model call saw the thread as stored, the failed turn's input included.
+    sent = [m.get("content") for m in fake.requests[-1].body["messages"]]
+    assert PROMPT in sent and sent[-1] == "Are you back?"
+
+
+def test_a_card_pointing_at_a_server_that_is_down_is_unavailable(
+    faulty: tuple[Suite, FakeOpenAI, Path],
+) -> None:
+    suite, _, _ = faulty
+    owner, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    down = _chat(
+        suite, owner, thread, PROMPT, forwardedProps={"agentmesh": {"profile": "down_chat"}}
+    )
+    assert down[-1]["type"] == "RUN_ERROR" and down[-1]["code"] == "MODEL_UNAVAILABLE", down[-1]
+    assert "try again" in down[-1]["message"]
+    assert [m["role"] for m in _history(suite, owner, thread)] == ["user"]
+
+
+def test_tool_call_arguments_that_are_not_json_reach_the_model_as_an_error_result(
+    faulty: tuple[Suite, FakeOpenAI, Path],
+) -> None:
+    """memory_search called with arguments that are not JSON: the call is not run, its
+    result tells the model so, and the model's next turn answers (the run succeeds)."""
+    suite, fake, _ = faulty
+    owner, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "memory_search", "arguments": '{"query": tea'},
+    }
+    fake.replies[:] = [
+        events(_chunk({"tool_calls": [call]}), _chunk({}, "tool_calls")),
+        recording("text.sse"),
+    ]
+    done = _chat(suite, owner, thread, "What do I like to drink?")
+    assert done[-1]["type"] == "RUN_FINISHED", done[-1]
+    results = [e for e in done if e["type"] == "TOOL_CALL_RESULT"]
+    assert [r["content"] for r in results] == ["error: the arguments are not valid JSON"]
+    tool_messages = [m for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert tool_messages[0]["content"] == "error: the arguments are not valid JSON"
+
+
+def test_no_key_or_prompt_text_in_any_log(faulty: tuple[Suite, FakeOpenAI, Path]) -> None:
+    suite, fake, logs = faulty
+    fake.replies[:] = [FAULTS["wrong-key"][0]]
+    _chat(suite, f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}", PROMPT)
+    written = "".join(p.read_text(errors="replace") for p in logs.glob("*") if p.is_file())
+    assert written  # the services did log
+    assert KEY not in written
+    assert "marmalade" not in written
