@@ -57,6 +57,8 @@ class Memory:
     create_time: datetime
     update_time: datetime
     version: int
+    # A search result's relevance (0..1, higher is better); 0 outside search.
+    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,16 @@ def validate_position(field: str, position: str, *, required: bool) -> str:
     if len(position) > MAX_POSITION_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_POSITION_CHARS} characters")
     return position
+
+
+def coverage(query: str, content: str) -> float:
+    """The share of the query's terms contained in `content` (0..1; the matching rule)."""
+    query_terms = terms(query)
+    if not query_terms:
+        return 0.0
+    key = content_key(content)
+    words = frozenset(terms(content))
+    return sum(term_in(t, key, words) for t in query_terms) / len(query_terms)
 
 
 def rank_search_hits(

@@ -228,7 +228,8 @@ async def search(conn: AsyncConnection, owner: str, query: str, limit: int) -> l
             stmt = stmt.limit(limit)
         rows = (await conn.execute(stmt)).all()
         substring = [m for m in map(_memory, rows) if core.matches(query, m.content)]
-    return core.rank_search_hits(fts, substring, limit)
+    ranked = core.rank_search_hits(fts, substring, limit)
+    return [dataclasses.replace(m, score=core.coverage(query, m.content)) for m in ranked]
 
 
 async def _full_text(

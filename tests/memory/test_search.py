@@ -89,3 +89,12 @@ async def test_query_without_words_finds_nothing_and_is_no_error(client) -> None
     alice = client("alice")
     await alice.write("$")
     assert await alice.search("$") == []
+
+
+async def test_results_carry_a_relevance_score_between_0_and_1(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    await alice.write("I love green tea and green apples")
+    hits = await alice.search("green tea")
+    assert hits and all(0 < m.score <= 1 for m in hits)
+    assert [m.score for m in hits] == sorted((m.score for m in hits), reverse=True)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentmesh/memory/v1/memory_service.proto\x12\x13\x61gentmesh.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x15\n\rsource_run_id\x18\x04 \x01(\t\x12\x1a\n\x12source_message_ids\x18\x05 \x03(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x08 \x01(\x03\"f\n\x12WriteMemoryRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x15\n\rsource_run_id\x18\x03 \x01(\t\x12\x1a\n\x12source_message_ids\x18\x04 \x03(\t\"S\n\x13WriteMemoryResponse\x12+\n\x06memory\x18\x01 \x01(\x0b\x32\x1b.agentmesh.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"F\n\x13\x46orgetMemoryRequest\x12\x0c\n\x02id\x18\x01 \x01(\tH\x00\x12\x17\n\rcontent_query\x18\x02 \x01(\tH\x00\x42\x08\n\x06target\"-\n\x14\x46orgetMemoryResponse\x12\x15\n\rforgotten_ids\x18\x01 \x03(\t\"9\n\x15SearchMemoriesRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\"G\n\x16SearchMemoriesResponse\x12-\n\x08memories\x18\x01 \x03(\x0b\x32\x1b.agentmesh.memory.v1.Memory\"<\n\x13ListMemoriesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListMemoriesResponse\x12-\n\x08memories\x18\x01 \x03(\x0b\x32\x1b.agentmesh.memory.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10GetMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\"@\n\x11GetMemoryResponse\x12+\n\x06memory\x18\x01 \x01(\x0b\x32\x1b.agentmesh.memory.v1.Memory\"\x86\x01\n\tWatermark\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"#\n\x13GetWatermarkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"I\n\x14GetWatermarkResponse\x12\x31\n\twatermark\x18\x01 \x01(\x0b\x32\x1e.agentmesh.memory.v1.Watermark\"~\n\x17\x41\x64vanceWatermarkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_position\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\x18\x41\x64vanceWatermarkResponse\x12\x31\n\twatermark\x18\x01 \x01(\x0b\x32\x1e.agentmesh.memory.v1.Watermark2\xd8\x05\n\rMemoryService\x12`\n\x0bWriteMemory\x12\'.agentmesh.memory.v1.WriteMemoryRequest\x1a(.agentmesh.memory.v1.WriteMemoryResponse\x12\x63\n\x0c\x46orgetMemory\x12(.agentmesh.memory.v1.ForgetMemoryRequest\x1a).agentmesh.memory.v1.ForgetMemoryResponse\x12i\n\x0eSearchMemories\x12*.agentmesh.memory.v1.SearchMemoriesRequest\x1a+.agentmesh.memory.v1.SearchMemoriesResponse\x12\x63\n\x0cListMemories\x12(.agentmesh.memory.v1.ListMemoriesRequest\x1a).agentmesh.memory.v1.ListMemoriesResponse\x12Z\n\tGetMemory\x12%.agentmesh.memory.v1.GetMemoryRequest\x1a&.agentmesh.memory.v1.GetMemoryResponse\x12\x63\n\x0cGetWatermark\x12(.agentmesh.memory.v1.GetWatermarkRequest\x1a).agentmesh.memory.v1.GetWatermarkResponse\x12o\n\x10\x41\x64vanceWatermark\x12,.agentmesh.memory.v1.AdvanceWatermarkRequest\x1a-.agentmesh.memory.v1.AdvanceWatermarkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentmesh/memory/v1/memory_service.proto\x12\x13\x61gentmesh.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x01\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x15\n\rsource_run_id\x18\x04 \x01(\t\x12\x1a\n\x12source_message_ids\x18\x05 \x03(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x08 \x01(\x03\x12\r\n\x05score\x18\x0f \x01(\x01\"f\n\x12WriteMemoryRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x15\n\rsource_run_id\x18\x03 \x01(\t\x12\x1a\n\x12source_message_ids\x18\x04 \x03(\t\"S\n\x13WriteMemoryResponse\x12+\n\x06memory\x18\x01 \x01(\x0b\x32\x1b.agentmesh.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"F\n\x13\x46orgetMemoryRequest\x12\x0c\n\x02id\x18\x01 \x01(\tH\x00\x12\x17\n\rcontent_query\x18\x02 \x01(\tH\x00\x42\x08\n\x06target\"-\n\x14\x46orgetMemoryResponse\x12\x15\n\rforgotten_ids\x18\x01 \x03(\t\"9\n\x15SearchMemoriesRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\"G\n\x16SearchMemoriesResponse\x12-\n\x08memories\x18\x01 \x03(\x0b\x32\x1b.agentmesh.memory.v1.Memory\"<\n\x13ListMemoriesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListMemoriesResponse\x12-\n\x08memories\x18\x01 \x03(\x0b\x32\x1b.agentmesh.memory.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10GetMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\"@\n\x11GetMemoryResponse\x12+\n\x06memory\x18\x01 \x01(\x0b\x32\x1b.agentmesh.memory.v1.Memory\"\x86\x01\n\tWatermark\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"#\n\x13GetWatermarkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"I\n\x14GetWatermarkResponse\x12\x31\n\twatermark\x18\x01 \x01(\x0b\x32\x1e.agentmesh.memory.v1.Watermark\"~\n\x17\x41\x64vanceWatermarkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_position\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\x18\x41\x64vanceWatermarkResponse\x12\x31\n\twatermark\x18\x01 \x01(\x0b\x32\x1e.agentmesh.memory.v1.Watermark2\xd8\x05\n\rMemoryService\x12`\n\x0bWriteMemory\x12\'.agentmesh.memory.v1.WriteMemoryRequest\x1a(.agentmesh.memory.v1.WriteMemoryResponse\x12\x63\n\x0c\x46orgetMemory\x12(.agentmesh.memory.v1.ForgetMemoryRequest\x1a).agentmesh.memory.v1.ForgetMemoryResponse\x12i\n\x0eSearchMemories\x12*.agentmesh.memory.v1.SearchMemoriesRequest\x1a+.agentmesh.memory.v1.SearchMemoriesResponse\x12\x63\n\x0cListMemories\x12(.agentmesh.memory.v1.ListMemoriesRequest\x1a).agentmesh.memory.v1.ListMemoriesResponse\x12Z\n\tGetMemory\x12%.agentmesh.memory.v1.GetMemoryRequest\x1a&.agentmesh.memory.v1.GetMemoryResponse\x12\x63\n\x0cGetWatermark\x12(.agentmesh.memory.v1.GetWatermarkRequest\x1a).agentmesh.memory.v1.GetWatermarkResponse\x12o\n\x10\x41\x64vanceWatermark\x12,.agentmesh.memory.v1.AdvanceWatermarkRequest\x1a-.agentmesh.memory.v1.AdvanceWatermarkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,37 +33,37 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.memory.v1.memory_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MEMORY']._serialized_start=99
-  _globals['_MEMORY']._serialized_end=316
-  _globals['_WRITEMEMORYREQUEST']._serialized_start=318
-  _globals['_WRITEMEMORYREQUEST']._serialized_end=420
-  _globals['_WRITEMEMORYRESPONSE']._serialized_start=422
-  _globals['_WRITEMEMORYRESPONSE']._serialized_end=505
-  _globals['_FORGETMEMORYREQUEST']._serialized_start=507
-  _globals['_FORGETMEMORYREQUEST']._serialized_end=577
-  _globals['_FORGETMEMORYRESPONSE']._serialized_start=579
-  _globals['_FORGETMEMORYRESPONSE']._serialized_end=624
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=626
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=683
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=685
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=756
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=758
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=818
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=820
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=914
-  _globals['_GETMEMORYREQUEST']._serialized_start=916
-  _globals['_GETMEMORYREQUEST']._serialized_end=946
-  _globals['_GETMEMORYRESPONSE']._serialized_start=948
-  _globals['_GETMEMORYRESPONSE']._serialized_end=1012
-  _globals['_WATERMARK']._serialized_start=1015
-  _globals['_WATERMARK']._serialized_end=1149
-  _globals['_GETWATERMARKREQUEST']._serialized_start=1151
-  _globals['_GETWATERMARKREQUEST']._serialized_end=1186
-  _globals['_GETWATERMARKRESPONSE']._serialized_start=1188
-  _globals['_GETWATERMARKRESPONSE']._serialized_end=1261
-  _globals['_ADVANCEWATERMARKREQUEST']._serialized_start=1263
-  _globals['_ADVANCEWATERMARKREQUEST']._serialized_end=1389
-  _globals['_ADVANCEWATERMARKRESPONSE']._serialized_start=1391
-  _globals['_ADVANCEWATERMARKRESPONSE']._serialized_end=1468
-  _globals['_MEMORYSERVICE']._serialized_start=1471
-  _globals['_MEMORYSERVICE']._serialized_end=2199
+  _globals['_MEMORY']._serialized_end=331
+  _globals['_WRITEMEMORYREQUEST']._serialized_start=333
+  _globals['_WRITEMEMORYREQUEST']._serialized_end=435
+  _globals['_WRITEMEMORYRESPONSE']._serialized_start=437
+  _globals['_WRITEMEMORYRESPONSE']._serialized_end=520
+  _globals['_FORGETMEMORYREQUEST']._serialized_start=522
+  _globals['_FORGETMEMORYREQUEST']._serialized_end=592
+  _globals['_FORGETMEMORYRESPONSE']._serialized_start=594
+  _globals['_FORGETMEMORYRESPONSE']._serialized_end=639
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=641
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=698
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=700
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=771
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=773
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=833
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=835
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=929
+  _globals['_GETMEMORYREQUEST']._serialized_start=931
+  _globals['_GETMEMORYREQUEST']._serialized_end=961
+  _globals['_GETMEMORYRESPONSE']._serialized_start=963
+  _globals['_GETMEMORYRESPONSE']._serialized_end=1027
+  _globals['_WATERMARK']._serialized_start=1030
+  _globals['_WATERMARK']._serialized_end=1164
+  _globals['_GETWATERMARKREQUEST']._serialized_start=1166
+  _globals['_GETWATERMARKREQUEST']._serialized_end=1201
+  _globals['_GETWATERMARKRESPONSE']._serialized_start=1203
+  _globals['_GETWATERMARKRESPONSE']._serialized_end=1276
+  _globals['_ADVANCEWATERMARKREQUEST']._serialized_start=1278
+  _globals['_ADVANCEWATERMARKREQUEST']._serialized_end=1404
+  _globals['_ADVANCEWATERMARKRESPONSE']._serialized_start=1406
+  _globals['_ADVANCEWATERMARKRESPONSE']._serialized_end=1483
+  _globals['_MEMORYSERVICE']._serialized_start=1486
+  _globals['_MEMORYSERVICE']._serialized_end=2214
 # @@protoc_insertion_point(module_scope)

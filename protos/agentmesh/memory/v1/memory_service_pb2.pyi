@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Memory(_message.Message):
-    __slots__ = ("id", "content", "kind", "source_run_id", "source_message_ids", "create_time", "update_time", "version")
+    __slots__ = ("id", "content", "kind", "source_run_id", "source_message_ids", "create_time", "update_time", "version", "score")
     ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class Memory(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
     id: str
     content: str
     kind: str
@@ -27,7 +28,8 @@ class Memory(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     version: int
-    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    score: float
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[str] = ..., source_run_id: _Optional[str] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class WriteMemoryRequest(_message.Message):
     __slots__ = ("content", "kind", "source_run_id", "source_message_ids")
