@@ -13,15 +13,36 @@ Matching rule (ForgetMemory by content_query, and the substring side of SearchMe
     substring of the memory's content key, any other term as a whole word of the memory.
   So "green tea" matches "I love green tea" (but "tea" does not match "steam"), and "绿茶"
   matches "我喜欢绿茶".
+
+Search (SearchMemories) is ranked retrieval, not that rule:
+  - lexical: a memory is indexed by `search_tokens(content)`: every non-CJK word stemmed
+    (Snowball English: "likes", "liked" -> "like"), every CJK run as its characters and its
+    overlapping character bigrams ("我喜欢绿茶" -> 我 喜 欢 绿 茶 我喜 喜欢 欢绿 绿茶). A query
+    is `query_tokens(query)`: its stemmed words without English stop words, its CJK runs
+    as bigrams (one character alone as itself) without bigrams of two function characters
+    ("什么", "我的"). A memory with any query token is a hit, ranked by the database's
+    full-text rank (PostgreSQL ts_rank, SQLite FTS5 bm25).
+    Why bigrams and not a segmenter (jieba): a segmenter splits the same word differently
+    by context and by dictionary ("绿茶" inside "喜欢绿茶叶" may not come out as a word), so
+    a query word can miss a memory that contains it; bigrams find every Chinese word of two
+    or more characters inside unsegmented text with no dictionary to ship or keep current,
+    index and query the same way on both databases, and rank documents sharing more of
+    the query's bigrams higher. The cost is a larger index and a few accidental bigram
+    hits across word boundaries, which the ranking and the vector half push down.
+  - vectors, when an embedding model is configured: nearest memories by cosine similarity;
+  - `fuse`: reciprocal rank fusion of the lists that ran.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+import snowballstemmer
 
 from shared import pagination
 from shared.errors import InvalidArgument
@@ -111,6 +132,106 @@ def _is_cjk_char(c: str) -> bool:
     )
 
 
+# English words a question is made of that say nothing of what is asked about.
+_STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not now of off on once only
+    or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under
+    until up very was we were what when where which while who whom why will with would
+    you your yours yourself yourselves ever tell know remember""".split()
+)
+# Chinese function characters: a query bigram of two of them ("什么", "我的") is dropped.
+_CJK_STOP_CHARS = frozenset("我你他她它们的了吗呢吧啊呀是在有么什哪谁几个这那都也和与就还又要会")
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def _runs(text: str) -> list[tuple[str, bool]]:
+    """The terms of `text` split into maximal CJK and non-CJK runs: (run, is_cjk)."""
+    runs: list[tuple[str, bool]] = []
+    for term in _TERM_RE.findall(content_key(text)):
+        start = 0
+        for i in range(1, len(term) + 1):
+            if i == len(term) or _is_cjk_char(term[i]) != _is_cjk_char(term[start]):
+                runs.append((term[start:i], _is_cjk_char(term[start])))
+                start = i
+    return runs
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def search_tokens(text: str) -> list[str]:
+    """The lexical index tokens of a memory (the rule in the module doc), in order."""
+    tokens: list[str] = []
+    for run, cjk in _runs(text):
+        if cjk:
+            tokens.extend(run)
+            tokens.extend(_bigrams(run))
+        else:
+            tokens.append(_STEMMER.stemWord(run))
+    return tokens
+
+
+def search_text(text: str) -> str:
+    """`search_tokens` as the space-separated text the full-text indexes read."""
+    return " ".join(search_tokens(text))
+
+
+def query_tokens(query: str) -> tuple[str, ...]:
+    """The lexical tokens a query looks for (the rule in the module doc), without repeats.
+    Stop words and function bigrams are left out unless nothing else is left."""
+    tokens: list[str] = []
+    stop: list[str] = []
+    for run, cjk in _runs(query):
+        if not cjk:
+            (stop if run in _STOP_WORDS else tokens).append(_STEMMER.stemWord(run))
+        elif len(run) == 1:
+            (stop if run in _CJK_STOP_CHARS else tokens).append(run)
+        else:
+            for bigram in _bigrams(run):
+                is_stop = bigram[0] in _CJK_STOP_CHARS and bigram[1] in _CJK_STOP_CHARS
+                (stop if is_stop else tokens).append(bigram)
+    return tuple(dict.fromkeys(tokens or stop))
+
+
+def token_coverage(query: Sequence[str], content: str) -> float:
+    """The share of the query tokens found among the memory's search tokens (0..1)."""
+    if not query:
+        return 0.0
+    present = frozenset(search_tokens(content))
+    return sum(t in present for t in query) / len(query)
+
+
+# Reciprocal rank fusion's constant: a hit at rank r of a list adds 1 / (RRF_K + r).
+RRF_K = 60
+
+
+def fuse(rankings: Sequence[Sequence[Memory]], limit: int) -> list[Memory]:
+    """Reciprocal rank fusion of best-first rankings (each a list that ran, possibly empty);
+    ties by newest update, then id. Each result's score is its fused value over the best
+    possible one (first in every ranking), so 1 is "first everywhere" and a memory that only
+    one of two rankings found scores at most 0.5."""
+    if not rankings:
+        return []
+    fused: dict[str, float] = {}
+    first: dict[str, Memory] = {}
+    for ranking in rankings:
+        for rank, memory in enumerate(ranking, start=1):
+            fused[memory.id] = fused.get(memory.id, 0.0) + 1 / (RRF_K + rank)
+            first.setdefault(memory.id, memory)
+    best = len(rankings) / (RRF_K + 1)
+    ordered = sorted(
+        first.values(), key=lambda m: (-fused[m.id], -m.update_time.timestamp(), m.id)
+    )
+    return [
+        dataclasses.replace(m, score=min(1.0, fused[m.id] / best)) for m in ordered[:limit]
+    ]
+
+
 def term_in(term: str, key: str, words: frozenset[str]) -> bool:
     """Whether one query term is contained in a memory (its content key and words)."""
     return term in key if is_cjk(term) else term in words
@@ -197,32 +318,6 @@ def validate_position(field: str, position: str, *, required: bool) -> str:
     if len(position) > MAX_POSITION_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_POSITION_CHARS} characters")
     return position
-
-
-def coverage(query: str, content: str) -> float:
-    """The share of the query's terms contained in `content` (0..1; the matching rule)."""
-    query_terms = terms(query)
-    if not query_terms:
-        return 0.0
-    key = content_key(content)
-    words = frozenset(terms(content))
-    return sum(term_in(t, key, words) for t in query_terms) / len(query_terms)
-
-
-def rank_search_hits(
-    fts_hits: Sequence[tuple[Memory, float]], substring_hits: Sequence[Memory], limit: int
-) -> list[Memory]:
-    """Full-text hits by score (best first), then substring-only hits, newest update first;
-    each memory once."""
-    seen: set[str] = set()
-    ranked: list[Memory] = []
-    by_score = sorted(fts_hits, key=lambda h: (-h[1], -h[0].update_time.timestamp(), h[0].id))
-    by_time = sorted(substring_hits, key=lambda m: (-m.update_time.timestamp(), m.id))
-    for memory in [m for m, _ in by_score] + by_time:
-        if memory.id not in seen:
-            seen.add(memory.id)
-            ranked.append(memory)
-    return ranked[:limit]
 
 
 def page_position(memory: Memory) -> list[str]:

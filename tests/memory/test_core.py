@@ -136,11 +136,50 @@ def test_bad_watermark_name_is_rejected(name: str) -> None:
     assert info.value.violations[0][0] == "name"
 
 
-def test_full_text_hits_rank_first_by_score_then_substring_hits_newest_first() -> None:
+def test_fusion_ranks_by_reciprocal_rank_over_every_ranking() -> None:
     a, b, c, d = _memory("a", 1), _memory("b", 2), _memory("c", 3), _memory("d", 4)
-    ranked = core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, a, d], limit=10)
-    assert [m.id for m in ranked] == ["b", "a", "d", "c"]
-    assert len(core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, d], limit=3)) == 3
+    # b: 2nd and 1st; a: 1st and 3rd; c: 2nd of one list only; d: 3rd of one list only.
+    fused = core.fuse([[a, b, d], [b, c, a]], limit=10)
+    assert [m.id for m in fused] == ["b", "a", "c", "d"]
+    scores = [m.score for m in fused]
+    assert scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
+    # First in every ranking is 1; found by one of two rankings is at most 0.5.
+    assert core.fuse([[a], [a]], limit=1)[0].score == 1.0
+    assert core.fuse([[a], [b]], limit=2)[0].score <= 0.5
+    assert len(core.fuse([[a, b, d], [b, c, a]], limit=3)) == 3
+    assert core.fuse([[], []], limit=5) == []
+
+
+def test_equal_fused_ranks_fall_back_to_newest_update() -> None:
+    a, b = _memory("a", 1), _memory("b", 2)
+    assert [m.id for m in core.fuse([[a], [b]], limit=2)] == ["b", "a"]
+
+
+def test_search_tokens_split_chinese_into_characters_and_bigrams() -> None:
+    assert core.search_tokens("我喜欢绿茶") == [
+        *"我喜欢绿茶",
+        "我喜",
+        "喜欢",
+        "欢绿",
+        "绿茶",
+    ]
+    # Latin words are stemmed; a script change splits a run ("Lin喜欢").
+    assert core.search_tokens("Lin喜欢 drinking teas") == ["lin", "喜", "欢", "喜欢", "drink", "tea"]
+
+
+def test_query_tokens_drop_stop_words_unless_nothing_else_is_left() -> None:
+    assert core.query_tokens("What do I like to drink?") == ("like", "drink")
+    assert core.query_tokens("我喜欢什么？") == ("我喜", "喜欢", "欢什")
+    assert core.query_tokens("茶") == ("茶",)
+    assert core.query_tokens("who are you") == ("who", "are", "you")
+    assert core.query_tokens("$") == ()
+
+
+def test_a_chinese_word_inside_unsegmented_text_is_among_its_tokens() -> None:
+    for word, text in [("绿茶", "我每天早上都喝一杯绿茶"), ("上海", "我住在上海浦东"), ("猫", "家里养了两只猫")]:
+        assert set(core.query_tokens(word)) <= set(core.search_tokens(text))
+        assert core.token_coverage(core.query_tokens(word), text) == 1.0
+    assert core.token_coverage(core.query_tokens("咖啡"), "我喜欢绿茶") == 0.0
 
 
 def test_page_position_round_trips_and_garbage_is_a_bad_token() -> None:
