@@ -6,22 +6,36 @@ from a request field.
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from services.memory import convert, core, store
+from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
 from shared import pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
 
 
+log = logging.getLogger(__name__)
+
+
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
-    def __init__(self, engine: AsyncEngine, tokens: pagination.PageTokens | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        tokens: pagination.PageTokens | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
         self.engine = engine
         self.tokens = tokens or pagination.PageTokens(Settings().page_token_secret)
+        # With an embedding model: the background embedder (woken by writes) and its client
+        # (embeds queries). None: search is lexical only.
+        self.embedder = embedder
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext
@@ -32,6 +46,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
         async with self.engine.begin() as conn:
             memory, created = await store.write(conn, owner, fact, store.utc_now())
+        if self.embedder is not None:
+            self.embedder.wake()
         return pb.WriteMemoryResponse(memory=convert.memory_to_pb(memory), created=created)
 
     async def ForgetMemory(
@@ -58,9 +74,23 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
         limit = pagination.page_size(request.page_size)
+        embedding, model = await self._embed_query(query)
         async with self.engine.connect() as conn:
-            found = await store.search(conn, owner, query, limit)
+            found = await store.search(conn, owner, query, limit, embedding=embedding, model=model)
         return pb.SearchMemoriesResponse(memories=[convert.memory_to_pb(m) for m in found])
+
+    async def _embed_query(self, query: str) -> tuple[list[float] | None, str]:
+        """The query's vector and model; (None, "") without a model or while it fails (the
+        search is then lexical only, never an error)."""
+        if self.embedder is None:
+            return None, ""
+        client: EmbeddingClient = self.embedder.client
+        try:
+            [vector] = await client.embed([query], query=True)
+        except EmbeddingUnavailable as err:
+            log.warning("memory search without vectors: %s", err)
+            return None, ""
+        return vector, client.config.model
 
     async def ListMemories(
         self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext

@@ -108,9 +108,7 @@ def upgrade() -> None:
             "ALTER TABLE memory_embeddings ALTER COLUMN embedding TYPE public.vector "
             "USING embedding::public.vector"
         )
-    op.create_index(
-        "ix_memory_embeddings_owner_model", "memory_embeddings", ["owner_id", "model"]
-    )
+    op.create_index("ix_memory_embeddings_owner_model", "memory_embeddings", ["owner_id", "model"])
 
 
 def _backfill(bind: sa.Connection) -> None:
