@@ -30,7 +30,8 @@ Search (SearchMemories) is ranked retrieval, not that rule:
     the query's bigrams higher. The cost is a larger index and a few accidental bigram
     hits across word boundaries, which the ranking and the vector half push down.
   - vectors, when an embedding model is configured: nearest memories by cosine similarity;
-  - `fuse`: reciprocal rank fusion of the lists that ran.
+  - `fuse`: reciprocal rank fusion of the lists that ran, each lexical hit weighted by its
+    share of the query tokens (with vectors, only hits with at least half of them).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ _STOP_WORDS = frozenset(
     or other our ours ourselves out over own same she should so some such than that the
     their theirs them themselves then there these they this those through to too under
     until up very was we were what when where which while who whom why will with would
-    you your yours yourself yourselves ever tell know remember""".split()
+    you your yours yourself yourselves ever tell know remember s t d ll m re ve""".split()
 )
 # Chinese function characters: a query bigram of two of them ("什么", "我的") is dropped.
 _CJK_STOP_CHARS = frozenset("我你他她它们的了吗呢吧啊呀是在有么什哪谁几个这那都也和与就还又要会")
@@ -206,22 +207,27 @@ def token_coverage(query: Sequence[str], content: str) -> float:
     return sum(t in present for t in query) / len(query)
 
 
-# Reciprocal rank fusion's constant: a hit at rank r of a list adds 1 / (RRF_K + r).
+# Reciprocal rank fusion's constant: a hit at rank r of a list adds weight / (RRF_K + r).
 RRF_K = 60
+# With vectors, a lexical hit takes part only when it has at least this share of the
+# query's tokens: one shared common word ("favourite", "喜欢") is weaker evidence than the
+# nearest meaning, and let in it pushed the right memory down (bench/memory_search.py).
+MIN_FUSED_COVERAGE = 0.5
 
 
-def fuse(rankings: Sequence[Sequence[Memory]], limit: int) -> list[Memory]:
-    """Reciprocal rank fusion of best-first rankings (each a list that ran, possibly empty);
-    ties by newest update, then id. Each result's score is its fused value over the best
-    possible one (first in every ranking), so 1 is "first everywhere" and a memory that only
-    one of two rankings found scores at most 0.5."""
+def fuse(rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int) -> list[Memory]:
+    """Weighted reciprocal rank fusion of best-first rankings (each a list that ran, possibly
+    empty), each hit with its weight in 0..1 (lexical: its token coverage; vector: 1); ties
+    by newest update, then id. Each result's score is its fused value over the best
+    possible one (first with weight 1 in every ranking): 1 is "first everywhere", and a
+    memory that one of two rankings found scores at most 0.5."""
     if not rankings:
         return []
     fused: dict[str, float] = {}
     first: dict[str, Memory] = {}
     for ranking in rankings:
-        for rank, memory in enumerate(ranking, start=1):
-            fused[memory.id] = fused.get(memory.id, 0.0) + 1 / (RRF_K + rank)
+        for rank, (memory, weight) in enumerate(ranking, start=1):
+            fused[memory.id] = fused.get(memory.id, 0.0) + weight / (RRF_K + rank)
             first.setdefault(memory.id, memory)
     best = len(rankings) / (RRF_K + 1)
     ordered = sorted(

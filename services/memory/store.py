@@ -244,11 +244,18 @@ async def search(
 
     Lexical hits (core.query_tokens in the full-text index) always; with `embedding` (the
     query's vector by `model`), also the memories nearest to it; the rankings fused by
-    core.fuse. Memories the embedder has not reached yet are found by the lexical half."""
-    rankings = [await _lexical(conn, owner, core.query_tokens(query), limit)]
-    if embedding is not None:
-        rankings.append(await _nearest(conn, owner, embedding, model, limit))
-    return core.fuse(rankings, limit)
+    core.fuse. Memories the embedder has not reached yet are found by the lexical half.
+    `limit` bounds each ranking and the answer."""
+    tokens = core.query_tokens(query)
+    lexical = [
+        (m, core.token_coverage(tokens, m.content))
+        for m in await _lexical(conn, owner, tokens, limit)
+    ]
+    if embedding is None:
+        return core.fuse([lexical], limit)
+    nearest = await _nearest(conn, owner, embedding, model, limit)
+    lexical = [(m, c) for m, c in lexical if c >= core.MIN_FUSED_COVERAGE]
+    return core.fuse([lexical, [(m, 1.0) for m in nearest]], limit)
 
 
 async def _lexical(
