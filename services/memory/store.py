@@ -295,11 +295,11 @@ async def _nearest(
         # iterative scan keeps reading the graph until `limit` rows of this owner and
         # model are found (pgvector >= 0.8), instead of filtering a fixed candidate list.
         await conn.execute(
-            sa.text("SELECT set_config('hnsw.ef_search', :ef, true)"),
+            sa.text(
+                "SELECT set_config('hnsw.ef_search', :ef, true), "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+            ),
             {"ef": str(max(40, min(limit, 1000)))},
-        )
-        await conn.execute(
-            sa.text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
         )
         vector = f"CAST(CAST(:vector AS text) AS public.vector({dims}))"
         nearest = (
