@@ -474,6 +474,8 @@ async def ensure_vector_index(conn: AsyncConnection, dims: int) -> None:
     if not _postgres(conn) or not 1 <= dims <= 2000:  # pgvector's HNSW limit
         return
     await conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('agentmesh:hnsw'))"))
+    # Building over existing rows: the graph built in memory is much faster than on disk.
+    await conn.execute(sa.text("SELECT set_config('maintenance_work_mem', '256MB', true)"))
     await conn.execute(
         sa.text(
             f"CREATE INDEX IF NOT EXISTS ix_memory_embeddings_hnsw_{dims} ON memory_embeddings "
