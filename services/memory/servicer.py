@@ -7,6 +7,7 @@ from a request field.
 from __future__ import annotations
 
 import logging
+import time
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,6 +24,10 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# After a query could not be embedded, searches skip the model this long (lexical only), so
+# a hung endpoint costs one timeout per interval, not one per search.
+_VECTORS_PAUSE_SECONDS = 5.0
+
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
     def __init__(
@@ -36,6 +41,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         # With an embedding model: the background embedder (woken by writes) and its client
         # (embeds queries). None: search is lexical only.
         self.embedder = embedder
+        self._vectors_paused_until = 0.0
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext
@@ -82,13 +88,16 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     async def _embed_query(self, query: str) -> tuple[list[float] | None, str]:
         """The query's vector and model; (None, "") without a model or while it fails (the
         search is then lexical only, never an error)."""
-        if self.embedder is None:
+        if self.embedder is None or time.monotonic() < self._vectors_paused_until:
             return None, ""
         client: EmbeddingClient = self.embedder.client
         try:
             [vector] = await client.embed([query], query=True)
         except EmbeddingUnavailable as err:
-            log.warning("memory search without vectors: %s", err)
+            self._vectors_paused_until = time.monotonic() + _VECTORS_PAUSE_SECONDS
+            log.warning(
+                "memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err
+            )
             return None, ""
         return vector, client.config.model
 

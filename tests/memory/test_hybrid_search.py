@@ -178,6 +178,11 @@ async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(setti
             assert await alice.search("beverage") == []  # lexical only now
             server.start()
             await _embedded(live)
-            assert (await alice.search("Do I have pets?"))[0].content == "User has a dog named Max"
+            # Searches skip the model for a few seconds after a failure, then use it again.
+            deadline = time.monotonic() + 30
+            while not (hits := await alice.search("Do I have pets?")):
+                assert time.monotonic() < deadline, "search never used the model again"
+                await asyncio.sleep(0.5)
+            assert hits[0].content == "User has a dog named Max"
     finally:
         server.stop()
