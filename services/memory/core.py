@@ -37,6 +37,8 @@ Search (SearchMemories) is ranked retrieval, not that rule:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -197,6 +199,25 @@ def query_tokens(query: str) -> tuple[str, ...]:
                 is_stop = bigram[0] in _CJK_STOP_CHARS and bigram[1] in _CJK_STOP_CHARS
                 (stop if is_stop else tokens).append(bigram)
     return tuple(dict.fromkeys(tokens or stop))
+
+
+# enough_of lists the token combinations up to this many query tokens; a longer query
+# asks for any of its tokens (the share is then checked on the hits).
+_MAX_COMBINED_TOKENS = 8
+
+
+def any_of(tokens: Sequence[str]) -> list[tuple[str, ...]]:
+    """The lexical query "any of the tokens": one group per token."""
+    return [(t,) for t in tokens]
+
+
+def enough_of(tokens: Sequence[str]) -> list[tuple[str, ...]]:
+    """The lexical query "at least MIN_FUSED_COVERAGE of the tokens": each combination of
+    that many tokens is a group, all of whose tokens a hit holds."""
+    if len(tokens) > _MAX_COMBINED_TOKENS:
+        return any_of(tokens)
+    need = max(1, math.ceil(len(tokens) * MIN_FUSED_COVERAGE))
+    return list(itertools.combinations(tokens, need))
 
 
 def token_coverage(query: Sequence[str], content: str) -> float:

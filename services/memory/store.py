@@ -247,21 +247,23 @@ async def search(
     core.fuse. Memories the embedder has not reached yet are found by the lexical half.
     `limit` bounds each ranking and the answer."""
     tokens = core.query_tokens(query)
-    lexical = [
-        (m, core.token_coverage(tokens, m.content))
-        for m in await _lexical(conn, owner, tokens, limit)
-    ]
     if embedding is None:
-        return core.fuse([lexical], limit)
-    nearest = await _nearest(conn, owner, embedding, model, limit)
+        found = await _lexical(conn, owner, core.any_of(tokens), limit)
+        return core.fuse([[(m, core.token_coverage(tokens, m.content)) for m in found]], limit)
+    # Only hits with MIN_FUSED_COVERAGE of the tokens take part: asked for as such, the
+    # index does not rank every memory that shares one common word with the question.
+    found = await _lexical(conn, owner, core.enough_of(tokens), limit)
+    lexical = [(m, core.token_coverage(tokens, m.content)) for m in found]
     lexical = [(m, c) for m, c in lexical if c >= core.MIN_FUSED_COVERAGE]
+    nearest = await _nearest(conn, owner, embedding, model, limit)
     return core.fuse([lexical, [(m, 1.0) for m in nearest]], limit)
 
 
 async def _lexical(
-    conn: AsyncConnection, owner: str, tokens: Sequence[str], limit: int
+    conn: AsyncConnection, owner: str, groups: Sequence[Sequence[str]], limit: int
 ) -> list[Memory]:
-    if not tokens:
+    """Memories holding every token of at least one of `groups`, best ranked first."""
+    if not groups:
         return []
     columns = ", ".join(f"m.{c.name}" for c in _MEMORY_COLUMNS)
     # Tokens are runs of letters and digits (core.query_tokens), quoted all the same: user
@@ -273,14 +275,16 @@ async def _lexical(
             "ORDER BY ts_rank(m.search_tsv, q) DESC, m.update_time DESC, m.id DESC "
             "LIMIT :limit"
         )
-        params: dict[str, Any] = {"query": " | ".join(f"'{t}'" for t in tokens)}
+        query = " | ".join("(" + " & ".join(f"'{t}'" for t in g) + ")" for g in groups)
+        params: dict[str, Any] = {"query": query}
     else:
         sql = sa.text(
             f"SELECT {columns} FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
             "WHERE memories_fts MATCH :query AND m.owner_id = :owner "
             "ORDER BY bm25(memories_fts), m.update_time DESC, m.id DESC LIMIT :limit"
         )
-        params = {"query": " OR ".join(f'"{t}"' for t in tokens)}
+        query = " OR ".join("(" + " AND ".join(f'"{t}"' for t in g) + ")" for g in groups)
+        params = {"query": query}
     sql = sql.columns(*_MEMORY_COLUMNS)
     rows = (await conn.execute(sql, {**params, "owner": owner, "limit": limit})).all()
     return [_memory(r) for r in rows]

@@ -204,3 +204,11 @@ def test_page_position_round_trips_and_garbage_is_a_bad_token() -> None:
         with pytest.raises(InvalidArgument) as info:
             core.parse_page_position(bad)
         assert info.value.violations[0][0] == "page_token"
+
+
+def test_enough_of_asks_for_half_of_the_tokens_in_every_combination() -> None:
+    assert core.enough_of(("a", "b", "c")) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert core.enough_of(("a",)) == [("a",)]
+    assert core.any_of(("a", "b")) == [("a",), ("b",)]
+    many = tuple("abcdefghij")  # past the combination bound: any token, checked on the hits
+    assert core.enough_of(many) == core.any_of(many)
