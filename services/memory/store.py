@@ -74,13 +74,17 @@ _MEMORY_COLUMNS = [c for c in memories.c if c.name not in ("seq", "search_text")
 
 _NOT_FOUND = "memory not found"
 
-# HNSW candidates kept while searching (pgvector's default is 40). Measured at 100,000
-# memories of one owner (bench/memory_search.py, the vector query alone, a loaded 2-core
-# machine): ef 40 found the asked-for fact in the first 5 for 0.33 of the questions,
-# 100 for 0.53 (p50 3.3 ms), 400 for 0.81 (p50 15 ms), an exact scan 0.88; its generated
+# The HNSW graph (pgvector's defaults: m 16, ef_construction 64) and the candidates kept
+# while searching (default 40). Measured at 100,000 memories of one owner
+# (bench/memory_search.py, the vector query alone, a loaded 2-core machine), the share of
+# questions whose fact was in the first 5: an exact scan 0.88; the default graph with ef 40
+# 0.33, 100 0.53, 400 0.81 (p50 15 ms); this graph (m 24, ef_construction 128, built in
+# 83 s) with ef 40 0.44 (2.6 ms), 100 0.65 (3.9 ms), 200 0.75 (6.5 ms). Its generated
 # memories are tight clusters around a few hundred sentences, harder for the graph than
 # real memories are likely to be.
-HNSW_EF_SEARCH = 100
+HNSW_M = 24
+HNSW_EF_CONSTRUCTION = 128
+HNSW_EF_SEARCH = 200
 
 
 def utc_now() -> datetime:
@@ -492,6 +496,7 @@ async def ensure_vector_index(conn: AsyncConnection, dims: int) -> None:
         sa.text(
             f"CREATE INDEX IF NOT EXISTS ix_memory_embeddings_hnsw_{dims} ON memory_embeddings "
             f"USING hnsw ((embedding::public.vector({dims})) public.vector_cosine_ops) "
+            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
             f"WHERE dimensions = {dims}"
         )
     )
