@@ -7,9 +7,6 @@ import uuid
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from sqlalchemy.engine import Connection
 
 from services.memory import core, store
 from services.memory.service import MIGRATIONS
@@ -17,21 +14,12 @@ from shared import db
 from shared.settings import Settings
 
 
-def _upgrade_to(conn: Connection, revision: str) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes["connection"] = conn
-    command.upgrade(cfg, revision)
-
-
 async def test_memories_written_before_0002_are_found_after_it(settings: Settings) -> None:
     engine = db.create_engine(settings, "memory")
     schema = settings.schema_for("memory")
     try:
+        await db.migrate(engine, MIGRATIONS, schema, revision="0001")
         async with engine.begin() as conn:
-            if db.is_postgres(engine):
-                await conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-            await conn.run_sync(_upgrade_to, "0001")
             now = datetime.now(UTC)
             # The table as 0001 made it (no search_text).
             old = sa.Table(

@@ -61,30 +61,8 @@ def upgrade() -> None:
         # Made text here, then pgvector's type below (SQLAlchemy has no type for it).
         embedding_type: sa.types.TypeEngine[object] = sa.Text()
     else:
-        for trigger in ("memories_fts_au", "memories_fts_ad", "memories_fts_ai"):
-            op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-        op.execute("DROP TABLE IF EXISTS memories_fts")
-        op.execute(
-            "CREATE VIRTUAL TABLE memories_fts USING fts5("
-            "search_text, content='memories', content_rowid='seq', "
-            "tokenize='unicode61 remove_diacritics 2')"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN "
-            "INSERT INTO memories_fts(rowid, search_text) VALUES (new.seq, new.search_text); END"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, search_text) "
-            "VALUES ('delete', old.seq, old.search_text); END"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_au AFTER UPDATE OF search_text ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, search_text) "
-            "VALUES ('delete', old.seq, old.search_text); "
-            "INSERT INTO memories_fts(rowid, search_text) VALUES (new.seq, new.search_text); END"
-        )
-        op.execute("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')")
+        _drop_sqlite_fts()
+        _sqlite_fts("search_text")
         embedding_type = sa.LargeBinary()
 
     op.create_table(
@@ -109,6 +87,36 @@ def upgrade() -> None:
             "USING embedding::public.vector"
         )
     op.create_index("ix_memory_embeddings_owner_model", "memory_embeddings", ["owner_id", "model"])
+
+
+def _drop_sqlite_fts() -> None:
+    for trigger in ("memories_fts_au", "memories_fts_ad", "memories_fts_ai"):
+        op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    op.execute("DROP TABLE IF EXISTS memories_fts")
+
+
+def _sqlite_fts(column: str) -> None:
+    """The FTS5 table over memories.`column`, its triggers, and its index of the rows."""
+    op.execute(
+        f"CREATE VIRTUAL TABLE memories_fts USING fts5({column}, content='memories', "
+        "content_rowid='seq', tokenize='unicode61 remove_diacritics 2')"
+    )
+    op.execute(
+        "CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN "
+        f"INSERT INTO memories_fts(rowid, {column}) VALUES (new.seq, new.{column}); END"
+    )
+    op.execute(
+        "CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN "
+        f"INSERT INTO memories_fts(memories_fts, rowid, {column}) "
+        f"VALUES ('delete', old.seq, old.{column}); END"
+    )
+    op.execute(
+        f"CREATE TRIGGER memories_fts_au AFTER UPDATE OF {column} ON memories BEGIN "
+        f"INSERT INTO memories_fts(memories_fts, rowid, {column}) "
+        f"VALUES ('delete', old.seq, old.{column}); "
+        f"INSERT INTO memories_fts(rowid, {column}) VALUES (new.seq, new.{column}); END"
+    )
+    op.execute("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')")
 
 
 def _backfill(bind: sa.Connection) -> None:
@@ -145,28 +153,6 @@ def downgrade() -> None:
             "USING gin (to_tsvector('simple'::regconfig, content))"
         )
     else:
-        for trigger in ("memories_fts_au", "memories_fts_ad", "memories_fts_ai"):
-            op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-        op.execute("DROP TABLE IF EXISTS memories_fts")
-        op.execute(
-            "CREATE VIRTUAL TABLE memories_fts USING fts5("
-            "content, content='memories', content_rowid='seq', "
-            "tokenize='unicode61 remove_diacritics 2')"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN "
-            "INSERT INTO memories_fts(rowid, content) VALUES (new.seq, new.content); END"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, content) "
-            "VALUES ('delete', old.seq, old.content); END"
-        )
-        op.execute(
-            "CREATE TRIGGER memories_fts_au AFTER UPDATE OF content ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, content) "
-            "VALUES ('delete', old.seq, old.content); "
-            "INSERT INTO memories_fts(rowid, content) VALUES (new.seq, new.content); END"
-        )
-        op.execute("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')")
+        _drop_sqlite_fts()
+        _sqlite_fts("content")
     op.drop_column("memories", "search_text")
