@@ -346,15 +346,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for backend in args.backends.split(","):
                 engine, settings = await engine_for(backend, Path(tmp), prefix)
                 try:
-                    if args.reuse and backend == "postgres" and await _rows(engine) > 0:
+                    reused = args.reuse and backend == "postgres" and await _rows(engine) > 0
+                    if reused:
                         ids = await _fact_ids(engine, facts)
                         embed_seconds = 0.0
                     else:
                         ids = await write_facts(engine, facts)
                         embed_seconds = await embed_all(engine, client)
+                    # A reused schema's English owner holds the generated memories already:
+                    # its half is measured at scale below.
+                    small = ("zh",) if reused else ("en", "zh")
                     result: dict[str, Any] = {
                         "embed_facts_seconds": round(embed_seconds, 1),
-                        "quality": await quality(engine, facts, ids, vectors, client.config.model),
+                        "quality": await quality(
+                            engine, facts, ids, vectors, client.config.model, small
+                        ),
                     }
                     if backend == "postgres" and args.memories > len(facts):
                         english = sum(f["lang"] == "en" for f in facts)
@@ -403,7 +409,7 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for backend, result in report["backends"].items():
-        runs = [(report["facts"], result["quality"])]
+        runs = [(report["facts"] // 2, result["quality"])]
         if "at_scale" in result:
             runs.append((result["at_scale"]["memories"], result["at_scale"]["quality"]))
         for size, q in runs:
