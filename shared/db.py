@@ -114,20 +114,23 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-async def migrate(engine: AsyncEngine, migrations_dir: Path, schema: str) -> None:
-    """Apply the service's Alembic migrations up to head (safe with many replicas at once)."""
+async def migrate(
+    engine: AsyncEngine, migrations_dir: Path, schema: str, revision: str = "head"
+) -> None:
+    """Apply the service's Alembic migrations up to `revision` (safe with many replicas at
+    once)."""
     async with engine.begin() as conn:
         if is_postgres(engine):
             # One replica migrates at a time; the others wait, then find nothing to do.
             await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": schema})
             await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-        await conn.run_sync(_upgrade, str(migrations_dir))
+        await conn.run_sync(_upgrade, str(migrations_dir), revision)
 
 
-def _upgrade(conn: Connection, migrations_dir: str) -> None:
+def _upgrade(conn: Connection, migrations_dir: str, revision: str) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", migrations_dir)
     cfg.attributes["connection"] = conn
-    command.upgrade(cfg, "head")
+    command.upgrade(cfg, revision)
 
 

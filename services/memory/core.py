@@ -13,15 +13,39 @@ Matching rule (ForgetMemory by content_query, and the substring side of SearchMe
     substring of the memory's content key, any other term as a whole word of the memory.
   So "green tea" matches "I love green tea" (but "tea" does not match "steam"), and "绿茶"
   matches "我喜欢绿茶".
+
+Search (SearchMemories) is ranked retrieval, not that rule:
+  - lexical: a memory is indexed by `search_tokens(content)`: every non-CJK word stemmed
+    (Snowball English: "likes", "liked" -> "like"), every CJK run as its characters and its
+    overlapping character bigrams ("我喜欢绿茶" -> 我 喜 欢 绿 茶 我喜 喜欢 欢绿 绿茶). A query
+    is `query_tokens(query)`: its stemmed words without English stop words, its CJK runs
+    as bigrams (one character alone as itself) without bigrams of two function characters
+    ("什么", "我的"). A memory with any query token is a hit, ranked by the database's
+    full-text rank (PostgreSQL ts_rank, SQLite FTS5 bm25).
+    Why bigrams and not a segmenter (jieba): a segmenter splits the same word differently
+    by context and by dictionary ("绿茶" inside "喜欢绿茶叶" may not come out as a word), so
+    a query word can miss a memory that contains it; bigrams find every Chinese word of two
+    or more characters inside unsegmented text with no dictionary to ship or keep current,
+    index and query the same way on both databases, and rank documents sharing more of
+    the query's bigrams higher. The cost is a larger index and a few accidental bigram
+    hits across word boundaries, which the ranking and the vector half push down.
+  - vectors, when an embedding model is configured: nearest memories by cosine similarity;
+  - `fuse`: reciprocal rank fusion of the lists that ran, each lexical hit weighted by its
+    share of the query tokens (with vectors, only hits with at least half of them).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+import snowballstemmer
 
 from shared import pagination
 from shared.errors import InvalidArgument
@@ -61,6 +85,8 @@ class Memory:
     create_time: datetime
     update_time: datetime
     version: int
+    # A search result's relevance (0..1, higher is better); 0 outside search.
+    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +164,130 @@ def _is_cjk_char(c: str) -> bool:
         or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
         or 0x20000 <= code <= 0x3134F  # CJK extensions B-G
     )
+
+
+# English words a question is made of that say nothing of what is asked about.
+_STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not now of off on once only
+    or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under
+    until up very was we were what when where which while who whom why will with would
+    you your yours yourself yourselves ever tell know remember s t d ll m re ve""".split()
+)
+# Chinese function characters: a query bigram of two of them ("什么", "我的") is dropped.
+_CJK_STOP_CHARS = frozenset("我你他她它们的了吗呢吧啊呀是在有么什哪谁几个这那都也和与就还又要会")
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def _runs(text: str) -> list[tuple[str, bool]]:
+    """The terms of `text` split into maximal CJK and non-CJK runs: (run, is_cjk)."""
+    runs: list[tuple[str, bool]] = []
+    for term in _TERM_RE.findall(content_key(text)):
+        start = 0
+        for i in range(1, len(term) + 1):
+            if i == len(term) or _is_cjk_char(term[i]) != _is_cjk_char(term[start]):
+                runs.append((term[start:i], _is_cjk_char(term[start])))
+                start = i
+    return runs
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def search_tokens(text: str) -> list[str]:
+    """The lexical index tokens of a memory (the rule in the module doc), in order."""
+    tokens: list[str] = []
+    for run, cjk in _runs(text):
+        if cjk:
+            tokens.extend(run)
+            tokens.extend(_bigrams(run))
+        else:
+            tokens.append(_STEMMER.stemWord(run))
+    return tokens
+
+
+def search_text(text: str) -> str:
+    """`search_tokens` as the space-separated text the full-text indexes read."""
+    return " ".join(search_tokens(text))
+
+
+def query_tokens(query: str) -> tuple[str, ...]:
+    """The lexical tokens a query looks for (the rule in the module doc), without repeats.
+    Stop words and function bigrams are left out unless nothing else is left."""
+    tokens: list[str] = []
+    stop: list[str] = []
+    for run, cjk in _runs(query):
+        if not cjk:
+            (stop if run in _STOP_WORDS else tokens).append(_STEMMER.stemWord(run))
+        elif len(run) == 1:
+            (stop if run in _CJK_STOP_CHARS else tokens).append(run)
+        else:
+            for bigram in _bigrams(run):
+                is_stop = bigram[0] in _CJK_STOP_CHARS and bigram[1] in _CJK_STOP_CHARS
+                (stop if is_stop else tokens).append(bigram)
+    return tuple(dict.fromkeys(tokens or stop))
+
+
+# enough_of lists the token combinations up to this many query tokens; a longer query
+# asks for any of its tokens (the share is then checked on the hits).
+_MAX_COMBINED_TOKENS = 8
+
+
+def any_of(tokens: Sequence[str]) -> list[tuple[str, ...]]:
+    """The lexical query "any of the tokens": one group per token."""
+    return [(t,) for t in tokens]
+
+
+def enough_of(tokens: Sequence[str]) -> list[tuple[str, ...]]:
+    """The lexical query "at least MIN_FUSED_COVERAGE of the tokens": each combination of
+    that many tokens is a group, all of whose tokens a hit holds."""
+    if len(tokens) > _MAX_COMBINED_TOKENS:
+        return any_of(tokens)
+    need = max(1, math.ceil(len(tokens) * MIN_FUSED_COVERAGE))
+    return list(itertools.combinations(tokens, need))
+
+
+def token_coverage(query: Sequence[str], content: str) -> float:
+    """The share of the query tokens found among the memory's search tokens (0..1)."""
+    if not query:
+        return 0.0
+    present = frozenset(search_tokens(content))
+    return sum(t in present for t in query) / len(query)
+
+
+# Reciprocal rank fusion's constant: a hit at rank r of a list adds weight / (RRF_K + r).
+RRF_K = 60
+# With vectors, a lexical hit takes part only when it has at least this share of the
+# query's tokens: one shared common word ("favourite", "喜欢") is weaker evidence than the
+# nearest meaning, and let in it pushed the right memory down (bench/memory_search.py).
+MIN_FUSED_COVERAGE = 0.5
+
+
+def fuse(rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int) -> list[Memory]:
+    """Weighted reciprocal rank fusion of best-first rankings (each a list that ran, possibly
+    empty), each hit with its weight in 0..1 (lexical: its token coverage; vector: 1); ties
+    by newest update, then id. Each result's score is its fused value over the best
+    possible one (first with weight 1 in every ranking): 1 is "first everywhere", and a
+    memory that one of two rankings found scores at most 0.5."""
+    if not rankings:
+        return []
+    fused: dict[str, float] = {}
+    first: dict[str, Memory] = {}
+    for ranking in rankings:
+        for rank, (memory, weight) in enumerate(ranking, start=1):
+            fused[memory.id] = fused.get(memory.id, 0.0) + weight / (RRF_K + rank)
+            first.setdefault(memory.id, memory)
+    best = len(rankings) / (RRF_K + 1)
+    ordered = sorted(
+        first.values(), key=lambda m: (-fused[m.id], -m.update_time.timestamp(), m.id)
+    )
+    return [
+        dataclasses.replace(m, score=min(1.0, fused[m.id] / best)) for m in ordered[:limit]
+    ]
 
 
 def term_in(term: str, key: str, words: frozenset[str]) -> bool:
@@ -321,22 +471,6 @@ def validate_position(field: str, position: str, *, required: bool) -> str:
     if len(position) > MAX_POSITION_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_POSITION_CHARS} characters")
     return position
-
-
-def rank_search_hits(
-    fts_hits: Sequence[tuple[Memory, float]], substring_hits: Sequence[Memory], limit: int
-) -> list[Memory]:
-    """Full-text hits by score (best first), then substring-only hits, newest update first;
-    each memory once."""
-    seen: set[str] = set()
-    ranked: list[Memory] = []
-    by_score = sorted(fts_hits, key=lambda h: (-h[1], -h[0].update_time.timestamp(), h[0].id))
-    by_time = sorted(substring_hits, key=lambda m: (-m.update_time.timestamp(), m.id))
-    for memory in [m for m, _ in by_score] + by_time:
-        if memory.id not in seen:
-            seen.add(memory.id)
-            ranked.append(memory)
-    return ranked[:limit]
 
 
 def page_position(memory: Memory) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
+from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingConfig
 from services.memory.servicer import MemoryServicer
 from shared import db
 from shared.pagination import PageTokens
@@ -33,14 +34,22 @@ async def build(settings: Settings) -> ServiceParts:
     except BaseException:
         await engine.dispose()
         raise
-    servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret))
+    config = EmbeddingConfig.from_settings(settings)
+    embedder = None if config is None else Embedder(engine, EmbeddingClient(config))
+    servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret), embedder)
 
     def register(server: grpc.aio.Server) -> None:
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
 
+    async def on_stop() -> None:
+        if embedder is not None:
+            await embedder.client.aclose()
+        await engine.dispose()
+
     return ServiceParts(
         register=register,
         service_names=[SERVICE_NAME],
-        on_stop=engine.dispose,
+        on_stop=on_stop,
+        background=[] if embedder is None else [embedder.run],
         dependencies=db.health_checks(settings, SERVICE),
     )

@@ -6,22 +6,42 @@ from a request field.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from services.memory import convert, core, store
+from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
 from shared import pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
 
 
+log = logging.getLogger(__name__)
+
+# After a query could not be embedded, searches skip the model this long (lexical only), so
+# a hung endpoint costs one timeout per interval, not one per search.
+_VECTORS_PAUSE_SECONDS = 5.0
+
+
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
-    def __init__(self, engine: AsyncEngine, tokens: pagination.PageTokens | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        tokens: pagination.PageTokens | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
         self.engine = engine
         self.tokens = tokens or pagination.PageTokens(Settings().page_token_secret)
+        # With an embedding model: the background embedder (woken by writes) and its client
+        # (embeds queries). None: search is lexical only.
+        self.embedder = embedder
+        self._vectors_paused_until = 0.0
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext
@@ -37,6 +57,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             await store.record_changes(
                 conn, owner, [core.write_change(memory, created, fact, actor)], now
             )
+        if self.embedder is not None:
+            self.embedder.wake()
         return pb.WriteMemoryResponse(memory=convert.memory_to_pb(memory), created=created)
 
     async def ForgetMemory(
@@ -77,6 +99,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             now = store.utc_now()
             before, after = await store.update(conn, owner, edit, now)
             await store.record_changes(conn, owner, [core.update_change(before, after, actor)], now)
+        if self.embedder is not None:
+            self.embedder.wake()
         return pb.UpdateMemoryResponse(memory=convert.memory_to_pb(after))
 
     async def ListMemoryChanges(
@@ -103,9 +127,26 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
         limit = pagination.page_size(request.page_size)
+        embedding, model = await self._embed_query(query)
         async with self.engine.connect() as conn:
-            found = await store.search(conn, owner, query, limit)
+            found = await store.search(conn, owner, query, limit, embedding=embedding, model=model)
         return pb.SearchMemoriesResponse(memories=[convert.memory_to_pb(m) for m in found])
+
+    async def _embed_query(self, query: str) -> tuple[list[float] | None, str]:
+        """The query's vector and model; (None, "") without a model or while it fails (the
+        search is then lexical only, never an error)."""
+        if self.embedder is None or time.monotonic() < self._vectors_paused_until:
+            return None, ""
+        client: EmbeddingClient = self.embedder.client
+        try:
+            [vector] = await client.embed([query], query=True)
+        except EmbeddingUnavailable as err:
+            self._vectors_paused_until = time.monotonic() + _VECTORS_PAUSE_SECONDS
+            log.warning(
+                "memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err
+            )
+            return None, ""
+        return vector, client.config.model
 
     async def ListMemories(
         self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext

@@ -136,11 +136,65 @@ def test_bad_watermark_name_is_rejected(name: str) -> None:
     assert info.value.violations[0][0] == "name"
 
 
-def test_full_text_hits_rank_first_by_score_then_substring_hits_newest_first() -> None:
+def _ranked(*memories: core.Memory, weight: float = 1.0) -> list[tuple[core.Memory, float]]:
+    return [(m, weight) for m in memories]
+
+
+def test_fusion_ranks_by_reciprocal_rank_over_every_ranking() -> None:
     a, b, c, d = _memory("a", 1), _memory("b", 2), _memory("c", 3), _memory("d", 4)
-    ranked = core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, a, d], limit=10)
-    assert [m.id for m in ranked] == ["b", "a", "d", "c"]
-    assert len(core.rank_search_hits([(a, 0.5), (b, 0.9)], [c, d], limit=3)) == 3
+    # b: 2nd and 1st; a: 1st and 3rd; c: 2nd of one list only; d: 3rd of one list only.
+    fused = core.fuse([_ranked(a, b, d), _ranked(b, c, a)], limit=10)
+    assert [m.id for m in fused] == ["b", "a", "c", "d"]
+    scores = [m.score for m in fused]
+    assert scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
+    # First in every ranking is 1; found by one of two rankings is at most 0.5.
+    assert core.fuse([_ranked(a), _ranked(a)], limit=1)[0].score == 1.0
+    assert core.fuse([_ranked(a), _ranked(b)], limit=2)[0].score <= 0.5
+    assert len(core.fuse([_ranked(a, b, d), _ranked(b, c, a)], limit=3)) == 3
+    assert core.fuse([[], []], limit=5) == []
+
+
+def test_fusion_weighs_each_hit() -> None:
+    a, b = _memory("a", 1), _memory("b", 2)
+    # a is first lexically but with a quarter of the query's tokens; b is second with all.
+    fused = core.fuse([[(a, 0.25), (b, 1.0)]], limit=2)
+    assert [m.id for m in fused] == ["b", "a"]
+    assert fused[1].score < 0.3
+
+
+def test_equal_fused_ranks_fall_back_to_newest_update() -> None:
+    a, b = _memory("a", 1), _memory("b", 2)
+    assert [m.id for m in core.fuse([_ranked(a), _ranked(b)], limit=2)] == ["b", "a"]
+
+
+def test_search_tokens_split_chinese_into_characters_and_bigrams() -> None:
+    assert core.search_tokens("我喜欢绿茶") == [
+        *"我喜欢绿茶",
+        "我喜",
+        "喜欢",
+        "欢绿",
+        "绿茶",
+    ]
+    # Latin words are stemmed; a script change splits a run ("Lin喜欢").
+    assert core.search_tokens("Lin喜欢 drinking teas") == [
+        *("lin", "喜", "欢", "喜欢", "drink", "tea")
+    ]
+
+
+def test_query_tokens_drop_stop_words_unless_nothing_else_is_left() -> None:
+    assert core.query_tokens("What do I like to drink?") == ("like", "drink")
+    assert core.query_tokens("我喜欢什么？") == ("我喜", "喜欢", "欢什")  # noqa: RUF001
+    assert core.query_tokens("茶") == ("茶",)
+    assert core.query_tokens("who are you") == ("who", "are", "you")
+    assert core.query_tokens("$") == ()
+
+
+def test_a_chinese_word_inside_unsegmented_text_is_among_its_tokens() -> None:
+    pairs = [("绿茶", "我每天早上都喝一杯绿茶"), ("上海", "我住在上海浦东"), ("猫", "家里养两只猫")]
+    for word, text in pairs:
+        assert set(core.query_tokens(word)) <= set(core.search_tokens(text))
+        assert core.token_coverage(core.query_tokens(word), text) == 1.0
+    assert core.token_coverage(core.query_tokens("咖啡"), "我喜欢绿茶") == 0.0
 
 
 def test_page_position_round_trips_and_garbage_is_a_bad_token() -> None:
@@ -150,3 +204,11 @@ def test_page_position_round_trips_and_garbage_is_a_bad_token() -> None:
         with pytest.raises(InvalidArgument) as info:
             core.parse_page_position(bad)
         assert info.value.violations[0][0] == "page_token"
+
+
+def test_enough_of_asks_for_half_of_the_tokens_in_every_combination() -> None:
+    assert core.enough_of(("a", "b", "c")) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert core.enough_of(("a",)) == [("a",)]
+    assert core.any_of(("a", "b")) == [("a",), ("b",)]
+    many = tuple("abcdefghij")  # past the combination bound: any token, checked on the hits
+    assert core.enough_of(many) == core.any_of(many)

