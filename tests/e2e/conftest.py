@@ -37,6 +37,10 @@ def make_suite(tmp: Path, prefix: str, **env: str) -> Suite:
         "AGENTMESH_EVENT_LOG_URL": REDIS_URL if USES_POSTGRES else "memory://",
         "AGENTMESH_EVENT_LOG_PREFIX": f"{prefix}run:",
         "AGENTMESH_LOG_LEVEL": "INFO",
+        # Quotas off (tests/gateway/test_quota.py and test_quota_e2e check them).
+        "AGENTMESH_QUOTA_RUNS_PER_MINUTE": "0",
+        "AGENTMESH_QUOTA_CONCURRENT_RUNS": "0",
+        "AGENTMESH_QUOTA_TOKENS_PER_DAY": "0",
     }
     values.update(env)
     return Suite(ports={n: free_port() for n in ALL_SERVICES}, env=values, log_dir=tmp / "logs")

@@ -1,0 +1,235 @@
+"""Quotas of an owner: runs per minute, concurrent runs, tokens per UTC day.
+
+A plan's fairness rule, distinct from load shedding (shared/admission.py, a bound on what
+one process can carry, 503): a run over a quota is refused with 429 RESOURCE_EXHAUSTED and
+`Retry-After`, before anything of it is stored. The counters live in the `limits` library's
+storage, shared by every gateway replica: the Redis of AGENTMESH_EVENT_LOG_URL in the
+distributed mode, the process's memory on the embedded default (memory://). The quotas
+are the deployment's defaults (AGENTMESH_QUOTA_*) unless an admin set others for the owner
+(services/gateway/store.py). 0 means no limit.
+
+What a run counts: one run when it is admitted (per minute, a moving window), one
+concurrent run until its stream ends, and its tokens (RUN_FINISHED usage) on its UTC day
+when its stream ends; the usage record of that day (GET /api/v1/usage) is written then too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
+
+from services.gateway.errors import ApiError
+from services.gateway.store import GatewayStore, QuotaOverride
+from shared.errors import as_domain_error
+from shared.settings import Settings
+
+log = logging.getLogger("agentmesh.gateway")
+
+QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+# A concurrent run's end cannot be foreseen: the caller is told to try again this soon.
+CONCURRENT_RETRY_SECONDS = 1
+# How long a concurrency count outlives the last run that set it: a gateway that died
+# with runs in flight leaves counts that nothing releases; they go at the latest then.
+_CONCURRENT_MARGIN_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """An owner's effective quotas (0: no limit) and whether an admin set them."""
+
+    runs_per_minute: int
+    concurrent_runs: int
+    tokens_per_day: int
+    overridden: bool = False
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A run admitted for `owner`: `Quota.finish` releases it and counts its usage."""
+
+    owner: str
+    started: float
+
+
+def storage_url(event_log_url: str) -> str:
+    """The `limits` storage of a deployment: beside its event log."""
+    if event_log_url.startswith("memory://"):
+        return "async+memory://"
+    return "async+" + event_log_url
+
+
+def utc_day(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d")
+
+
+def _seconds_to_midnight(now: datetime) -> int:
+    tomorrow = (now.astimezone(UTC) + timedelta(days=1)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    return max(1, math.ceil((tomorrow - now).total_seconds()))
+
+
+def exceeded(what: str, limit: int, retry_after: int) -> ApiError:
+    return ApiError(
+        429,
+        "RESOURCE_EXHAUSTED",
+        f"your quota of {limit} {what} is used up; the run was not started and nothing "
+        f"was stored: send it again in {retry_after} s",
+        headers={"Retry-After": str(retry_after)},
+        extra={"reason": QUOTA_EXCEEDED, "quota": what, "limit": limit},
+    )
+
+
+class Quota:
+    def __init__(self, settings: Settings, store: GatewayStore, storage: Storage) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = storage
+        self.window = MovingWindowRateLimiter(storage)
+        self.prefix = "agentmesh-quota"
+
+    @classmethod
+    def open(cls, settings: Settings, store: GatewayStore) -> Quota:
+        url = storage_url(settings.event_log_url)
+        options: dict[str, str] = {}
+        if not url.startswith("async+memory"):
+            # redis-py (pinned already for the event log), not the default coredis.
+            options = {
+                "implementation": "redispy",
+                "key_prefix": settings.event_log_prefix + "quota",
+            }
+        storage = storage_from_string(url, **options)
+        assert isinstance(storage, Storage)
+        return cls(settings, store, storage)
+
+    def defaults(self) -> Quotas:
+        s = self.settings
+        return Quotas(s.quota_runs_per_minute, s.quota_concurrent_runs, s.quota_tokens_per_day)
+
+    async def quotas(self, owner: str) -> Quotas:
+        return effective(self.defaults(), await self.store.quota_override(owner))
+
+    def _concurrent_key(self, owner: str) -> str:
+        return f"{self.prefix}/concurrent/{owner}"
+
+    def _tokens_key(self, owner: str, day: str) -> str:
+        return f"{self.prefix}/tokens/{day}/{owner}"
+
+    async def tokens_on(self, owner: str, day: str) -> int:
+        return int(await self.storage.get(self._tokens_key(owner, day)))
+
+    async def concurrent(self, owner: str) -> int:
+        return max(0, int(await self.storage.get(self._concurrent_key(owner))))
+
+    async def admit(self, owner: str) -> Admitted:
+        """Count one more run of `owner`, or raise 429 (nothing counted)."""
+        q = await self.quotas(owner)
+        now = datetime.now(UTC)
+        if q.tokens_per_day:
+            used = await self.tokens_on(owner, utc_day(now))
+            if used >= q.tokens_per_day:
+                raise exceeded("tokens per day", q.tokens_per_day, _seconds_to_midnight(now))
+        per_minute = RateLimitItemPerMinute(q.runs_per_minute) if q.runs_per_minute else None
+        if per_minute is not None and not await self.window.test(per_minute, owner):
+            raise await self._per_minute_exceeded(per_minute, owner)
+        concurrent_key = self._concurrent_key(owner)
+        expiry = self.settings.run_timeout_seconds + _CONCURRENT_MARGIN_SECONDS
+        running = await self.storage.incr(concurrent_key, expiry)
+        if q.concurrent_runs and running > q.concurrent_runs:
+            await self.storage.incr(concurrent_key, expiry, -1)
+            raise exceeded("concurrent runs", q.concurrent_runs, CONCURRENT_RETRY_SECONDS)
+        # The moving window takes the run only now (test, then hit: two runs racing for the
+        # last slot are both tested in, and one of them is refused here).
+        if per_minute is not None and not await self.window.hit(per_minute, owner):
+            await self.storage.incr(concurrent_key, expiry, -1)
+            raise await self._per_minute_exceeded(per_minute, owner)
+        return Admitted(owner, time.monotonic())
+
+    async def _per_minute_exceeded(self, item: RateLimitItemPerMinute, owner: str) -> ApiError:
+        stats = await self.window.get_window_stats(item, owner)
+        retry_after = max(1, math.ceil(stats.reset_time - time.time()))
+        return exceeded("runs per minute", item.amount, retry_after)
+
+    async def release(self, run: Admitted) -> None:
+        """The run's stream ended without a usage to count (it never started)."""
+        expiry = self.settings.run_timeout_seconds + _CONCURRENT_MARGIN_SECONDS
+        await self.storage.incr(self._concurrent_key(run.owner), expiry, -1)
+
+    async def finish(
+        self, run: Admitted, *, failed: bool, input_tokens: int, output_tokens: int
+    ) -> None:
+        """The run's stream ended: release its concurrency, count its tokens and its usage."""
+        try:
+            await self.release(run)
+            day = utc_day(datetime.now(UTC))
+            tokens = input_tokens + output_tokens
+            if tokens:
+                await self.storage.incr(self._tokens_key(run.owner, day), 2 * 86400, tokens)
+            await self.store.add_usage(
+                run.owner,
+                day,
+                failed=failed,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                duration_ms=round((time.monotonic() - run.started) * 1000),
+            )
+        except Exception:
+            # The run's answer is sent already; a lost count must not turn it into an error.
+            log.exception("counting a run's usage failed", extra={"fields": {"owner": run.owner}})
+
+
+def effective(defaults: Quotas, override: QuotaOverride | None) -> Quotas:
+    """The quotas of an owner: each one the admin set, the default for the others."""
+    if override is None:
+        return defaults
+
+    def pick(value: int | None, default: int) -> int:
+        return default if value is None else value
+
+    return Quotas(
+        pick(override.runs_per_minute, defaults.runs_per_minute),
+        pick(override.concurrent_runs, defaults.concurrent_runs),
+        pick(override.tokens_per_day, defaults.tokens_per_day),
+        overridden=True,
+    )
+
+
+async def admit(quota: Quota, owner: str) -> Admitted:
+    """`quota.admit`, with a store that cannot be reached answered 503 (nothing started)."""
+    try:
+        return await quota.admit(owner)
+    except ApiError:
+        raise
+    except Exception as exc:
+        error = as_domain_error(exc, "the quota store failed")
+        log.warning("quota check failed: %s", error.message, exc_info=exc)
+        raise ApiError(
+            503,
+            "UNAVAILABLE",
+            "the quota store cannot be reached; the run was not started and nothing was "
+            f"stored: send it again in {CONCURRENT_RETRY_SECONDS} s",
+            headers={"Retry-After": str(CONCURRENT_RETRY_SECONDS)},
+        ) from None
+
+
+async def count_usage(quota: Quota, run: Admitted, last: Mapping[str, Any] | None) -> None:
+    """The end of a run's stream: `last` is its RUN_FINISHED or RUN_ERROR (None: unknown)."""
+    tokens: Mapping[str, Any] = {}
+    if last is not None and last.get("usage"):
+        tokens = last["usage"][0]
+    await quota.finish(
+        run,
+        failed=last is not None and last.get("type") == "RUN_ERROR",
+        input_tokens=int(tokens.get("inputTokens", 0)),
+        output_tokens=int(tokens.get("outputTokens", 0)),
+    )
