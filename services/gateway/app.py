@@ -232,7 +232,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
         # The gateway's own tables (quota overrides, usage, API keys), migrated to head.
         store = await GatewayStore.open(settings)
         app.state.store = store
-        app.state.quota = Quota.open(settings, store)
+        quota = Quota.open(settings, store)
+        app.state.quota = quota
         app.state.api_keys = ApiKeys(store)
         app.state.jwks = jwks_client(settings)
         try:
@@ -247,6 +248,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
                 await own.close()
                 telemetry.shutdown()
         finally:
+            await quota.aclose()
             await store.close()
 
     # /docs (Swagger UI) and /redoc load their scripts and styles from the pinned

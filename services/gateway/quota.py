@@ -8,9 +8,12 @@ distributed mode, the process's memory on the embedded default (memory://). The 
 are the deployment's defaults (AGENTMESH_QUOTA_*) unless an admin set others for the owner
 (services/gateway/store.py). 0 means no limit.
 
-What a run counts: one run when it is admitted (per minute, a moving window), one
-concurrent run until its stream ends, and its tokens (RUN_FINISHED usage) on its UTC day
-when its stream ends; the usage record of that day (GET /api/v1/usage) is written then too.
+What a run counts: one run when it is admitted (per minute, a moving window of `limits`),
+one concurrent run until its stream ends (a lease of its own, in a Redis sorted set or in
+memory: `limits` has no concurrency primitive, and a lease expires on its own when the
+gateway holding it dies), and its tokens (RUN_FINISHED usage, a `limits` counter) on its
+UTC day when its stream ends; the usage record of that day (GET /api/v1/usage) is written
+then too.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
+import redis.asyncio as aioredis
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage
 from limits.aio.strategies import MovingWindowRateLimiter
@@ -38,9 +43,95 @@ log = logging.getLogger("agentmesh.gateway")
 QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 # A concurrent run's end cannot be foreseen: the caller is told to try again this soon.
 CONCURRENT_RETRY_SECONDS = 1
-# How long a concurrency count outlives the last run that set it: a gateway that died
-# with runs in flight leaves counts that nothing releases; they go at the latest then.
-_CONCURRENT_MARGIN_SECONDS = 60
+# How long a concurrent run's lease outlives the longest run: a gateway that died with
+# runs in flight leaves leases that nothing releases; each one goes at the latest then.
+_LEASE_MARGIN_SECONDS = 60
+
+
+class Leases(Protocol):
+    """Concurrent runs of each owner, each held by a lease until released or expired."""
+
+    async def take(self, owner: str, lease: str, limit: int, ttl: float) -> bool:
+        """Hold `lease` for `owner` unless `limit` (0: none) leases are held already."""
+
+    async def give_back(self, owner: str, lease: str) -> None: ...
+
+    async def count(self, owner: str) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryLeases:
+    """The embedded default: one process's leases."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, dict[str, float]] = {}
+
+    def _live(self, owner: str) -> dict[str, float]:
+        now = time.monotonic()
+        held = {k: v for k, v in self.owners.get(owner, {}).items() if v > now}
+        if held:
+            self.owners[owner] = held
+        else:
+            self.owners.pop(owner, None)
+        return held
+
+    async def take(self, owner: str, lease: str, limit: int, ttl: float) -> bool:
+        held = self._live(owner)
+        if limit and len(held) >= limit:
+            return False
+        self.owners.setdefault(owner, held)[lease] = time.monotonic() + ttl
+        return True
+
+    async def give_back(self, owner: str, lease: str) -> None:
+        self.owners.get(owner, {}).pop(lease, None)
+        self._live(owner)
+
+    async def count(self, owner: str) -> int:
+        return len(self._live(owner))
+
+    async def aclose(self) -> None:
+        return None
+
+
+# KEYS[1]: the owner's sorted set (lease -> expiry, ms); ARGV: now, expiry, limit, lease.
+# Drops the expired leases, then adds this one unless the owner holds `limit` already.
+_TAKE_LEASE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local limit = tonumber(ARGV[3])
+if limit > 0 and redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+class RedisLeases:
+    """The distributed mode: every gateway replica's leases, in one sorted set per owner."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.client = aioredis.Redis.from_url(url)
+        self.prefix = prefix
+        self.script = self.client.register_script(_TAKE_LEASE)
+
+    def _key(self, owner: str) -> str:
+        return f"{self.prefix}{owner}"
+
+    async def take(self, owner: str, lease: str, limit: int, ttl: float) -> bool:
+        now = int(time.time() * 1000)
+        expiry = now + int(ttl * 1000)
+        taken = await self.script(keys=[self._key(owner)], args=[now, expiry, limit, lease])
+        return bool(taken)
+
+    async def give_back(self, owner: str, lease: str) -> None:
+        await self.client.zrem(self._key(owner), lease)
+
+    async def count(self, owner: str) -> int:
+        now = int(time.time() * 1000)
+        return int(await self.client.zcount(self._key(owner), f"({now}", "+inf"))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 @dataclass(frozen=True)
@@ -58,6 +149,7 @@ class Admitted:
     """A run admitted for `owner`: `Quota.finish` releases it and counts its usage."""
 
     owner: str
+    lease: str
     started: float
 
 
@@ -91,10 +183,13 @@ def exceeded(what: str, limit: int, retry_after: int) -> ApiError:
 
 
 class Quota:
-    def __init__(self, settings: Settings, store: GatewayStore, storage: Storage) -> None:
+    def __init__(
+        self, settings: Settings, store: GatewayStore, storage: Storage, leases: Leases
+    ) -> None:
         self.settings = settings
         self.store = store
         self.storage = storage
+        self.leases = leases
         self.window = MovingWindowRateLimiter(storage)
         self.prefix = "agentmesh-quota"
 
@@ -102,15 +197,22 @@ class Quota:
     def open(cls, settings: Settings, store: GatewayStore) -> Quota:
         url = storage_url(settings.event_log_url)
         options: dict[str, str] = {}
+        leases: Leases = MemoryLeases()
         if not url.startswith("async+memory"):
             # redis-py (pinned already for the event log), not the default coredis.
             options = {
                 "implementation": "redispy",
                 "key_prefix": settings.event_log_prefix + "quota",
             }
+            leases = RedisLeases(
+                settings.event_log_url, settings.event_log_prefix + "quota:concurrent:"
+            )
         storage = storage_from_string(url, **options)
         assert isinstance(storage, Storage)
-        return cls(settings, store, storage)
+        return cls(settings, store, storage, leases)
+
+    async def aclose(self) -> None:
+        await self.leases.aclose()
 
     def defaults(self) -> Quotas:
         s = self.settings
@@ -119,9 +221,6 @@ class Quota:
     async def quotas(self, owner: str) -> Quotas:
         return effective(self.defaults(), await self.store.quota_override(owner))
 
-    def _concurrent_key(self, owner: str) -> str:
-        return f"{self.prefix}/concurrent/{owner}"
-
     def _tokens_key(self, owner: str, day: str) -> str:
         return f"{self.prefix}/tokens/{day}/{owner}"
 
@@ -129,7 +228,7 @@ class Quota:
         return int(await self.storage.get(self._tokens_key(owner, day)))
 
     async def concurrent(self, owner: str) -> int:
-        return max(0, int(await self.storage.get(self._concurrent_key(owner))))
+        return await self.leases.count(owner)
 
     async def admit(self, owner: str) -> Admitted:
         """Count one more run of `owner`, or raise 429 (nothing counted)."""
@@ -142,18 +241,16 @@ class Quota:
         per_minute = RateLimitItemPerMinute(q.runs_per_minute) if q.runs_per_minute else None
         if per_minute is not None and not await self.window.test(per_minute, owner):
             raise await self._per_minute_exceeded(per_minute, owner)
-        concurrent_key = self._concurrent_key(owner)
-        expiry = self.settings.run_timeout_seconds + _CONCURRENT_MARGIN_SECONDS
-        running = await self.storage.incr(concurrent_key, expiry)
-        if q.concurrent_runs and running > q.concurrent_runs:
-            await self.storage.incr(concurrent_key, expiry, -1)
+        run = Admitted(owner, uuid.uuid4().hex, time.monotonic())
+        ttl = self.settings.run_timeout_seconds + _LEASE_MARGIN_SECONDS
+        if not await self.leases.take(owner, run.lease, q.concurrent_runs, ttl):
             raise exceeded("concurrent runs", q.concurrent_runs, CONCURRENT_RETRY_SECONDS)
         # The moving window takes the run only now (test, then hit: two runs racing for the
         # last slot are both tested in, and one of them is refused here).
         if per_minute is not None and not await self.window.hit(per_minute, owner):
-            await self.storage.incr(concurrent_key, expiry, -1)
+            await self.leases.give_back(owner, run.lease)
             raise await self._per_minute_exceeded(per_minute, owner)
-        return Admitted(owner, time.monotonic())
+        return run
 
     async def _per_minute_exceeded(self, item: RateLimitItemPerMinute, owner: str) -> ApiError:
         stats = await self.window.get_window_stats(item, owner)
@@ -162,8 +259,7 @@ class Quota:
 
     async def release(self, run: Admitted) -> None:
         """The run's stream ended without a usage to count (it never started)."""
-        expiry = self.settings.run_timeout_seconds + _CONCURRENT_MARGIN_SECONDS
-        await self.storage.incr(self._concurrent_key(run.owner), expiry, -1)
+        await self.leases.give_back(run.owner, run.lease)
 
     async def finish(
         self, run: Admitted, *, failed: bool, input_tokens: int, output_tokens: int

@@ -20,7 +20,7 @@ from services.gateway.auth import issue_token
 from services.gateway.clients import Clients, open_clients
 from shared.settings import Settings
 from tests.gateway.peers import FakeHistory, FakeMemory, FakeOrchestrator, parts_for
-from tests.conftest import make_settings
+from tests.conftest import USES_POSTGRES, drop_schemas, make_settings
 from tests.grpc_helpers import running_service
 
 
@@ -61,9 +61,13 @@ async def serve_app(app: FastAPI) -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="module")
-def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    # The gateway stores nothing: one Settings per module (no schema, no data files).
-    return make_settings(tmp_path_factory.mktemp("gateway"), f"g{uuid.uuid4().hex[:12]}_")
+async def base_settings(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Settings]:
+    # One Settings per module: its gateway tables (quota overrides, usage, API keys) and
+    # quota counters, dropped after it on PostgreSQL + Redis.
+    prefix = f"g{uuid.uuid4().hex[:12]}_"
+    yield make_settings(tmp_path_factory.mktemp("gateway"), prefix)
+    if USES_POSTGRES:
+        await drop_schemas(prefix)
 
 
 @pytest.fixture(scope="module")
