@@ -58,7 +58,8 @@ class Settings(BaseSettings):
     history_addr: str = f"127.0.0.1:{DEFAULT_PORTS['history']}"
     scheduler_addr: str = f"127.0.0.1:{DEFAULT_PORTS['scheduler']}"
 
-    # HS256 secret of the gateway's bearer tokens.
+    # HS256 secret of the gateway's bearer tokens; empty: HS256 tokens are refused (with
+    # AGENTMESH_JWKS_URL, the identity provider's tokens only).
     jwt_secret: str = "agentmesh-development-secret-change-me"
     # An identity provider's JWKS URL: RS256/ES256 bearer tokens are verified against its
     # keys (fetched on first use, cached, fetched again for a key id not seen yet). Empty:

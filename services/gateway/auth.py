@@ -1,6 +1,7 @@
 """Who calls: a bearer JWT or an API key in `Authorization: Bearer <credential>`.
 
-- HS256 JWTs signed with settings.jwt_secret (development, or an IdP that shares a secret).
+- HS256 JWTs signed with settings.jwt_secret (development, or an IdP that shares a secret);
+  an empty secret turns HS256 off (an IdP's JWKS only).
 - RS256 / ES256 JWTs signed by an identity provider whose keys are published at
   settings.jwks_url (PyJWT's PyJWKClient: fetched on first use, cached, fetched again when
   a token names a key id not seen yet, so a key rotation needs no restart).
@@ -114,7 +115,7 @@ async def _verification_key(
     except jwt.InvalidTokenError:
         raise unauthenticated("the bearer token is not valid") from None
     alg = header.get("alg")
-    if alg == ALGORITHM:
+    if alg == ALGORITHM and settings.jwt_secret:
         return settings.jwt_secret, ALGORITHM
     if jwks is None or alg not in JWKS_ALGORITHMS:
         raise unauthenticated("the bearer token is not valid (algorithm not accepted)")
