@@ -97,10 +97,11 @@ _LIST_KEYS = text(
 _REVOKE_KEY = text(
     "UPDATE api_keys SET revoke_time_ms = :now WHERE id = :id AND revoke_time_ms IS NULL"
 )
-# At most one write per key per `:every` ms, however many requests it authenticates.
+# At most one write per key per minute or so (:before = now - that), however many
+# requests it authenticates.
 _TOUCH_KEY = text(
     "UPDATE api_keys SET last_used_time_ms = :now WHERE id = :id "
-    "AND (last_used_time_ms IS NULL OR last_used_time_ms < :now - :every)"
+    "AND (last_used_time_ms IS NULL OR last_used_time_ms < :before)"
 )
 
 
@@ -211,7 +212,9 @@ class GatewayStore:
 
     async def touch_key(self, key_id: str, now_ms: int, every_ms: int) -> None:
         async with self.engine.begin() as conn:
-            await conn.execute(_TOUCH_KEY, {"id": key_id, "now": now_ms, "every": every_ms})
+            await conn.execute(
+                _TOUCH_KEY, {"id": key_id, "now": now_ms, "before": now_ms - every_ms}
+            )
 
 
 def _key(row: object) -> ApiKey:

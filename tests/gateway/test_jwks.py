@@ -42,7 +42,7 @@ class Jwks:
         jwks = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 jwks.fetches += 1
                 body = json.dumps({"keys": jwks.keys}).encode()
                 self.send_response(200)
