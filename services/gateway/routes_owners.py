@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from google.protobuf import timestamp_pb2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
+from services.gateway import convert
 from services.gateway.auth import ApiKeys, Caller, admin_caller, caller
 from services.gateway.errors import ApiError, invalid
 from services.gateway.jobs import validate
@@ -74,10 +76,15 @@ def _owner(owner_id: str) -> str:
     return owner_id
 
 
-def _time(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+def _time(ms: int) -> str:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return convert.timestamp(ts)
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    """Optional fields without a value are omitted, never null (api-endpoints.md)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _quotas_json(q: Quotas) -> dict[str, Any]:
@@ -167,14 +174,20 @@ async def _quotas_answer(request: Request, owner: str) -> dict[str, Any]:
         **_quotas_json(effective),
         "overridden": override is not None,
         "defaults": _quotas_json(quota.defaults()),
-        "override": None
-        if override is None
-        else {
-            "runsPerMinute": override.runs_per_minute,
-            "concurrentRuns": override.concurrent_runs,
-            "tokensPerDay": override.tokens_per_day,
-            "updateTime": _time(override.update_time_ms),
-        },
+        **(
+            {}
+            if override is None
+            else {
+                "override": _present(
+                    {
+                        "runsPerMinute": override.runs_per_minute,
+                        "concurrentRuns": override.concurrent_runs,
+                        "tokensPerDay": override.tokens_per_day,
+                        "updateTime": _time(override.update_time_ms),
+                    }
+                )
+            }
+        ),
     }
 
 
@@ -237,16 +250,18 @@ async def delete_quotas(
 
 
 def _key_json(key: ApiKey) -> dict[str, Any]:
-    return {
-        "id": key.id,
-        "ownerId": key.owner_id,
-        "name": key.name,
-        "admin": key.admin,
-        "createTime": _time(key.create_time_ms),
-        "lastUsedTime": _time(key.last_used_time_ms),
-        "revokeTime": _time(key.revoke_time_ms),
-        "revoked": key.revoke_time_ms is not None,
-    }
+    return _present(
+        {
+            "id": key.id,
+            "ownerId": key.owner_id,
+            "name": key.name,
+            "admin": key.admin,
+            "createTime": _time(key.create_time_ms),
+            "lastUsedTime": None if key.last_used_time_ms is None else _time(key.last_used_time_ms),
+            "revokeTime": None if key.revoke_time_ms is None else _time(key.revoke_time_ms),
+            "revoked": key.revoke_time_ms is not None,
+        }
+    )
 
 
 @router.post(

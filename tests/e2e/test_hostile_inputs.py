@@ -358,7 +358,9 @@ ROWS = [
     ),
     post("protocolVersion a number", RUNS, run(protocolVersion=1), "protocolVersion"),
     # --- quotas, usage and API keys (admin endpoints of issue 23)
-    post("quota negative", QUOTAS, {"runsPerMinute": -1}, "runsPerMinute", method="PUT", admin=True),
+    post(
+        "quota negative", QUOTAS, {"runsPerMinute": -1}, "runsPerMinute", method="PUT", admin=True
+    ),
     post("quota a string", QUOTAS, {"tokensPerDay": "9"}, "tokensPerDay", method="PUT", admin=True),
     post("quota huge", QUOTAS, raw({"concurrentRuns": 1}, "1", "1" + "0" * 400), "concurrentRuns",
          method="PUT", admin=True),

@@ -92,10 +92,11 @@ async def test_the_key_is_shown_once_and_stored_only_as_a_hash(
 async def test_the_last_used_time_is_kept(http: httpx.AsyncClient, gw_settings: Settings) -> None:
     owner = _owner()
     created = await _create(http, gw_settings, owner)
-    assert created["lastUsedTime"] is None
+    assert "lastUsedTime" not in created
     assert (await http.get("/api/v1/agent/threads", headers=_key_auth(created["key"]))).is_success
     listed = await http.get(KEYS, params={"owner_id": owner}, headers=_admin(gw_settings))
-    assert listed.json()["apiKeys"][0]["lastUsedTime"] is not None
+    used = listed.json()["apiKeys"][0]["lastUsedTime"]
+    assert used.endswith("Z") and used >= created["createTime"]
 
 
 async def test_a_revoked_key_is_401_and_revoking_again_is_harmless(
