@@ -17,7 +17,7 @@ from services.gateway import convert
 from services.gateway.auth import ApiKeys, Caller, admin_caller, caller
 from services.gateway.errors import ApiError, invalid
 from services.gateway.jobs import validate
-from services.gateway.openapi import errors
+from services.gateway.openapi import errors, json_body
 from services.gateway.params import IDENTIFIER, only_params
 from services.gateway.quota import Quota, Quotas, utc_day
 from services.gateway.routes_runs import read_body
@@ -207,12 +207,7 @@ async def get_quotas(
     "/api/v1/admin/owners/{owner_id}/quotas",
     summary="Set an owner's quotas (admin scope); null = the default, 0 = no limit",
     responses=errors(403, 413),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": QuotasIn.model_json_schema(by_alias=True)}},
-        }
-    },
+    openapi_extra=json_body(QuotasIn.model_json_schema(by_alias=True)),
     dependencies=[Depends(only_params())],
 )
 async def put_quotas(
@@ -269,12 +264,7 @@ def _key_json(key: ApiKey) -> dict[str, Any]:
     summary="Create an API key for an owner (admin scope); the key is shown only here",
     status_code=201,
     responses=errors(403, 413),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": ApiKeyIn.model_json_schema(by_alias=True)}},
-        }
-    },
+    openapi_extra=json_body(ApiKeyIn.model_json_schema(by_alias=True)),
     dependencies=[Depends(only_params())],
 )
 async def create_api_key(request: Request, _who: Caller = Depends(admin_caller)) -> dict[str, Any]:

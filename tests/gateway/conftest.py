@@ -98,6 +98,20 @@ def gateway_settings(settings: Settings, addrs: dict[str, str], **overrides: Any
     return settings.model_copy(update=values)
 
 
+@asynccontextmanager
+async def app_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway of its own with `settings` (its own channels), and an HTTP client to it."""
+    clients = open_clients(settings)
+    try:
+        async with (
+            serve_app(create_app(settings, clients)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            yield http
+    finally:
+        await clients.close()
+
+
 @pytest.fixture(scope="module")
 def gw_settings(base_settings: Settings, peers: Peers) -> Settings:
     return gateway_settings(base_settings, peers.addrs)

@@ -4,6 +4,7 @@ checked, and crafted tokens refused with 401, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -21,12 +22,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from services.gateway.app import create_app
 from services.gateway.auth import issue_token
-from services.gateway.clients import open_clients
 from shared.identity import OWNER_KEY
 from shared.settings import Settings
-from tests.gateway.conftest import Peers, gateway_settings, serve_app
+from tests.gateway.conftest import Peers, app_client, gateway_settings
 
 ISSUER = "https://idp.example.test/"
 AUDIENCE = "agentmesh-api"
@@ -125,15 +124,8 @@ def j_settings(base_settings: Settings, peers: Peers, idp: tuple[Jwks, dict[str,
 
 @pytest.fixture(scope="module")
 async def j_http(j_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    clients = open_clients(j_settings)
-    try:
-        async with (
-            serve_app(create_app(j_settings, clients)) as url,
-            httpx.AsyncClient(base_url=url, timeout=10) as http,
-        ):
-            yield http
-    finally:
-        await clients.close()
+    async with app_client(j_settings) as http:
+        yield http
 
 
 async def _threads(http: httpx.AsyncClient, token: str) -> httpx.Response:
@@ -179,16 +171,22 @@ async def test_hs256_tokens_are_still_accepted_beside_the_jwks(
     assert (await _threads(j_http, issue_token(j_settings, "hs-user"))).status_code == 200
 
 
-async def test_keys_are_cached_between_requests(
-    j_http: httpx.AsyncClient, idp: tuple[Jwks, dict[str, Any]]
-) -> None:
-    server, keys = idp
-    token = _sign(keys["rsa-1"], "rsa-1")
-    assert (await _threads(j_http, token)).status_code == 200
-    before = server.fetches
-    for _ in range(5):
-        assert (await _threads(j_http, token)).status_code == 200
-    assert server.fetches - before <= 1  # at most one refresh when the cache lifespan ends
+async def test_keys_are_fetched_once_and_cached(base_settings: Settings, peers: Peers) -> None:
+    server = Jwks()
+    key = _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = gateway_settings(
+        base_settings, peers.addrs, jwks_url=server.url, jwt_issuer=ISSUER, jwt_audience=AUDIENCE
+    )
+    try:
+        async with app_client(settings) as http:
+            for _ in range(10):
+                assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            # An unknown key id fetches again only after the cooldown.
+            _assert_401(await _threads(http, _sign(key, "unknown")))
+    finally:
+        server.stop()
+    assert server.fetches == 1
 
 
 async def test_a_rotated_key_is_fetched_and_a_retired_key_stops_working(
@@ -203,7 +201,7 @@ async def test_a_rotated_key_is_fetched_and_a_retired_key_stops_working(
     assert (await _threads(j_http, _sign(new_key, "rsa-2"))).status_code == 200
     # It retires the old one: once the cache ends, tokens signed with it are refused.
     server.keys = [k for k in server.keys if k["kid"] != "rsa-1"]
-    time.sleep(CACHE_SECONDS + 0.2)
+    await asyncio.sleep(CACHE_SECONDS + 0.2)
     _assert_401(await _threads(j_http, old))
     server.keys = [*server.keys, _jwk(keys["rsa-1"], "rsa-1")]
 
@@ -339,33 +337,19 @@ async def test_an_unreachable_jwks_is_503_and_hs256_tokens_still_work(
         rpc_timeout_seconds=1.0,
     )
     server.stop()
-    clients = open_clients(settings)
-    try:
-        async with (
-            serve_app(create_app(settings, clients)) as url,
-            httpx.AsyncClient(base_url=url, timeout=10) as http,
-        ):
-            token = jwt.encode(
-                {"sub": "u", "exp": int(time.time()) + 60}, key, "RS256", headers={"kid": "k"}
-            )
-            resp = await _threads(http, token)
-            assert resp.status_code == 503, resp.text
-            assert resp.headers["retry-after"] == "1"
-            assert (await _threads(http, issue_token(settings, "hs"))).status_code == 200
-    finally:
-        await clients.close()
+    async with app_client(settings) as http:
+        token = jwt.encode(
+            {"sub": "u", "exp": int(time.time()) + 60}, key, "RS256", headers={"kid": "k"}
+        )
+        resp = await _threads(http, token)
+        assert resp.status_code == 503, resp.text
+        assert resp.headers["retry-after"] == "1"
+        assert (await _threads(http, issue_token(settings, "hs"))).status_code == 200
 
 
 async def test_an_empty_jwt_secret_turns_hs256_off(base_settings: Settings, peers: Peers) -> None:
     settings = gateway_settings(base_settings, peers.addrs, jwt_secret="")
-    clients = open_clients(settings)
-    try:
-        async with (
-            serve_app(create_app(settings, clients)) as url,
-            httpx.AsyncClient(base_url=url, timeout=10) as http,
-        ):
-            claims = {"sub": "u", "exp": int(time.time()) + 60}
-            token = _hmac_token({"alg": "HS256"}, claims, b"", "sha256")
-            _assert_401(await _threads(http, token))
-    finally:
-        await clients.close()
+    async with app_client(settings) as http:
+        claims = {"sub": "u", "exp": int(time.time()) + 60}
+        token = _hmac_token({"alg": "HS256"}, claims, b"", "sha256")
+        _assert_401(await _threads(http, token))

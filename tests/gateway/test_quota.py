@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.gateway.app import create_app
-from services.gateway.clients import open_clients
+from services.gateway.quota import Quota
+from services.gateway.store import GatewayStore
 from shared.settings import Settings
-from tests.gateway.conftest import Peers, bearer, gateway_settings, run_body, serve_app
+from tests.gateway.conftest import Peers, app_client, bearer, gateway_settings, run_body
 
 PER_MINUTE = 5
 CONCURRENT = 2
@@ -35,15 +35,8 @@ def q_settings(base_settings: Settings, peers: Peers) -> Settings:
 
 @pytest.fixture(scope="module")
 async def q_http(q_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    clients = open_clients(q_settings)
-    try:
-        async with (
-            serve_app(create_app(q_settings, clients)) as url,
-            httpx.AsyncClient(base_url=url, timeout=10) as http,
-        ):
-            yield http
-    finally:
-        await clients.close()
+    async with app_client(q_settings) as http:
+        yield http
 
 
 def _owner() -> str:
@@ -294,3 +287,24 @@ async def test_quota_endpoints_need_the_admin_scope(
         )
         assert resp.status_code == 403, (method, resp.text)
     assert (await q_http.get("/api/v1/usage")).status_code == 401
+
+
+async def test_a_concurrent_slot_left_by_a_gateway_that_died_expires_on_its_own(
+    q_settings: Settings,
+) -> None:
+    # The leases of the backend under test (a Redis sorted set on PostgreSQL + Redis).
+    store = await GatewayStore.open(q_settings)
+    quota = Quota.open(q_settings, store)
+    owner = _owner()
+    try:
+        assert await quota.leases.take(owner, "dead-gateway", 1, ttl=0.3)
+        assert not await quota.leases.take(owner, "next", 1, ttl=0.3)
+        assert await quota.concurrent(owner) == 1
+        await asyncio.sleep(0.5)  # nobody gives it back
+        assert await quota.concurrent(owner) == 0
+        assert await quota.leases.take(owner, "next", 1, ttl=30)
+        await quota.leases.give_back(owner, "next")
+        assert await quota.concurrent(owner) == 0
+    finally:
+        await quota.aclose()
+        await store.close()
