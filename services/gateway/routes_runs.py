@@ -24,7 +24,7 @@ from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
 from services.gateway.openapi import errors
 from services.gateway.params import IdPath, only_params
-from services.gateway.quota import Admitted, Quota, admit, count_usage
+from services.gateway.quota import Quota, admit, count_usage
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -98,18 +98,20 @@ async def _events(
     heartbeat: float,
     prefix: list[sse.Event] | None = None,
     on_abandon: Callable[[], Awaitable[None]] | None = None,
-    on_end: Callable[[sse.Event | None], Awaitable[None]] | None = None,
+    on_end: StreamEnd | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body: `prefix` (frames without id), then every mapped event of the run with
     its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
     is the first response already read, a read still pending (a Future), or None.
     While no event comes for `heartbeat` seconds, an SSE comment goes out instead.
     `on_abandon` runs (in the background) when the client goes away before the end;
-    `on_end` (in the background) when the stream closes, with the run's last event sent
-    (RUN_FINISHED or RUN_ERROR; None when the client went away first)."""
+    `on_end` is told when the stream starts and when it closes, with the run's last event
+    sent (RUN_FINISHED or RUN_ERROR; None when the client went away first)."""
     ended = False
     last: sse.Event | None = None
     response = first
+    if on_end is not None:
+        on_end.begin()
     try:
         for event in prefix or ():
             yield sse.frame(event)
@@ -162,7 +164,42 @@ async def _events(
         if not ended and on_abandon is not None:
             _in_background(on_abandon())
         if on_end is not None:
-            _in_background(on_end(last))
+            on_end.end(last)
+
+
+class StreamEnd:
+    """Runs `then(last event)` once, when a run's SSE stream closes. A stream the server
+    never started to send (its client went away before the first byte) has no end of its
+    own: once the run's call ended and `grace` seconds passed without the stream starting,
+    that is its end (with no last event)."""
+
+    def __init__(
+        self, then: Callable[[sse.Event | None], Awaitable[None]], *, grace: float = 30.0
+    ) -> None:
+        self.then = then
+        self.grace = grace
+        self.started = False
+        self.done = False
+        self.loop = asyncio.get_running_loop()
+
+    def begin(self) -> None:
+        self.started = True
+
+    def end(self, last: sse.Event | None) -> None:
+        if not self.done:
+            self.done = True
+            _in_background(self.then(last))
+
+    def cancel(self) -> None:
+        """The run did not start: its end must not run."""
+        self.done = True
+
+    def call_ended(self) -> None:
+        self.loop.call_later(self.grace, self._if_never_started)
+
+    def _if_never_started(self) -> None:
+        if not self.started:
+            self.end(None)
 
 
 def _in_background(work: Awaitable[None]) -> None:
@@ -236,9 +273,13 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
     except BaseException:
         in_flight.release(who.owner)
         raise
+    # Counts the run's usage and frees its concurrent slot when its stream ends.
+    on_end = StreamEnd(partial(count_usage, quota, admitted))
     try:
-        return await _start(request, who, settings, clients, in_flight, quota, admitted)
+        return await _start(request, who, settings, clients, in_flight, on_end)
     except BaseException:
+        # Not started: nothing to count, only the slot to give back.
+        on_end.cancel()
         await quota.release(admitted)
         raise
 
@@ -249,8 +290,7 @@ async def _start(
     settings: Settings,
     clients: Clients,
     in_flight: InFlight,
-    quota: Quota,
-    admitted: Admitted,
+    on_end: StreamEnd,
 ) -> Response:
     """The run admitted: read its body, start it, answer its first event's status."""
     try:
@@ -276,7 +316,7 @@ async def _start(
         if cancel_on_disconnect(parsed.forwarded_props)
         else None
     )
-    on_end = partial(count_usage, quota, admitted)
+    call.add_done_callback(lambda _: on_end.call_ended())
     # The first event decides the HTTP status: an orchestrator that is down or refuses the
     # run gets a JSON error, not a 200 stream that fails.
     try:
@@ -314,7 +354,7 @@ def _run_stream(
     req: orchestrator_service_pb2.StartRunRequest,
     settings: Settings,
     on_abandon: Callable[[], Awaitable[None]] | None,
-    on_end: Callable[[sse.Event | None], Awaitable[None]],
+    on_end: StreamEnd,
 ) -> StreamingResponse:
     """The 200 SSE answer of a run whose first response `first` was read from `call`."""
     return StreamingResponse(
@@ -338,7 +378,7 @@ async def _started_or_pending(
     owner: str,
     req: orchestrator_service_pb2.StartRunRequest,
     on_abandon: Callable[[], Awaitable[None]] | None,
-    on_end: Callable[[sse.Event | None], Awaitable[None]],
+    on_end: StreamEnd,
 ) -> Response:
     """StartRun gave no first event in time. A run that started is streamed from its log
     (200, as if the POST had answered); otherwise 504 OUTCOME_UNKNOWN: the run may still be

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from services.gateway.quota import Quota
+from services.gateway.routes_runs import StreamEnd
 from services.gateway.store import GatewayStore
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, app_client, bearer, gateway_settings, run_body
@@ -308,3 +309,27 @@ async def test_a_concurrent_slot_left_by_a_gateway_that_died_expires_on_its_own(
     finally:
         await quota.aclose()
         await store.close()
+
+
+async def test_a_stream_that_never_started_still_ends_once_its_run_call_ended() -> None:
+    ends: list[object] = []
+
+    async def record(last: object) -> None:
+        ends.append(last)
+
+    never = StreamEnd(record, grace=0.05)
+    never.call_ended()
+    started = StreamEnd(record, grace=0.05)
+    started.begin()
+    started.call_ended()
+    refused = StreamEnd(record, grace=0.05)
+    refused.cancel()
+    refused.call_ended()
+    await asyncio.sleep(0.2)
+    # Only the stream that never started was ended by its call; the started one ends when
+    # its stream closes (once, whatever closes it), the refused one never.
+    assert ends == [None]
+    started.end({"type": "RUN_FINISHED"})
+    started.end(None)
+    await asyncio.sleep(0.05)
+    assert ends == [None, {"type": "RUN_FINISHED"}]
