@@ -46,6 +46,9 @@ CONCURRENT_RETRY_SECONDS = 1
 # How long a concurrent run's lease outlives the longest run: a gateway that died with
 # runs in flight leaves leases that nothing releases; each one goes at the latest then.
 _LEASE_MARGIN_SECONDS = 60
+# How long one process keeps an owner's quota override before it reads it again.
+OVERRIDE_CACHE_SECONDS = 5.0
+_MAX_CACHED_OVERRIDES = 100_000
 
 
 class Leases(Protocol):
@@ -190,6 +193,8 @@ class Quota:
         self.store = store
         self.storage = storage
         self.leases = leases
+        # owner -> (until when, the override read then)
+        self.overrides: dict[str, tuple[float, QuotaOverride | None]] = {}
         self.window = MovingWindowRateLimiter(storage)
         self.prefix = "agentmesh-quota"
 
@@ -219,7 +224,28 @@ class Quota:
         return Quotas(s.quota_runs_per_minute, s.quota_concurrent_runs, s.quota_tokens_per_day)
 
     async def quotas(self, owner: str) -> Quotas:
-        return effective(self.defaults(), await self.store.quota_override(owner))
+        """The owner's quotas. The admin's override is read at most every
+        OVERRIDE_CACHE_SECONDS per owner and process (a change made through this process
+        applies at once, through another within that time); while the gateway's database
+        cannot be read, the last override read (or the defaults) applies: the database
+        holding overrides must not stop every run."""
+        now = time.monotonic()
+        cached = self.overrides.get(owner)
+        if cached is not None and cached[0] > now:
+            return effective(self.defaults(), cached[1])
+        try:
+            override = await self.store.quota_override(owner)
+        except Exception as exc:
+            log.warning("reading the quota override of an owner failed: %s", exc)
+            return effective(self.defaults(), cached[1] if cached is not None else None)
+        if len(self.overrides) >= _MAX_CACHED_OVERRIDES:
+            self.overrides.clear()
+        self.overrides[owner] = (now + OVERRIDE_CACHE_SECONDS, override)
+        return effective(self.defaults(), override)
+
+    def forget(self, owner: str) -> None:
+        """The owner's override changed: read it again on the next run."""
+        self.overrides.pop(owner, None)
 
     def _tokens_key(self, owner: str, day: str) -> str:
         return f"{self.prefix}/tokens/{day}/{owner}"

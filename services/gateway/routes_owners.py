@@ -19,7 +19,7 @@ from services.gateway.errors import ApiError, invalid
 from services.gateway.jobs import validate
 from services.gateway.openapi import errors, json_body
 from services.gateway.params import IDENTIFIER, only_params
-from services.gateway.quota import Quota, Quotas, utc_day
+from services.gateway.quota import Quota, Quotas, effective, utc_day
 from services.gateway.routes_runs import read_body
 from services.gateway.store import ApiKey, GatewayStore, QuotaOverride
 from services.gateway.strict import json_object
@@ -168,10 +168,11 @@ async def owner_usage(
 async def _quotas_answer(request: Request, owner: str) -> dict[str, Any]:
     _, store, quota = _state(request)
     override = await store.quota_override(owner)
-    effective = await quota.quotas(owner)
+    # Read now (not the cached override a run would use): what the admin set is shown.
+    now = effective(quota.defaults(), override)
     return {
         "ownerId": owner,
-        **_quotas_json(effective),
+        **_quotas_json(now),
         "overridden": override is not None,
         "defaults": _quotas_json(quota.defaults()),
         **(
@@ -227,6 +228,7 @@ async def put_quotas(
             int(time.time() * 1000),
         ),
     )
+    request.app.state.quota.forget(owner)
     return await _quotas_answer(request, owner)
 
 
@@ -241,6 +243,7 @@ async def delete_quotas(
 ) -> dict[str, Any]:
     owner = _owner(owner_id)
     await request.app.state.store.delete_quota_override(owner)
+    request.app.state.quota.forget(owner)
     return await _quotas_answer(request, owner)
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.gateway.quota import Quota
 from services.gateway.routes_runs import StreamEnd
-from services.gateway.store import GatewayStore
+from services.gateway.store import GatewayStore, QuotaOverride
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, app_client, bearer, gateway_settings, run_body
 
@@ -333,3 +334,24 @@ async def test_a_stream_that_never_started_still_ends_once_its_run_call_ended() 
     started.end(None)
     await asyncio.sleep(0.05)
     assert ends == [None, {"type": "RUN_FINISHED"}]
+
+
+async def test_quotas_fall_back_to_the_last_override_read_while_the_database_is_down(
+    q_settings: Settings,
+) -> None:
+    store = await GatewayStore.open(q_settings)
+    quota = Quota.open(q_settings, store)
+    owner = _owner()
+    try:
+        await store.put_quota_override(owner, QuotaOverride(runs_per_minute=1))
+        assert (await quota.quotas(owner)).runs_per_minute == 1
+        await store.engine.dispose()
+        # The store is gone; a run still gets the override last read, then the defaults.
+        store.engine = create_async_engine("sqlite+aiosqlite:////nonexistent/dir/x.db")
+        quota.overrides[owner] = (0.0, quota.overrides[owner][1])  # expired
+        assert (await quota.quotas(owner)).runs_per_minute == 1
+        quota.forget(owner)
+        assert (await quota.quotas(owner)).runs_per_minute == PER_MINUTE
+    finally:
+        await quota.aclose()
+        await store.close()
