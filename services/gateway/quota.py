@@ -32,6 +32,10 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.gateway.errors import ApiError
 from services.gateway.store import GatewayStore, QuotaOverride
@@ -49,6 +53,7 @@ _LEASE_MARGIN_SECONDS = 60
 # How long one process keeps an owner's quota override before it reads it again.
 OVERRIDE_CACHE_SECONDS = 5.0
 _MAX_CACHED_OVERRIDES = 100_000
+_REDIS_CONNECTIONS = 64
 
 
 class Leases(Protocol):
@@ -109,11 +114,26 @@ return 1
 """
 
 
+def redis_pool(url: str) -> aioredis.BlockingConnectionPool:
+    """The quota's connections to Redis. As the event log's (shared/eventlog.py): a pooled
+    connection that Redis closed (a restart, a failover) is dropped and the command retried
+    on a new one, instead of failing the first run after it; a caller that finds every
+    connection busy waits for one."""
+    return aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=_REDIS_CONNECTIONS,
+        timeout=10,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
+
+
 class RedisLeases:
     """The distributed mode: every gateway replica's leases, in one sorted set per owner."""
 
-    def __init__(self, url: str, prefix: str) -> None:
-        self.client = aioredis.Redis.from_url(url)
+    def __init__(self, pool: aioredis.BlockingConnectionPool, prefix: str) -> None:
+        self.pool = pool
+        self.client = aioredis.Redis(connection_pool=pool)
         self.prefix = prefix
         self.script = self.client.register_script(_TAKE_LEASE)
 
@@ -134,7 +154,7 @@ class RedisLeases:
         return int(await self.client.zcount(self._key(owner), f"({now}", "+inf"))
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.pool.disconnect()
 
 
 @dataclass(frozen=True)
@@ -201,17 +221,18 @@ class Quota:
     @classmethod
     def open(cls, settings: Settings, store: GatewayStore) -> Quota:
         url = storage_url(settings.event_log_url)
-        options: dict[str, str] = {}
+        options: dict[str, Any] = {}
         leases: Leases = MemoryLeases()
         if not url.startswith("async+memory"):
-            # redis-py (pinned already for the event log), not the default coredis.
+            pool = redis_pool(settings.event_log_url)
+            # redis-py (pinned already for the event log), not the default coredis; one
+            # pool for the counters and the leases.
             options = {
                 "implementation": "redispy",
                 "key_prefix": settings.event_log_prefix + "quota",
+                "connection_pool": pool,
             }
-            leases = RedisLeases(
-                settings.event_log_url, settings.event_log_prefix + "quota:concurrent:"
-            )
+            leases = RedisLeases(pool, settings.event_log_prefix + "quota:concurrent:")
         storage = storage_from_string(url, **options)
         assert isinstance(storage, Storage)
         return cls(settings, store, storage, leases)
