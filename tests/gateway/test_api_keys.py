@@ -202,3 +202,21 @@ async def test_keys_made_at_once_are_all_distinct_and_all_work(
     for m in made:
         resp = await http.get("/api/v1/agent/threads", headers=_key_auth(m["key"]))
         assert resp.status_code == 200
+
+
+async def test_the_last_used_time_is_written_at_most_once_a_minute(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    owner = _owner()
+    created = await _create(http, gw_settings, owner)
+
+    async def used() -> str:
+        assert (
+            await http.get("/api/v1/agent/threads", headers=_key_auth(created["key"]))
+        ).is_success
+        listed = await http.get(KEYS, params={"owner_id": owner}, headers=_admin(gw_settings))
+        return str(listed.json()["apiKeys"][0]["lastUsedTime"])
+
+    first = await used()
+    await asyncio.sleep(0.01)
+    assert await used() == first
