@@ -248,6 +248,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
                 await own.close()
                 telemetry.shutdown()
         finally:
+            await routes_runs.settle(settings.grace_seconds)
             await quota.aclose()
             await store.close()
 

@@ -202,6 +202,13 @@ class StreamEnd:
             self.end(None)
 
 
+async def settle(timeout: float) -> None:
+    """Wait (at most `timeout` seconds) for the work left in the background: the gateway's
+    store closes after it, not under a usage count still being written."""
+    if _background:
+        await asyncio.wait(set(_background), timeout=timeout)
+
+
 def _in_background(work: Awaitable[None]) -> None:
     async def run() -> None:
         await work
