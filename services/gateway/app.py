@@ -289,7 +289,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone", "Idempotency-Key", "Last-Event-ID"],
-            expose_headers=["X-Request-ID"],
+            # Retry-After: a browser app reads when to send a refused (429, 503) run again.
+            expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(RequestContext)
     # Outermost: its span is current in RequestContext's log lines and in every gRPC call.

@@ -291,25 +291,31 @@ async def test_quota_endpoints_need_the_admin_scope(
     assert (await q_http.get("/api/v1/usage")).status_code == 401
 
 
-async def test_a_concurrent_slot_left_by_a_gateway_that_died_expires_on_its_own(
-    q_settings: Settings,
-) -> None:
-    # The leases of the backend under test (a Redis sorted set on PostgreSQL + Redis).
+@pytest.fixture
+async def quota(q_settings: Settings) -> AsyncIterator[Quota]:
+    """The quotas of the backend under test (leases and counters on Redis on PostgreSQL +
+    Redis), on a store of their own."""
     store = await GatewayStore.open(q_settings)
     quota = Quota.open(q_settings, store)
-    owner = _owner()
     try:
-        assert await quota.leases.take(owner, "dead-gateway", 1, ttl=0.3)
-        assert not await quota.leases.take(owner, "next", 1, ttl=0.3)
-        assert await quota.concurrent(owner) == 1
-        await asyncio.sleep(0.5)  # nobody gives it back
-        assert await quota.concurrent(owner) == 0
-        assert await quota.leases.take(owner, "next", 1, ttl=30)
-        await quota.leases.give_back(owner, "next")
-        assert await quota.concurrent(owner) == 0
+        yield quota
     finally:
         await quota.aclose()
-        await store.close()
+        await quota.store.close()
+
+
+async def test_a_concurrent_slot_left_by_a_gateway_that_died_expires_on_its_own(
+    quota: Quota,
+) -> None:
+    owner = _owner()
+    assert await quota.leases.take(owner, "dead-gateway", 1, ttl=0.3)
+    assert not await quota.leases.take(owner, "next", 1, ttl=0.3)
+    assert await quota.concurrent(owner) == 1
+    await asyncio.sleep(0.5)  # nobody gives it back
+    assert await quota.concurrent(owner) == 0
+    assert await quota.leases.take(owner, "next", 1, ttl=30)
+    await quota.leases.give_back(owner, "next")
+    assert await quota.concurrent(owner) == 0
 
 
 async def test_a_stream_that_never_started_still_ends_once_its_run_call_ended() -> None:
@@ -337,21 +343,37 @@ async def test_a_stream_that_never_started_still_ends_once_its_run_call_ended() 
 
 
 async def test_quotas_fall_back_to_the_last_override_read_while_the_database_is_down(
+    quota: Quota,
+) -> None:
+    owner, store = _owner(), quota.store
+    await store.put_quota_override(owner, QuotaOverride(runs_per_minute=1))
+    assert (await quota.quotas(owner)).runs_per_minute == 1
+    await store.engine.dispose()
+    # The store is gone; a run still gets the override last read, then the defaults.
+    store.engine = create_async_engine("sqlite+aiosqlite:////nonexistent/dir/x.db")
+    quota.overrides[owner] = (0.0, quota.overrides[owner][1])  # expired
+    assert (await quota.quotas(owner)).runs_per_minute == 1
+    quota.forget(owner)
+    assert (await quota.quotas(owner)).runs_per_minute == PER_MINUTE
+
+
+async def test_a_browser_app_may_read_the_retry_after_of_a_refused_run(
     q_settings: Settings,
 ) -> None:
-    store = await GatewayStore.open(q_settings)
-    quota = Quota.open(q_settings, store)
+    settings = q_settings.model_copy(update={"cors_origins": ["https://app.example"]})
     owner = _owner()
-    try:
-        await store.put_quota_override(owner, QuotaOverride(runs_per_minute=1))
-        assert (await quota.quotas(owner)).runs_per_minute == 1
-        await store.engine.dispose()
-        # The store is gone; a run still gets the override last read, then the defaults.
-        store.engine = create_async_engine("sqlite+aiosqlite:////nonexistent/dir/x.db")
-        quota.overrides[owner] = (0.0, quota.overrides[owner][1])  # expired
-        assert (await quota.quotas(owner)).runs_per_minute == 1
-        quota.forget(owner)
-        assert (await quota.quotas(owner)).runs_per_minute == PER_MINUTE
-    finally:
-        await quota.aclose()
-        await store.close()
+    async with app_client(settings) as http:
+        origin = {"Origin": "https://app.example"}
+        for _ in range(PER_MINUTE):
+            admitted = await http.post(
+                "/api/v1/agent/runs",
+                json=run_body(f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"),
+                headers=bearer(settings, owner) | origin,
+            )
+            assert admitted.status_code == 200
+        refused = await http.post(
+            "/api/v1/agent/runs", json=run_body(), headers=bearer(settings, owner) | origin
+        )
+    assert refused.status_code == 429
+    exposed = refused.headers["access-control-expose-headers"].lower()
+    assert "retry-after" in exposed.replace(" ", "").split(",")
