@@ -44,6 +44,10 @@ def start_suite(
         "AGENTMESH_EVENT_LOG_URL": REDIS_URL if backend == "postgres" else "memory://",
         "AGENTMESH_EVENT_LOG_PREFIX": f"{prefix}run:",
         "AGENTMESH_LOG_LEVEL": "WARNING",
+        # Quotas off: the bench drives many runs as one owner.
+        "AGENTMESH_QUOTA_RUNS_PER_MINUTE": "0",
+        "AGENTMESH_QUOTA_CONCURRENT_RUNS": "0",
+        "AGENTMESH_QUOTA_TOKENS_PER_DAY": "0",
         "AGENTMESH_RUN_TIMEOUT_SECONDS": "120",
         "AGENTMESH_RPC_TIMEOUT_SECONDS": "30",
         # The long-stream run sends ~10,000 words and gets them streamed back.

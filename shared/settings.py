@@ -58,8 +58,28 @@ class Settings(BaseSettings):
     history_addr: str = f"127.0.0.1:{DEFAULT_PORTS['history']}"
     scheduler_addr: str = f"127.0.0.1:{DEFAULT_PORTS['scheduler']}"
 
-    # HS256 secret of the gateway's bearer tokens.
+    # HS256 secret of the gateway's bearer tokens; empty: HS256 tokens are refused (with
+    # AGENTMESH_JWKS_URL, the identity provider's tokens only).
     jwt_secret: str = "agentmesh-development-secret-change-me"
+    # An identity provider's JWKS URL: RS256/ES256 bearer tokens are verified against its
+    # keys (fetched on first use, cached, fetched again for a key id not seen yet). Empty:
+    # HS256 tokens only.
+    jwks_url: str = ""
+    # How long fetched JWKS keys are kept before they are fetched again, in seconds.
+    jwks_cache_seconds: float = Field(default=300, gt=0)
+    # A token whose key id is not in the cached keys fetches them again (the IdP rotated
+    # its keys), at most once per this many seconds (unknown key ids cannot flood the IdP).
+    jwks_refresh_cooldown_seconds: float = Field(default=10, ge=0)
+    # When set, a bearer token must carry this `iss` / an `aud` that contains this.
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    # Quotas of one owner (services/gateway/quota.py), counted across every gateway
+    # replica (on the Redis of AGENTMESH_EVENT_LOG_URL, in memory on memory://); an admin
+    # may set other ones per owner. A run over one is refused with 429 and Retry-After
+    # before anything of it is stored. 0: no limit.
+    quota_runs_per_minute: int = Field(default=20, ge=0)
+    quota_concurrent_runs: int = Field(default=4, ge=0)
+    quota_tokens_per_day: int = Field(default=1_000_000, ge=0)
     # HMAC-SHA256 key of the page tokens of history, memory and scheduler (shared/pagination.py);
     # every replica of a service must have the same one.
     page_token_secret: str = Field(default="agentmesh-development-page-tokens-change-me", min_length=1)

@@ -42,6 +42,11 @@ def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: ob
         "event_log_prefix": f"{prefix}run:",
         "grace_seconds": 2.0,
         "rpc_timeout_seconds": 5.0,
+        # Quotas off: the tests of other rules send many runs as one owner; the quota
+        # tests (tests/gateway/test_quota.py) set the ones they check.
+        "quota_runs_per_minute": 0,
+        "quota_concurrent_runs": 0,
+        "quota_tokens_per_day": 0,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -1,10 +1,13 @@
 """`python -m services.gateway` serves HTTP on settings.host:listen_port("gateway");
 `python -m services.gateway token --sub ALICE [--admin] [--ttl SECONDS]` prints a
-development bearer token signed with AGENTMESH_JWT_SECRET."""
+development bearer token signed with AGENTMESH_JWT_SECRET; `python -m services.gateway
+migrate` only applies the migrations of the gateway's own tables (it also applies them when
+it starts)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import socket
 import sys
@@ -76,10 +79,18 @@ def _serve() -> None:
     _Server(uvicorn_config(create_app(settings), settings)).run()
 
 
+async def _migrate() -> None:
+    from services.gateway.store import GatewayStore
+
+    store = await GatewayStore.open(get_settings())
+    await store.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.gateway")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("serve", help="serve HTTP (the default)")
+    sub.add_parser("migrate", help="apply the migrations of the gateway's tables, then exit")
     token = sub.add_parser("token", help="print a development bearer token")
     token.add_argument("--sub", required=True, help="the owner id (token subject)")
     token.add_argument("--admin", action="store_true", help="add the admin scope")
@@ -90,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
             print(issue_token(get_settings(), args.sub, admin=args.admin, ttl_seconds=args.ttl))
         except ValueError as exc:
             parser.error(str(exc))
+        return
+    if args.command == "migrate":
+        asyncio.run(_migrate())
         return
     _serve()
 

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
@@ -30,15 +31,20 @@ from services.gateway import (
     routes_automation,
     routes_history,
     routes_memories,
+    routes_owners,
     routes_runs,
     routes_tools,
     routes_users,
 )
+from services.gateway.auth import ApiKeys, jwks_client
 from services.gateway.clients import Clients, open_clients
 from services.gateway.errors import ApiError, internal, invalid
+from services.gateway.quota import Quota
 from services.gateway.shedding import ShedRuns
+from services.gateway.store import GatewayStore
 from shared import metrics, telemetry
 from shared.admission import InFlight
+from shared.errors import as_domain_error
 from shared.ids import is_request_id
 from shared.logs import request_id_var
 from shared.server import VERSION
@@ -123,6 +129,18 @@ class RequestContext:
 async def _api_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return exc.response()
+
+
+async def _store_error(_: Request, exc: Exception) -> Response:
+    """The gateway's own database (services/gateway/store.py) failed: 503, nothing done."""
+    error = as_domain_error(exc, "the gateway's database failed")
+    log.warning("gateway store failed: %s", error.message, exc_info=exc)
+    return ApiError(
+        503,
+        "UNAVAILABLE",
+        "the gateway's database cannot be reached; try again shortly",
+        headers={"Retry-After": "1"},
+    ).response()
 
 
 def _allowed_methods(request: Request) -> str | None:
@@ -214,16 +232,28 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if clients is not None:
-            yield
-            return
-        own = open_clients(settings)
-        app.state.clients = own
+        # The gateway's own tables (quota overrides, usage, API keys), migrated to head.
+        store = await GatewayStore.open(settings)
+        app.state.store = store
+        quota = Quota.open(settings, store)
+        app.state.quota = quota
+        app.state.api_keys = ApiKeys(store)
+        app.state.jwks = jwks_client(settings)
         try:
-            yield
+            if clients is not None:
+                yield
+                return
+            own = open_clients(settings)
+            app.state.clients = own
+            try:
+                yield
+            finally:
+                await own.close()
+                telemetry.shutdown()
         finally:
-            await own.close()
-            telemetry.shutdown()
+            await routes_runs.settle(settings.grace_seconds)
+            await quota.aclose()
+            await store.close()
 
     # /docs (Swagger UI) and /redoc load their scripts and styles from the pinned
     # fastapi-offline package, served under /static-offline-docs: no CDN, so they work offline.
@@ -244,6 +274,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
         limit=settings.max_runs_in_flight, per_owner=settings.max_runs_in_flight_per_owner
     )
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(SQLAlchemyError, _store_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(routes_runs.router, tags=["runs"], responses=openapi.COMMON)
@@ -252,6 +283,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.include_router(routes_tools.router, tags=["tools"], responses=openapi.COMMON)
     app.include_router(routes_automation.router, tags=["automation"], responses=openapi.COMMON)
     app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
+    app.include_router(routes_owners.router, tags=["usage and access"], responses=openapi.COMMON)
     openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
@@ -263,7 +295,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone", "Idempotency-Key", "Last-Event-ID"],
-            expose_headers=["X-Request-ID"],
+            # Retry-After: a browser app reads when to send a refused (429, 503) run again.
+            expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(RequestContext)
     # Its span is current in RequestContext's log lines and in every gRPC call.

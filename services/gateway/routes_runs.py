@@ -24,6 +24,7 @@ from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
 from services.gateway.openapi import errors
 from services.gateway.params import IdPath, only_params
+from services.gateway.quota import Quota, admit, count_usage
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -98,14 +99,20 @@ async def _events(
     heartbeat: float,
     prefix: list[sse.Event] | None = None,
     on_abandon: Callable[[], Awaitable[None]] | None = None,
+    on_end: StreamEnd | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body: `prefix` (frames without id), then every mapped event of the run with
     its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
     is the first response already read, a read still pending (a Future), or None.
     While no event comes for `heartbeat` seconds, an SSE comment goes out instead.
-    `on_abandon` runs (in the background) when the client goes away before the end."""
+    `on_abandon` runs (in the background) when the client goes away before the end;
+    `on_end` is told when the stream starts and when it closes, with the run's last event
+    sent (RUN_FINISHED or RUN_ERROR; None when the client went away first)."""
     ended = False
+    last: sse.Event | None = None
     response = first
+    if on_end is not None:
+        on_end.begin()
     try:
         for event in prefix or ():
             yield sse.frame(event)
@@ -131,6 +138,7 @@ async def _events(
                     frames.append(sse.frame(event, pbev.sequence or None))
                     if event["type"] in sse.TERMINAL_TYPES:
                         ended = True
+                        last = event
                         break
                 if frames:
                     yield b"".join(frames)
@@ -148,15 +156,67 @@ async def _events(
         # Headers are sent: the stream itself must say the run failed.
         log.exception("run stream failed")
         api = internal()
-        yield sse.frame(sse.run_error(api.message, api.code))
+        last = sse.run_error(api.message, api.code)
+        yield sse.frame(last)
     finally:
         if isinstance(response, asyncio.Future):
             response.cancel()
         call.cancel()
         if not ended and on_abandon is not None:
-            task = asyncio.create_task(on_abandon())
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            _in_background(on_abandon())
+        if on_end is not None:
+            on_end.end(last)
+
+
+class StreamEnd:
+    """Runs `then(last event)` once, when a run's SSE stream closes. A stream the server
+    never started to send (its client went away before the first byte) has no end of its
+    own: once the run's call ended and `grace` seconds passed without the stream starting,
+    that is its end (with no last event)."""
+
+    def __init__(
+        self, then: Callable[[sse.Event | None], Awaitable[None]], *, grace: float = 30.0
+    ) -> None:
+        self.then = then
+        self.grace = grace
+        self.started = False
+        self.done = False
+        self.loop = asyncio.get_running_loop()
+
+    def begin(self) -> None:
+        self.started = True
+
+    def end(self, last: sse.Event | None) -> None:
+        if not self.done:
+            self.done = True
+            _in_background(self.then(last))
+
+    def cancel(self) -> None:
+        """The run did not start: its end must not run."""
+        self.done = True
+
+    def call_ended(self) -> None:
+        self.loop.call_later(self.grace, self._if_never_started)
+
+    def _if_never_started(self) -> None:
+        if not self.started:
+            self.end(None)
+
+
+async def settle(timeout: float) -> None:
+    """Wait (at most `timeout` seconds) for the work left in the background: the gateway's
+    store closes after it, not under a usage count still being written."""
+    if _background:
+        await asyncio.wait(set(_background), timeout=timeout)
+
+
+def _in_background(work: Awaitable[None]) -> None:
+    async def run() -> None:
+        await work
+
+    task = asyncio.create_task(run())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: str, run_id: str) -> None:
@@ -215,6 +275,33 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         in_flight.acquire(who.owner)
     except DomainError as exc:
         raise overloaded(exc) from None
+    # Then the owner's quotas (services/gateway/quota.py): 429, still before the body.
+    quota: Quota = request.app.state.quota
+    try:
+        admitted = await admit(quota, who.owner)
+    except BaseException:
+        in_flight.release(who.owner)
+        raise
+    # Counts the run's usage and frees its concurrent slot when its stream ends.
+    on_end = StreamEnd(partial(count_usage, quota, admitted))
+    try:
+        return await _start(request, who, settings, clients, in_flight, on_end)
+    except BaseException:
+        # Not started: nothing to count, only the slot to give back.
+        on_end.cancel()
+        await quota.release(admitted)
+        raise
+
+
+async def _start(
+    request: Request,
+    who: Caller,
+    settings: Settings,
+    clients: Clients,
+    in_flight: InFlight,
+    on_end: StreamEnd,
+) -> Response:
+    """The run admitted: read its body, start it, answer its first event's status."""
     try:
         body = await read_body(request, settings.max_request_bytes)
         parsed = parse_body(body)
@@ -238,13 +325,14 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         if cancel_on_disconnect(parsed.forwarded_props)
         else None
     )
+    call.add_done_callback(lambda _: on_end.call_ended())
     # The first event decides the HTTP status: an orchestrator that is down or refuses the
     # run gets a JSON error, not a 200 stream that fails.
     try:
         first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
     except TimeoutError:
         call.cancel()
-        return await _started_or_pending(clients, settings, who.owner, req, on_abandon)
+        return await _started_or_pending(clients, settings, who.owner, req, on_abandon, on_end)
     except grpc.RpcError as err:
         api = from_rpc(
             err,
@@ -266,7 +354,7 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
-    return _run_stream(call, first, req, settings, on_abandon)
+    return _run_stream(call, first, req, settings, on_abandon, on_end)
 
 
 def _run_stream(
@@ -275,6 +363,7 @@ def _run_stream(
     req: orchestrator_service_pb2.StartRunRequest,
     settings: Settings,
     on_abandon: Callable[[], Awaitable[None]] | None,
+    on_end: StreamEnd,
 ) -> StreamingResponse:
     """The 200 SSE answer of a run whose first response `first` was read from `call`."""
     return StreamingResponse(
@@ -285,6 +374,7 @@ def _run_stream(
             req.run_id,
             heartbeat=settings.sse_heartbeat_seconds,
             on_abandon=on_abandon,
+            on_end=on_end,
         ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
@@ -297,6 +387,7 @@ async def _started_or_pending(
     owner: str,
     req: orchestrator_service_pb2.StartRunRequest,
     on_abandon: Callable[[], Awaitable[None]] | None,
+    on_end: StreamEnd,
 ) -> Response:
     """StartRun gave no first event in time. A run that started is streamed from its log
     (200, as if the POST had answered); otherwise 504 OUTCOME_UNKNOWN: the run may still be
@@ -321,7 +412,7 @@ async def _started_or_pending(
             f"it with GET /api/v1/agent/runs/{req.run_id}/events), never with a new runId",
             extra={"runId": req.run_id, "threadId": req.thread_id},
         )
-    return _run_stream(call, first, req, settings, on_abandon)
+    return _run_stream(call, first, req, settings, on_abandon, on_end)
 
 
 # A sequence number: ASCII digits only (str.isdigit() also takes "²" and other digits that

@@ -332,7 +332,8 @@ def test_each_pod_gets_only_the_credentials_it_uses() -> None:
         "memory": {"AGENTMESH_DATABASE_URL", "AGENTMESH_PAGE_TOKEN_SECRET"},
         "scheduler": {"AGENTMESH_DATABASE_URL", "AGENTMESH_PAGE_TOKEN_SECRET"},
         "orchestrator": {"AGENTMESH_EVENT_LOG_URL"},
-        "gateway": {"AGENTMESH_JWT_SECRET"},
+        # Its own schema (quota overrides, usage, API keys) and the quota counters on Redis.
+        "gateway": {"AGENTMESH_JWT_SECRET", "AGENTMESH_DATABASE_URL", "AGENTMESH_EVENT_LOG_URL"},
         "router": set(),
         "executor": set(),
     }

@@ -46,6 +46,11 @@ def make_suite(tmp: Path, prefix: str, *, shape: str = "", **env: str) -> Suite:
         "AGENTMESH_EVENT_LOG_URL": REDIS_URL if USES_POSTGRES else "memory://",
         "AGENTMESH_EVENT_LOG_PREFIX": f"{prefix}run:",
         "AGENTMESH_LOG_LEVEL": "INFO",
+        # Default quotas off: the tests send many runs as one owner (test_quotas_and_keys.py
+        # sets the quotas it checks per owner).
+        "AGENTMESH_QUOTA_RUNS_PER_MINUTE": "0",
+        "AGENTMESH_QUOTA_CONCURRENT_RUNS": "0",
+        "AGENTMESH_QUOTA_TOKENS_PER_DAY": "0",
     }
     values.update(env)
     return Suite(

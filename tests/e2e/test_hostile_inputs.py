@@ -24,6 +24,8 @@ from tests.e2e.conftest import token
 
 JOBS = "/api/v1/automation/jobs"
 RUNS = "/api/v1/agent/runs"
+QUOTAS = "/api/v1/admin/owners/hostile-quota/quotas"
+KEYS = "/api/v1/admin/api-keys"
 OWNER = f"hostile-{uuid.uuid4().hex[:8]}"
 # An error answer stays small whatever it refuses (the caps of api-endpoints.md).
 MAX_ERROR_BYTES = 2048
@@ -355,6 +357,40 @@ ROWS = [
         "context[0].value",
     ),
     post("protocolVersion a number", RUNS, run(protocolVersion=1), "protocolVersion"),
+    # --- quotas, usage and API keys (admin endpoints of issue 23)
+    post(
+        "quota negative", QUOTAS, {"runsPerMinute": -1}, "runsPerMinute", method="PUT", admin=True
+    ),
+    post("quota a string", QUOTAS, {"tokensPerDay": "9"}, "tokensPerDay", method="PUT", admin=True),
+    post("quota huge", QUOTAS, raw({"concurrentRuns": 1}, "1", "1" + "0" * 400), "concurrentRuns",
+         method="PUT", admin=True),
+    post("quota NaN", QUOTAS, raw({"concurrentRuns": 1}, "1", "NaN"), "concurrentRuns",
+         method="PUT", admin=True),
+    post("quota unknown field", QUOTAS, {"runs": 1}, "runs", method="PUT", admin=True),
+    post("quota body 2000 deep", QUOTAS, "[" * 2000 + "]" * 2000, "body", method="PUT", admin=True),
+    post(
+        "quota owner with a NUL",
+        "/api/v1/admin/owners/a%00b/quotas",
+        {"runsPerMinute": 1},
+        "owner_id",
+        method="PUT",
+        admin=True,
+    ),
+    get("usage days 0", "/api/v1/usage?days=0", "days"),
+    get("usage days huge", "/api/v1/usage?days=" + "9" * 400, "days"),
+    get("usage of another owner by query", "/api/v1/usage?owner_id=someone", "owner_id"),
+    post("API key owner invalid", KEYS, {"ownerId": "a b", "name": "k"}, "ownerId", admin=True),
+    post("API key name NUL", KEYS, {"ownerId": "a", "name": "k\u0000"}, "name", admin=True),
+    post(
+        "API key name surrogate",
+        KEYS,
+        raw({"ownerId": "a", "name": "N"}, '"N"', '"\\ud800"'),
+        "name",
+        admin=True,
+    ),
+    post("API key admin a string", KEYS, {"ownerId": "a", "name": "k", "admin": "true"}, "admin",
+         admin=True),
+    get("API keys page_size -1", f"{KEYS}?page_size=-1", "page_size", admin=True),
 ]
 
 

@@ -20,7 +20,7 @@ from services.gateway.auth import issue_token
 from services.gateway.clients import Clients, open_clients
 from shared.settings import Settings
 from tests.gateway.peers import FakeHistory, FakeMemory, FakeOrchestrator, parts_for
-from tests.conftest import make_settings
+from tests.conftest import USES_POSTGRES, drop_schemas, make_settings
 from tests.grpc_helpers import running_service
 
 
@@ -61,9 +61,13 @@ async def serve_app(app: FastAPI) -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="module")
-def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    # The gateway stores nothing: one Settings per module (no schema, no data files).
-    return make_settings(tmp_path_factory.mktemp("gateway"), f"g{uuid.uuid4().hex[:12]}_")
+async def base_settings(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Settings]:
+    # One Settings per module: its gateway tables (quota overrides, usage, API keys) and
+    # quota counters, dropped after it on PostgreSQL + Redis.
+    prefix = f"g{uuid.uuid4().hex[:12]}_"
+    yield make_settings(tmp_path_factory.mktemp("gateway"), prefix)
+    if USES_POSTGRES:
+        await drop_schemas(prefix)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +96,20 @@ def gateway_settings(settings: Settings, addrs: dict[str, str], **overrides: Any
     values.update({"rpc_timeout_seconds": 2.0, "run_timeout_seconds": 30.0})
     values.update(overrides)
     return settings.model_copy(update=values)
+
+
+@asynccontextmanager
+async def app_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway of its own with `settings` (its own channels), and an HTTP client to it."""
+    clients = open_clients(settings)
+    try:
+        async with (
+            serve_app(create_app(settings, clients)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            yield http
+    finally:
+        await clients.close()
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,14 @@ def _record(calls: list[Recorded], request: Any, context: grpc.aio.ServicerConte
     calls.append(Recorded(request, md, context.time_remaining()))
 
 
+# A chat run whose thread starts with "usage-" reports this usage on RUN_FINISHED.
+USAGE_SCRIPT = message_pb2.Usage(input_tokens=120, output_tokens=30)
+
+
+def usage_of(thread_id: str) -> message_pb2.Usage | None:
+    return USAGE_SCRIPT if thread_id.startswith("usage-") else None
+
+
 def chat_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
     """The event sequence of a chat run (chat_default: router on, worker)."""
     mid = f"{run_id}-reply"
@@ -50,7 +58,7 @@ def chat_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
         {"text_message_content": R.TextMessageContent(message_id=mid, delta=", Lin.\nBye")},
         {"text_message_end": R.TextMessageEnd(message_id=mid)},
         {"step_finished": R.StepFinished(step_name="worker")},
-        {"run_finished": R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS)},
+        {"run_finished": R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=usage_of(thread_id))},
     ]
     return _number(thread_id, run_id, payloads)
 
@@ -93,7 +101,8 @@ WAIT_SECONDS = 1.0
 
 class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer):
     """Scripts by thread id prefix: "tools-", "reject-", "conflict-", "silent-", "eof-",
-    "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "stopped-", "batch-" (three events per
+    "fail-mid-", "error-", "after-end-", "no-end-", "slow-", "stopped-", "usage-" (RUN_FINISHED
+    with USAGE_SCRIPT), "batch-" (three events per
     response when the caller asks for batches, and "batch-after-end-"), "wait-" (silent for
     WAIT_SECONDS after the worker step starts, as during a long tool call); anything else
     is a chat run."""

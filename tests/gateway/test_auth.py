@@ -122,7 +122,7 @@ async def test_scope_list_with_admin_reaches_audit(
     assert resp.status_code == 200
 
 
-def test_token_command_prints_a_token_the_gateway_accepts(gw_settings: Settings) -> None:
+async def test_token_command_prints_a_token_the_gateway_accepts(gw_settings: Settings) -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "AGENTMESH_JWT_SECRET": gw_settings.jwt_secret,
            "PYTHONPATH": os.pathsep.join([str(root), str(root / "protos")])}
@@ -130,7 +130,7 @@ def test_token_command_prints_a_token_the_gateway_accepts(gw_settings: Settings)
         [sys.executable, "-m", "services.gateway", "token", "--sub", "bob", "--admin", "--ttl", "60"],
         capture_output=True, text=True, check=True, env=env, timeout=30,
     ).stdout.strip()
-    who = verify_token(gw_settings, out)
+    who = await verify_token(gw_settings, out)
     assert (who.owner, who.admin) == ("bob", True)
     assert jwt.decode(out, options={"verify_signature": False})["exp"] <= time.time() + 61
 

@@ -54,7 +54,11 @@ async def gateway(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     try:
         app = create_app(settings, clients)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        # The ASGI transport runs no lifespan: run it here (it opens the gateway's store).
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://gateway") as http,
+        ):
             yield http
     finally:
         await clients.close()
