@@ -16,6 +16,8 @@ from agentmesh_client.models import (
     JobRun,
     JobRunPage,
     Memory,
+    MemoryChange,
+    MemoryChangePage,
     MemoryPage,
     Message,
     MessagePage,
@@ -24,6 +26,7 @@ from agentmesh_client.models import (
     Thread,
     ThreadPage,
     ToolDenial,
+    Usage,
 )
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "JobRun",
     "JobRunPage",
     "Memory",
+    "MemoryChange",
+    "MemoryChangePage",
     "MemoryPage",
     "Message",
     "MessagePage",
@@ -48,4 +53,5 @@ __all__ = [
     "Thread",
     "ThreadPage",
     "ToolDenial",
+    "Usage",
 ]

@@ -4,7 +4,8 @@
     agentmesh run "Hello" [--thread t-1]            stream a run: text on stdout, steps on stderr
     agentmesh threads | history THREAD | runs get RUN | runs cancel RUN | runs events RUN
     agentmesh jobs list | get | create | trigger [--wait] | runs | pause | resume | delete
-    agentmesh memories list [--query Q] | memories forget ID
+    agentmesh memories list [--query Q] | memories edit ID [--content C] [--kind K] [--version N]
+    agentmesh memories forget ID
     agentmesh register | audit --owner ID | health
 
 The gateway is `--url` (or AGENTMESH_URL, default http://127.0.0.1:8080), the bearer token
@@ -255,6 +256,9 @@ def cmd_runs(client: Client, args: argparse.Namespace) -> int:
         rows.append(("cancel", "requested"))
     if run.rolled_back:
         rows.append(("rolled back", "yes"))
+    for u in run.usage:
+        estimated = " (estimated)" if u.estimated else ""
+        rows.append(("tokens", f"{u.input_tokens} in / {u.output_tokens} out{estimated}"))
     for key, value in rows:
         print(f"{key:<12}{value}")
     return EXIT_OK
@@ -349,6 +353,17 @@ def cmd_memories(client: Client, args: argparse.Namespace) -> int:
         client.forget_memory(args.memory_id)
         if not args.json:
             print(f"forgot {args.memory_id}")
+        return EXIT_OK
+    if args.action == "edit":
+        if args.content is None and args.kind is None:
+            raise _Usage("memories edit: give --content or --kind (or both)")
+        memory = client.edit_memory(
+            args.memory_id, content=args.content, kind=args.kind, version=args.version
+        )
+        if args.json:
+            _dump(memory, sys.stdout)
+        else:
+            print(f"{memory.id}: version {memory.version}, {memory.kind or '-'}: {memory.content}")
         return EXIT_OK
     query = getattr(args, "query", None)
     page = client.memories(query=query, page_size=args.page_size, page_token=args.page_token)
@@ -663,6 +678,11 @@ def _parser() -> argparse.ArgumentParser:
     mem = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = mem.add_parser("list", parents=[common, paged], help="list, or search with --query")
     p.add_argument("--query")
+    p = mem.add_parser("edit", parents=[common], help="edit one's content and/or kind")
+    p.add_argument("memory_id")
+    p.add_argument("--content")
+    p.add_argument("--kind", choices=("fact", "preference", "dislike", "name", "place"))
+    p.add_argument("--version", type=int, help="only if still at this version (else refused)")
     mem.add_parser("forget", parents=[common], help="forget one").add_argument("memory_id")
 
     p = sub.add_parser("register", parents=[common], help="register yourself (default jobs)")

@@ -37,6 +37,8 @@ from agentmesh_client.models import (
     JobPage,
     JobRun,
     JobRunPage,
+    Memory,
+    MemoryChangePage,
     MemoryPage,
     Message,
     MessagePage,
@@ -378,6 +380,43 @@ class Client(_Closing):
             MemoryPage,
             "/api/v1/memories",
             query=query,
+            page_size=page_size or None,
+            page_token=page_token,
+        )
+
+    def get_memory(self, memory_id: str) -> Memory:
+        return self._get(Memory, f"/api/v1/memories/{_path_id(memory_id)}")
+
+    def create_memory(self, content: str, *, kind: str | None = None) -> Memory:
+        """POST /api/v1/memories (the same fact again rewrites that memory: version + 1)."""
+        body: dict[str, Any] = {"content": content, **({"kind": kind} if kind else {})}
+        return Memory.model_validate(self._send("POST", "/api/v1/memories", body=body).json())
+
+    def edit_memory(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        kind: str | None = None,
+        version: int | None = None,
+    ) -> Memory:
+        """PATCH /api/v1/memories/{id}; with `version`, a memory changed since is a 409
+        (VERSION_MISMATCH) and nothing is written."""
+        body: dict[str, Any] = {
+            key: value
+            for key, value in (("content", content), ("kind", kind), ("version", version))
+            if value is not None
+        }
+        resp = self._send("PATCH", f"/api/v1/memories/{_path_id(memory_id)}", body=body)
+        return Memory.model_validate(resp.json())
+
+    def memory_changes(
+        self, *, page_size: int = 0, page_token: str | None = None
+    ) -> MemoryChangePage:
+        """A page of the record of every change of the caller's memories, oldest first."""
+        return self._get(
+            MemoryChangePage,
+            "/api/v1/memories:changes",
             page_size=page_size or None,
             page_token=page_token,
         )

@@ -107,6 +107,15 @@ class RunError(ApiModel):
     message: str = ""
 
 
+class Usage(ApiModel):
+    """A run's token counts; `estimated` when agentmesh counted them (the model reported none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    estimated: bool = False
+
+
 class Run(ApiModel):
     """A run record (GET /api/v1/agent/runs/{run_id})."""
 
@@ -121,6 +130,8 @@ class Run(ApiModel):
     error: RunError | None = None
     cancel_requested: bool = False
     rolled_back: bool = False
+    # As RUN_FINISHED carries it (a one-item list); empty while none is recorded.
+    usage: list[Usage] = Field(default_factory=list)
 
 
 class CancelResult(ApiModel):
@@ -162,10 +173,33 @@ class Memory(ApiModel):
     source_message_ids: list[str] = Field(default_factory=list)
     create_time: datetime | None = None
     update_time: datetime | None = None
+    # A search result's relevance (0..1, higher is better), when the gateway gives one.
+    score: float | None = None
 
 
 class MemoryPage(ApiModel):
     memories: list[Memory] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class MemoryChange(ApiModel):
+    """One entry of the change record: `action` write, rewrite, update or forget; `actor` run
+    (then `source_run_id`) or api."""
+
+    action: str
+    memory_id: str
+    content: str = ""
+    actor: str = ""
+    kind: str | None = None
+    previous_content: str | None = None
+    source_run_id: str | None = None
+    source_message_ids: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    create_time: datetime | None = None
+
+
+class MemoryChangePage(ApiModel):
+    changes: list[MemoryChange] = Field(default_factory=list)
     next_page_token: str | None = None
 
 

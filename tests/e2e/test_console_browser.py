@@ -1,8 +1,9 @@
 """The console in a real headless browser (Debian's Chromium driven by Playwright, which
 downloads no browser of its own) against the real suite: chat runs stream with their steps,
 a job created and triggered shows its run, a memory shows its provenance and can be
-forgotten, the audit marks hidden messages, errors are shown as the API gives them, and the
-pages fit a narrow window. Screenshots go to results/console/ for a person to look at."""
+forgotten, a memory saved and edited in the page shows its change record, the audit marks
+hidden messages, errors are shown as the API gives them, and the pages fit a narrow window.
+Screenshots go to results/console/ for a person to look at."""
 
 from __future__ import annotations
 
@@ -186,6 +187,8 @@ async def test_a_thread_shows_its_runs_with_outcome_usage_and_profile(console: C
     thread = f"t-{uuid.uuid4().hex[:8]}"
     first = chat(client, thread, "First question")
     second = chat(client, thread, 'use the memory_search tool with {"query": "q"}')
+    events: list[str] = []
+    page.on("request", lambda r: events.append(r.url) if r.url.endswith("/events") else None)
     await console.open("#/threads")
     await page.locator("#threads-table a", has_text=thread).click()
     rows = page.locator("#runs-table tbody tr")
@@ -198,7 +201,11 @@ async def test_a_thread_shows_its_runs_with_outcome_usage_and_profile(console: C
         cells = await page.locator(f'#runs-table tr[data-run-id="{run_id}"] td').all_text_contents()
         assert cells[1] == "succeeded" and cells[2] == "chat", cells
         assert cells[3].startswith("chat_default") and "router on · worker" in cells[3], cells
-        assert " in · " in cells[6] and " out" in cells[6], cells
+        # The usage is the run record's (no need of its events, which expire).
+        [usage] = client.get_run(run_id).usage
+        assert usage.input_tokens > 0 and usage.output_tokens > 0, usage
+        assert cells[6].startswith(f"{usage.input_tokens} in · {usage.output_tokens} out"), cells
+    assert events == [], events
     history = page.locator("#thread-history > .msg")
     assert await history.count() == len(client.history(thread).messages)
     await console.shot("thread-runs")
@@ -261,6 +268,67 @@ async def test_a_job_created_and_triggered_shows_its_run_and_the_memory_it_wrote
     await card.get_by_role("button", name="Forget it for good?").click()
     await card.wait_for(state="detached")
     assert client.memories().memories == []
+    console.no_errors()
+
+
+async def test_a_memory_edited_shows_the_change(console: Console) -> None:
+    page, client = console.page, console.client
+    await console.open("#/memories")
+    await page.locator("#memory-list .empty").wait_for()
+    # Saved in the page.
+    await page.fill("#memory-new", "User drinks oolong tea")
+    await page.select_option("#memory-new-kind", "preference")
+    await page.click("#memory-save")
+    [memory] = client.memories().memories
+    assert (memory.content, memory.kind, memory.version) == (
+        "User drinks oolong tea",
+        "preference",
+        1,
+    )
+    card = page.locator(f'.memory[data-memory-id="{memory.id}"]')
+    await card.wait_for()
+
+    # Edited in the page, against the version it shows.
+    await card.get_by_role("button", name="Edit").click()
+    await card.locator(".memory-edit-content").fill("User drinks jasmine tea")
+    await card.get_by_role("button", name="Save").click()
+    edited = page.locator(f'.memory[data-memory-id="{memory.id}"][data-version="2"]')
+    await edited.wait_for()
+    assert await edited.locator(".memory-content").text_content() == "User drinks jasmine tea"
+    assert "version 2" in (await edited.locator(".memory-meta").text_content() or "")
+    now = client.get_memory(memory.id)
+    assert (now.content, now.kind, now.version) == ("User drinks jasmine tea", "preference", 2)
+    # Its change record, shown after the edit: who changed what.
+    update = edited.locator('.change[data-action="update"]')
+    await update.wait_for()
+    text = await update.text_content() or ""
+    assert "you, through the API" in text, text
+    assert await update.locator("del").text_content() == "User drinks oolong tea"
+    assert await update.locator(".change-content").text_content() == "User drinks jasmine tea"
+    actions = await edited.locator(".change").evaluate_all("els => els.map(e => e.dataset.action)")
+    assert actions == ["write", "update"], actions
+    changes = [c for c in client.memory_changes().changes if c.memory_id == memory.id]
+    assert [(c.action, c.actor, c.previous_content, c.content) for c in changes] == [
+        ("write", "api", None, "User drinks oolong tea"),
+        ("update", "api", "User drinks oolong tea", "User drinks jasmine tea"),
+    ]
+    await console.shot("memory-edited")
+
+    # Changed elsewhere while the page shows version 2: the API's 409, and nothing written.
+    await edited.get_by_role("button", name="Edit").click()
+    client.edit_memory(memory.id, content="User drinks green tea", version=2)
+    await edited.locator(".memory-edit-content").fill("User drinks black tea")
+    await edited.get_by_role("button", name="Save").click()
+    text = await console.error_text(f'.memory[data-memory-id="{memory.id}"] .memory-edit-error')
+    assert "409 ABORTED" in text and "at version 3, not 2" in text and "request id" in text, text
+    after = client.get_memory(memory.id)
+    assert (after.content, after.version) == ("User drinks green tea", 3)
+    await console.shot("memory-edit-conflict")
+    # The page offers the memory as it is now, and its change record shows the other edit.
+    await edited.get_by_role("button", name="Show the current version").click()
+    current = page.locator(f'.memory[data-memory-id="{memory.id}"][data-version="3"]')
+    assert await current.locator(".memory-content").text_content() == "User drinks green tea"
+    await current.locator('.change[data-action="update"]').nth(1).wait_for()
     console.no_errors()
 
 

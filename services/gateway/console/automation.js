@@ -1,8 +1,8 @@
 // Automation: the caller's jobs (create, edit, pause, resume, trigger, delete), each job's next
 // run in the job's own time zone, and its past runs with every attempt and its error.
 import {
-  api, ApiError, badge, browserZone, clear, confirmButton, empty, errorBox, guarded, h, mono,
-  listing, pathId, table, when, ago,
+  api, badge, browserZone, clear, confirmButton, empty, errorBox, field, guarded, h, markInvalid,
+  mono, listing, pathId, table, when, ago,
 } from "./lib.js";
 
 const TOOLS = ["memory_write", "memory_forget", "memory_search"];
@@ -141,12 +141,6 @@ async function renderJob(root, jobId, editing) {
   return () => clearTimeout(timer);
 }
 
-function field(label, name, control, hint) {
-  control.dataset.field = name;
-  return h("label", { class: "field", "data-for": name }, h("span", { class: "field-label" }, label), control,
-    hint ? h("span", { class: "muted small" }, hint) : null);
-}
-
 function localInputValue(iso) {
   if (!iso) return "";
   const d = new Date(iso);
@@ -239,13 +233,7 @@ function renderForm(root, job) {
       location.hash = `#/automation/${pathId(saved.id)}`;
     } catch (err) {
       errorSlot.append(errorBox(err));
-      if (err instanceof ApiError) {
-        for (const d of err.details) {
-          const top = String(d.field).split(/[.[]/)[0];
-          const el = form.querySelector(`[data-for="${CSS.escape(d.field)}"]`) ?? form.querySelector(`[data-for="${CSS.escape(top)}"]`);
-          el?.classList.add("invalid");
-        }
-      }
+      markInvalid(form, err);
     }
   });
   clear(root, h("section", { class: "page narrow" },

@@ -138,6 +138,24 @@ export async function guarded(slot, work) {
   }
 }
 
+// A form's labelled field; `name` is the API's field name, so an error's details can mark it.
+export function field(label, name, control, hint) {
+  control.dataset.field = name;
+  return h("label", { class: "field", "data-for": name }, h("span", { class: "field-label" }, label), control,
+    hint ? h("span", { class: "muted small" }, hint) : null);
+}
+
+// Marks the fields of `form` an API error's details name (clearing earlier marks).
+export function markInvalid(form, err) {
+  for (const el of form.querySelectorAll(".invalid")) el.classList.remove("invalid");
+  if (!(err instanceof ApiError)) return;
+  for (const d of err.details) {
+    const top = String(d.field).split(/[.[]/)[0];
+    const el = form.querySelector(`[data-for="${CSS.escape(d.field)}"]`) ?? form.querySelector(`[data-for="${CSS.escape(top)}"]`);
+    el?.classList.add("invalid");
+  }
+}
+
 // ---- times -------------------------------------------------------------------------------------
 
 export function when(iso, zone) {

@@ -25,8 +25,13 @@ export async function render(root, params) {
   });
 }
 
-// A finished run's usage is on its RUN_FINISHED event, readable while its events are kept
-// (AGENTMESH_EVENT_LOG_RETENTION_SECONDS); the run record itself carries none.
+function usageText(u) {
+  return `${u.inputTokens} in · ${u.outputTokens} out${u.estimated ? " (est.)" : ""}`;
+}
+
+// A run's usage is on its record; a record without it (a run finished before the record
+// carried usage) falls back to its RUN_FINISHED event, readable while its events are kept
+// (AGENTMESH_EVENT_LOG_RETENTION_SECONDS).
 async function usageOf(runId) {
   const resp = await fetch(`/api/v1/agent/runs/${pathId(runId)}/events`, {
     headers: { Authorization: `Bearer ${session.token()}`, Accept: "text/event-stream" },
@@ -39,7 +44,7 @@ async function usageOf(runId) {
     const event = JSON.parse(line.slice(6));
     if (event.type === "RUN_FINISHED") {
       const u = (event.usage ?? [])[0];
-      return u ? `${u.inputTokens} in · ${u.outputTokens} out${u.estimated ? " (est.)" : ""}` : "none reported";
+      return u ? usageText(u) : "none reported";
     }
     if (event.type === "RUN_ERROR") return "—";
   }
@@ -93,7 +98,8 @@ async function renderThread(root, threadId) {
         runsBody.append(h("tr", {}, h("td", {}, mono(r.id)), h("td", { colspan: 7 }, r.loadError.message)));
         continue;
       }
-      const usage = h("td", { class: "usage" }, FINISHED.has(r.state) ? "…" : "—");
+      const recorded = (r.usage ?? [])[0];
+      const usage = h("td", { class: "usage" }, recorded ? usageText(recorded) : FINISHED.has(r.state) ? "…" : "—");
       const p = r.profile ?? {};
       runsBody.append(h("tr", { "data-run-id": r.id },
         h("td", {}, mono(r.id)),
@@ -105,7 +111,7 @@ async function renderThread(root, threadId) {
         h("td", {}, duration(r.startTime, r.finishTime) || "—"),
         usage,
         h("td", {}, r.error ? h("span", { class: "error-inline" }, h("code", {}, r.error.code), " ", r.error.message) : "—")));
-      if (FINISHED.has(r.state)) usageOf(r.id).then((u) => { usage.textContent = u; }, () => { usage.textContent = "—"; });
+      if (!recorded && FINISHED.has(r.state)) usageOf(r.id).then((u) => { usage.textContent = u; }, () => { usage.textContent = "—"; });
     }
     if (!runIds.length && !runsBody.childElementCount) runsBody.append(h("tr", {}, h("td", { colspan: 8 }, empty("No runs."))));
   };
