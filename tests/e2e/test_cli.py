@@ -118,6 +118,18 @@ def test_jobs_create_trigger_and_runs(agentmesh: Run, suite: Suite, owner: str) 
     [memory] = json.loads(agentmesh("memories", "list", "--query", "oolong", "--json").stdout)[
         "memories"
     ]
+    edited = agentmesh("memories", "edit", memory["id"], "--content", "User loves sencha",
+                       "--kind", "preference", "--version", str(memory["version"]))  # fmt: skip
+    assert edited.returncode == EXIT_OK, edited.stderr
+    assert edited.stdout == (
+        f"{memory['id']}: version {memory['version'] + 1}, preference: User loves sencha\n"
+    )
+    stale = agentmesh("memories", "edit", memory["id"], "--content", "User loves matcha",
+                      "--version", str(memory["version"]))  # fmt: skip
+    assert stale.returncode == EXIT_FAILED and "ABORTED" in stale.stderr, stale.stderr
+    assert agentmesh("memories", "edit", memory["id"]).returncode == EXIT_USAGE
+    with Client(suite.gateway_url, token(owner)) as am:
+        assert am.get_memory(memory["id"]).content == "User loves sencha"
     assert agentmesh("memories", "forget", memory["id"]).returncode == EXIT_OK
     assert json.loads(agentmesh("memories", "list", "--json").stdout)["memories"] == []
     paused = agentmesh("jobs", "pause", job["id"])

@@ -45,6 +45,14 @@ def test_a_run_streams_typed_events_and_is_stored(am: Client) -> None:
     assert history[1].metadata.executor == "worker" and history[1].run_id == run.run_id
     record = am.get_run(run.run_id)
     assert (record.state, record.thread_id, record.origin) == ("succeeded", thread, "chat")
+    # The record's usage is the one RUN_FINISHED carried.
+    [usage] = record.usage
+    [finished] = events[-1].usage
+    assert (usage.input_tokens, usage.output_tokens) == (
+        finished.input_tokens,
+        finished.output_tokens,
+    )
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
     assert record.profile is not None and record.profile.name == "chat_default"
     assert thread in [t.id for t in am.iter_threads()]
     # Resuming: from the start the same events; after the last one, nothing.
@@ -167,6 +175,37 @@ def test_a_memory_with_its_provenance_is_listed_searched_and_forgotten(am: Clien
     with pytest.raises(ApiError) as again:
         am.forget_memory(memory.id)
     assert again.value.status == 404
+
+
+def test_a_memory_is_saved_edited_against_its_version_and_its_changes_listed(
+    am: Client,
+) -> None:
+    saved = am.create_memory("User lives in Lyon", kind="place")
+    assert (saved.content, saved.kind, saved.version) == ("User lives in Lyon", "place", 1)
+    assert am.create_memory("user lives in lyon.").version == 2  # the same fact: rewritten
+    edited = am.edit_memory(saved.id, content="User lives in Paris", version=2)
+    assert (edited.content, edited.kind, edited.version) == ("User lives in Paris", "place", 3)
+    assert am.get_memory(saved.id) == edited
+    with pytest.raises(ApiError) as stale:
+        am.edit_memory(saved.id, kind="fact", version=2)
+    assert (stale.value.status, stale.value.code) == (409, "ABORTED")
+    assert am.get_memory(saved.id).kind == "place"
+    with pytest.raises(ApiError) as bad:
+        am.edit_memory(saved.id, kind="colour")
+    assert bad.value.status == 400 and "kind" in str(bad.value)
+    changes = am.memory_changes().changes
+    assert [(c.action, c.actor, c.memory_id) for c in changes] == [
+        ("write", "api", saved.id),
+        ("rewrite", "api", saved.id),
+        ("update", "api", saved.id),
+    ]
+    assert (changes[2].previous_content, changes[2].content) == (
+        "user lives in lyon.",
+        "User lives in Paris",
+    )
+    one = am.memory_changes(page_size=1)
+    assert len(one.changes) == 1 and one.next_page_token
+    assert am.memory_changes(page_token=one.next_page_token).changes == changes[1:]
 
 
 def test_the_audit_shows_hidden_messages_to_an_admin_only(
