@@ -417,6 +417,7 @@ async def test_the_console_fits_a_narrow_window(browser: Browser, slow_suite: Su
     context = await browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US")
     c = Console(await context.new_page(), slow_suite, f"narrow-{uuid.uuid4().hex[:8]}")
     try:
+        c.client.create_memory("User reads long Russian novels on the train", kind="preference")
         await c.open()
         await c.page.fill("#chat-input", 'use the memory_search tool with {"query": "x"}')
         await c.page.click("#send")

@@ -270,7 +270,7 @@ export async function render(root) {
     if (!token) clear(list);
     for (const m of page.memories) list.append(card(m, forget));
     status.textContent = q ? `${page.memories.length} found for “${q}”` : "";
-    if (!list.childElementCount) list.append(empty(q ? "Nothing matches." : "No memories yet: a memory job (Automation) writes them from your chats."));
+    if (!list.childElementCount) list.append(empty(q ? "Nothing matches." : "No memories yet: a memory job (Automation) writes them from your chats, or save one above."));
     clear(more, q ? null : moreButton(page.nextPageToken, load));
   };
   form.addEventListener("submit", (event) => {
