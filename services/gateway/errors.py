@@ -140,7 +140,10 @@ def from_rpc(
             if f in renames and message.startswith(f"{f}:"):
                 message = f"{name}:{message[len(f) + 1:]}"
             violations.append((name, d))
-        return ApiError(status, code.name, message, violations=violations)
+        # A service's own reason (ErrorInfo, e.g. VERSION_MISMATCH) says more than the code;
+        # the code's default reason says nothing the code does not.
+        extra = {} if domain.reason == type(domain).default_reason else {"reason": domain.reason}
+        return ApiError(status, code.name, message, violations=violations, extra=extra)
     if code is grpc.StatusCode.CANCELLED:
         # The gateway never reports its own cancels (their caller is gone): this one is the
         # peer's, which stopped before answering.
