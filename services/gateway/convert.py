@@ -278,8 +278,11 @@ def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
     return out
 
 
-def memory_json(m: memory_service_pb2.Memory) -> dict[str, Any]:
+def memory_json(m: memory_service_pb2.Memory, *, scored: bool = False) -> dict[str, Any]:
+    """A memory as the API answers it; `scored` (a search result) adds its relevance, 0..1."""
     out: dict[str, Any] = {"id": m.id, "content": m.content, "version": m.version}
+    if scored:
+        out["score"] = m.score
     if m.kind:
         out["kind"] = m.kind
     if m.source_run_id:

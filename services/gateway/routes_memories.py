@@ -89,7 +89,7 @@ async def list_memories(
             "SearchMemories",
             pb.SearchMemoriesRequest(query=text, page_size=page_size),
         )
-        return {"memories": [convert.memory_json(m) for m in found.memories]}
+        return {"memories": [convert.memory_json(m, scored=True) for m in found.memories]}
     reply = await _memory(
         request,
         who,

@@ -217,6 +217,33 @@ def test_the_memory_api_creates_edits_searches_deletes_and_exports(suite: Suite)
     assert (nothing["memories"], nothing["changes"]) == ([], [])
 
 
+def test_a_search_answers_each_memorys_relevance_and_a_listing_none(suite: Suite) -> None:
+    owner = _owner("score")
+    url = f"{suite.gateway_url}/api/v1/memories"
+    ids = {}
+    for content in ("I like green tea", "I drink tea at night", "My name is Ann"):
+        created = httpx.post(url, json={"content": content}, headers=_auth(owner))
+        assert created.status_code == 201, created.text
+        ids[content] = created.json()["id"]
+
+    found = httpx.get(url, params={"q": "green tea"}, headers=_auth(owner))
+    assert found.status_code == 200, found.text
+    hits = found.json()["memories"]
+    assert hits[0]["id"] == ids["I like green tea"]
+    assert ids["I drink tea at night"] in [m["id"] for m in hits]
+    scores = [m["score"] for m in hits]
+    # Relevance 0..1, best first; the memory holding every word of q is the best there is.
+    assert all(isinstance(s, float) and 0 < s <= 1 for s in scores), scores
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1], scores
+    assert scores[0] == 1.0
+
+    listed = httpx.get(url, headers=_auth(owner)).json()["memories"]
+    assert {m["id"] for m in listed} == set(ids.values())
+    assert all("score" not in m for m in listed)
+    one = httpx.get(f"{url}/{hits[0]['id']}", headers=_auth(owner)).json()
+    assert "score" not in one
+
+
 @pytest.mark.parametrize(
     ("method", "body", "field"),
     [
@@ -278,13 +305,15 @@ def test_a_job_sets_its_memory_policy_in_camel_case(suite: Suite) -> None:
         assert resp.json()["error"]["details"][0]["field"] == field
 
 
-def _trigger_and_wait(suite: Suite, owner: str, job_id: str) -> dict[str, Any]:
-    """`:trigger` a job and wait for that run to end; the job run."""
+def trigger_and_wait(
+    suite: Suite, owner: str, job_id: str, timeout: float = 60
+) -> dict[str, Any]:
+    """`:trigger` a job and wait (up to `timeout` seconds) for that run to end; the job run."""
     url = f"{suite.gateway_url}/api/v1/automation/jobs/{job_id}"
     triggered = httpx.post(f"{url}:trigger", headers=_auth(owner), timeout=10)
     assert triggered.status_code == 202, triggered.text
     run_id = triggered.json()["id"]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = httpx.get(f"{url}/runs", headers=_auth(owner), timeout=10).json()["runs"]
         [run] = [r for r in runs if r["id"] == run_id]
@@ -313,12 +342,12 @@ def test_the_pears_scenario_of_issue_19_through_the_api(suite: Suite) -> None:
     assert writer.status_code == 201, writer.text
 
     chat(suite, owner, f"c-{owner}", "I love pears.")
-    assert _trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
+    assert trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
     assert set(memories(suite, owner)) == {"User likes pears"}
     chat(suite, owner, f"c-{owner}", "Please forget that I love pears.")
-    assert _trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
+    assert trigger_and_wait(suite, owner, writer.json()["id"])["state"] == "succeeded"
     assert set(memories(suite, owner)) == {"User likes pears"}
 
     # The default job may forget: the request is still there for it.
-    assert _trigger_and_wait(suite, owner, default["id"])["state"] == "succeeded"
+    assert trigger_and_wait(suite, owner, default["id"])["state"] == "succeeded"
     assert memories(suite, owner) == {}
