@@ -51,6 +51,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             raise InvalidArgument("target", "set id or content_query")
         return pb.ForgetMemoryResponse(forgotten_ids=ids)
 
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOwnerDataResponse:
+        owner = owner_id(context)
+        async with self.engine.begin() as conn:
+            counts = await store.delete_owner_data(conn, owner)
+        return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
     async def SearchMemories(
         self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchMemoriesResponse:

@@ -318,3 +318,10 @@ async def advance_watermark(
         )
     return _watermark(row)
 
+
+
+async def delete_owner_data(conn: AsyncConnection, owner: str) -> dict[str, int]:
+    """Delete every memory and watermark of the owner; how many of each went."""
+    gone = await conn.execute(memories.delete().where(memories.c.owner_id == owner))
+    marks = await conn.execute(watermarks.delete().where(watermarks.c.owner_id == owner))
+    return {"memories": int(gone.rowcount or 0), "watermarks": int(marks.rowcount or 0)}

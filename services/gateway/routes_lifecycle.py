@@ -1,0 +1,138 @@
+"""Data lifecycle: delete a thread, delete an owner (a resumable job with readable progress),
+export an owner's data (services.gateway.lifecycle drives and composes them)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from agentmesh.history.v1 import history_service_pb2 as history_pb
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from services.gateway import lifecycle
+from services.gateway.auth import Caller, admin_caller, caller
+from services.gateway.clients import Clients, unary
+from services.gateway.errors import invalid
+from services.gateway.openapi import errors
+from services.gateway.params import IdPath, only_params
+from shared.ids import OWNER_RULE, is_owner_id
+from shared.settings import Settings
+
+router = APIRouter()
+
+
+def _ctx(request: Request) -> tuple[Clients, Settings]:
+    return request.app.state.clients, request.app.state.settings
+
+
+@router.delete(
+    "/api/v1/agent/threads/{thread_id}",
+    summary="Delete a thread with its messages, runs and event log (409 while a run is in flight)",
+    responses=errors(404, 409),
+    dependencies=[Depends(only_params())],
+)
+async def delete_thread(
+    request: Request, thread_id: IdPath, who: Annotated[Caller, Depends(caller)]
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.DeleteThread,
+        history_pb.DeleteThreadRequest(thread_id=thread_id),
+        owner=who.owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+    )
+    return lifecycle.deletion_json(reply.deletion)
+
+
+def _accepted(deletion: history_pb.Deletion) -> JSONResponse:
+    return JSONResponse(lifecycle.deletion_json(deletion), status_code=202)
+
+
+@router.delete(
+    "/api/v1/users/me",
+    summary="Delete everything of the caller in every service (a job; 202 with its progress)",
+    status_code=202,
+    dependencies=[Depends(only_params())],
+)
+async def delete_me(request: Request, who: Annotated[Caller, Depends(caller)]) -> JSONResponse:
+    clients, settings = _ctx(request)
+    deletion = await lifecycle.start_owner_deletion(
+        clients, settings, who.owner, requested_by=who.owner, admin=False
+    )
+    return _accepted(deletion)
+
+
+@router.get(
+    "/api/v1/users/me/deletions/{deletion_id}",
+    summary="One of the caller's deletion records: an owner deletion's progress, or a thread's",
+    responses=errors(404),
+    dependencies=[Depends(only_params())],
+)
+async def get_my_deletion(
+    request: Request, deletion_id: IdPath, who: Annotated[Caller, Depends(caller)]
+) -> dict[str, Any]:
+    return await _deletion(request, who.owner, deletion_id, admin=False)
+
+
+@router.get(
+    "/api/v1/users/me/export",
+    summary="Everything the caller has (threads, messages, memories, jobs) as one JSON document",
+    dependencies=[Depends(only_params())],
+)
+async def export_me(request: Request, who: Annotated[Caller, Depends(caller)]) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    return await lifecycle.export_owner(clients, settings, who.owner)
+
+
+def _owner(owner_id: str) -> str:
+    if not is_owner_id(owner_id):
+        raise invalid("owner_id", OWNER_RULE)
+    return owner_id
+
+
+@router.delete(
+    "/api/v1/admin/users/{owner_id}",
+    summary="Delete everything of an owner in every service (admin scope; 202 with progress)",
+    status_code=202,
+    responses=errors(403),
+    dependencies=[Depends(only_params())],
+)
+async def delete_owner(
+    request: Request, owner_id: str, who: Annotated[Caller, Depends(admin_caller)]
+) -> JSONResponse:
+    clients, settings = _ctx(request)
+    deletion = await lifecycle.start_owner_deletion(
+        clients, settings, _owner(owner_id), requested_by=f"admin:{who.owner}", admin=True
+    )
+    return _accepted(deletion)
+
+
+@router.get(
+    "/api/v1/admin/users/{owner_id}/deletions/{deletion_id}",
+    summary="A deletion record of an owner (admin scope)",
+    responses=errors(403, 404),
+    dependencies=[Depends(only_params())],
+)
+async def get_owner_deletion(
+    request: Request,
+    owner_id: str,
+    deletion_id: IdPath,
+    who: Annotated[Caller, Depends(admin_caller)],
+) -> dict[str, Any]:
+    return await _deletion(request, _owner(owner_id), deletion_id, admin=True)
+
+
+async def _deletion(
+    request: Request, owner: str, deletion_id: str, *, admin: bool
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.GetDeletion,
+        history_pb.GetDeletionRequest(deletion_id=deletion_id),
+        owner=owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+        admin=admin,
+    )
+    return lifecycle.deletion_json(reply.deletion)
