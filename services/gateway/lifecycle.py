@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 
 from services.gateway import convert, jobs
@@ -76,6 +77,8 @@ def _step_call(clients: Clients, service: str) -> tuple[Any, Any]:
         return clients.scheduler.DeleteOwnerData, scheduler_pb.DeleteOwnerDataRequest()
     if service == "memory":
         return clients.memory.DeleteOwnerData, memory_pb.DeleteOwnerDataRequest()
+    if service == "orchestrator":
+        return clients.orchestrator.DeleteOwnerData, orchestrator_pb.DeleteOwnerDataRequest()
     return clients.history.DeleteOwnerData, history_pb.DeleteOwnerDataRequest()
 
 
@@ -114,6 +117,26 @@ async def drive(
         if not record.done:
             break
     return d
+
+
+async def delete_run_events(
+    clients: Clients, settings: Settings, owner: str, run_ids: Sequence[str]
+) -> None:
+    """Drop the event logs of a deleted thread's runs. Best effort: the thread is deleted
+    already, and a log the orchestrator could not drop now ends with its retention
+    (event_log_retention_seconds); nobody can reach it through a run record any more."""
+    for i in range(0, len(run_ids), MAX_PAGE_SIZE):
+        try:
+            await unary(
+                clients.orchestrator.DeleteRunEvents,
+                orchestrator_pb.DeleteRunEventsRequest(run_ids=run_ids[i : i + MAX_PAGE_SIZE]),
+                owner=owner,
+                service="orchestrator",
+                timeout=settings.rpc_timeout_seconds,
+            )
+        except ApiError as err:
+            log.warning("event logs of a deleted thread not dropped: %s", err.code)
+            return
 
 
 async def start_owner_deletion(

@@ -42,6 +42,7 @@ async def delete_thread(
         service="history",
         timeout=settings.rpc_timeout_seconds,
     )
+    await lifecycle.delete_run_events(clients, settings, who.owner, list(reply.run_ids))
     return lifecycle.deletion_json(reply.deletion)
 
 

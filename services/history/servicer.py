@@ -624,11 +624,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         async with self._write() as conn:
-            deletion = await _delete_thread(
+            deletion, run_ids = await _delete_thread(
                 conn, owner, thread_id, self._clock(), requested_by=owner,
                 kind=deletions.DeletionKind.THREAD,
             )
-        return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion))
+        return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
 
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
@@ -739,9 +739,10 @@ async def _delete_thread(
     *,
     requested_by: str,
     kind: deletions.DeletionKind,
-) -> deletions.Deletion:
-    """Delete one thread in the caller's transaction and store its deletion record. The
-    thread row is locked first, so a run cannot begin on it meanwhile."""
+) -> tuple[deletions.Deletion, list[str]]:
+    """Delete one thread in the caller's transaction and store its deletion record; the
+    record and the ids of the runs deleted. The thread row is locked first, so a run cannot
+    begin on it meanwhile."""
     thread = await store.lock_thread(conn, owner, thread_id)
     if thread is None:
         raise NotFound(f"thread {thread_id} not found")
@@ -753,12 +754,13 @@ async def _delete_thread(
             reason="THREAD_BUSY",
             metadata={"active_run_id": active[0]},
         )
+    run_ids = await store.thread_run_ids(conn, owner, thread_id)
     counts = await store.delete_thread_data(conn, owner, thread_id)
     deletion = deletions.thread_deletion(
         owner, thread_id, counts, now, requested_by=requested_by, kind=kind
     )
     await store.insert_deletion(conn, deletion)
-    return deletion
+    return deletion, run_ids
 
 
 def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext) -> str:

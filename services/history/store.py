@@ -1082,6 +1082,11 @@ async def _delete_where(conn: Conn, table: sa.Table, *where: sa.ColumnElement[bo
     return int(result.rowcount or 0)
 
 
+async def thread_run_ids(conn: Conn, owner_id: str, thread_id: str) -> list[str]:
+    stmt = sa.select(runs.c.id).where(runs.c.owner_id == owner_id, runs.c.thread_id == thread_id)
+    return list((await conn.execute(stmt.order_by(runs.c.id))).scalars())
+
+
 async def delete_thread_data(conn: Conn, owner_id: str, thread_id: str) -> dict[str, int]:
     """Delete a thread with its messages, runs and tool denials; how many of each went."""
     counts = {

@@ -123,6 +123,9 @@ def test_deleting_a_thread_removes_it_and_answers_its_record(suite: Suite) -> No
     history = _call(suite, "GET", "/api/v1/agent/threads/t-del/history", owner)
     assert history.status_code == 404
     assert _call(suite, "GET", f"/api/v1/agent/runs/{run_id}", owner).status_code == 404
+    # Its event log went too: the run's stream cannot be replayed.
+    events = _call(suite, "GET", f"/api/v1/agent/runs/{run_id}/events", owner)
+    assert events.status_code == 404, events.text
     threads = _call(suite, "GET", "/api/v1/agent/threads", owner).json()["threads"]
     assert [t["id"] for t in threads] == ["t-keep"]
     again = _call(suite, "DELETE", "/api/v1/agent/threads/t-del", owner)
@@ -158,7 +161,12 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
     assert resp.status_code == 202, resp.text
     started = resp.json()
     assert started["kind"] == "owner"
-    assert [s["service"] for s in started["steps"]] == ["scheduler", "memory", "history"]
+    assert [s["service"] for s in started["steps"]] == [
+        "scheduler",
+        "memory",
+        "history",
+        "orchestrator",
+    ]
     # The triggered automation run may still be in flight: history then waits for it.
     final = _wait_deletion(suite, owner, started["id"])
     assert final["state"] == "succeeded", final
@@ -166,6 +174,7 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
     assert counts["scheduler"]["jobs"] == 1
     assert counts["memory"]["memories"] == 1
     assert counts["history"]["threads"] >= 1
+    assert counts["orchestrator"]["event_logs"] >= 1  # the chat run's stream
 
     emptied = _export(suite, owner)
     assert (emptied["threads"], emptied["messages"], emptied["memories"], emptied["jobs"]) == (
@@ -191,7 +200,7 @@ def test_an_owner_deletion_resumes_after_a_service_was_down(suite: Suite) -> Non
         assert resp.status_code == 202, resp.text
         body = resp.json()
         assert body["state"] == "running"
-        scheduler, memory, history = body["steps"]
+        scheduler, memory, history, _events = body["steps"]
         assert scheduler["done"] and not memory["done"] and not history["done"]
         assert memory["lastError"].startswith("UNAVAILABLE")
         assert history["attempts"] == 0  # later steps wait for the failed one

@@ -452,10 +452,12 @@ class DeleteThreadRequest(_message.Message):
     def __init__(self, thread_id: _Optional[str] = ...) -> None: ...
 
 class DeleteThreadResponse(_message.Message):
-    __slots__ = ("deletion",)
+    __slots__ = ("deletion", "run_ids")
     DELETION_FIELD_NUMBER: _ClassVar[int]
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     deletion: Deletion
-    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ...) -> None: ...
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ..., run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteOwnerDataRequest(_message.Message):
     __slots__ = ()
