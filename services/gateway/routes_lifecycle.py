@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import grpc
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -12,10 +13,13 @@ from fastapi.responses import JSONResponse
 from services.gateway import lifecycle
 from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.clients import Clients, unary
-from services.gateway.errors import invalid
+from services.gateway.errors import from_rpc, invalid
 from services.gateway.openapi import errors
 from services.gateway.params import IdPath, only_params
+from shared.errors import from_rpc_error
+from shared.identity import call_metadata
 from shared.ids import OWNER_RULE, is_owner_id
+from shared.logs import request_id_var
 from shared.settings import Settings
 
 router = APIRouter()
@@ -35,13 +39,21 @@ async def delete_thread(
     request: Request, thread_id: IdPath, who: Annotated[Caller, Depends(caller)]
 ) -> dict[str, Any]:
     clients, settings = _ctx(request)
-    reply = await unary(
-        clients.history.DeleteThread,
-        history_pb.DeleteThreadRequest(thread_id=thread_id),
-        owner=who.owner,
-        service="history",
-        timeout=settings.rpc_timeout_seconds,
-    )
+    try:
+        reply = await clients.history.DeleteThread(
+            history_pb.DeleteThreadRequest(thread_id=thread_id),
+            metadata=call_metadata(who.owner, request_id=request_id_var.get()),
+            timeout=settings.rpc_timeout_seconds,
+        )
+    except grpc.RpcError as err:
+        api = from_rpc(err, "history")
+        domain = from_rpc_error(err)
+        if domain.reason == "THREAD_BUSY":
+            api.extra = {
+                "reason": "THREAD_BUSY",
+                "activeRunId": domain.metadata.get("active_run_id", ""),
+            }
+        raise api from None
     await lifecycle.delete_run_events(clients, settings, who.owner, list(reply.run_ids))
     return lifecycle.deletion_json(reply.deletion)
 

@@ -12,11 +12,15 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from agentmesh.history.v1 import history_service_pb2 as history_pb
+from agentmesh.history.v1 import history_service_pb2_grpc as history_grpc
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as memory_grpc
+from agentmesh.type.v1 import message_pb2
 
 from services.launcher import Suite
 from shared.identity import call_metadata
+from shared.profiles import CHAT_DEFAULT, profile_to_pb
 from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.conftest import make_suite, parse_sse, run_body, token
 
@@ -135,6 +139,44 @@ def test_deleting_a_thread_removes_it_and_answers_its_record(suite: Suite) -> No
     assert got.status_code == 200 and got.json() == record
     theirs = _call(suite, "GET", f"/api/v1/users/me/deletions/{record['id']}", other)
     assert theirs.status_code == 404
+
+
+def test_a_thread_with_a_run_in_flight_is_a_409_naming_the_run(suite: Suite) -> None:
+    owner = _owner("ned")
+    _chat(suite, owner, "t-busy", "before")
+    # A run begun in history and not finished: what a run in flight looks like to it.
+    with grpc.insecure_channel(suite.address("history")) as ch:
+        stub = history_grpc.HistoryServiceStub(ch)
+        stub.BeginRun(
+            history_pb.BeginRunRequest(
+                thread_id="t-busy",
+                runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                run_id="r-live",
+                profile=profile_to_pb(CHAT_DEFAULT),
+                lease_holder="test",
+                lease_seconds=600,
+            ),
+            metadata=call_metadata(owner),
+            timeout=10,
+        )
+        resp = _call(suite, "DELETE", "/api/v1/agent/threads/t-busy", owner)
+        assert resp.status_code == 409, resp.text
+        error = resp.json()["error"]
+        assert (error["reason"], error["activeRunId"]) == ("THREAD_BUSY", "r-live")
+        assert (
+            len(
+                _call(suite, "GET", "/api/v1/agent/threads/t-busy/history", owner).json()[
+                    "messages"
+                ]
+            )
+            == 2
+        )
+        stub.FinishRun(
+            history_pb.FinishRunRequest(run_id="r-live", state=history_pb.RUN_STATE_CANCELLED),
+            metadata=call_metadata(owner),
+            timeout=10,
+        )
+    assert _call(suite, "DELETE", "/api/v1/agent/threads/t-busy", owner).status_code == 200
 
 
 def test_the_export_holds_the_owners_data_and_nobody_elses(suite: Suite) -> None:
