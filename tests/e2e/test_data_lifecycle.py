@@ -16,6 +16,8 @@ from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.history.v1 import history_service_pb2_grpc as history_grpc
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as memory_grpc
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_pb
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orchestrator_grpc
 from agentmesh.type.v1 import message_pb2
 
 from services.launcher import Suite
@@ -103,9 +105,20 @@ def _wait_deletion(
         time.sleep(0.3)
 
 
+def _stream(suite: Suite, owner: str, run_id: str) -> list[Any]:
+    with grpc.insecure_channel(suite.address("orchestrator")) as ch:
+        call = orchestrator_grpc.OrchestratorServiceStub(ch).StreamRun(
+            orchestrator_pb.StreamRunRequest(run_id=run_id),
+            metadata=call_metadata(owner),
+            timeout=10,
+        )
+        return list(call)
+
+
 def test_deleting_a_thread_removes_it_and_answers_its_record(suite: Suite) -> None:
     owner, other = _owner("dora"), _owner("eve")
     run_id = _chat(suite, owner, "t-del", "first")
+    assert _stream(suite, owner, run_id), "the finished run's events are kept before"
     _chat(suite, owner, "t-del", "second")
     _chat(suite, owner, "t-keep", "keep me")
 
@@ -127,9 +140,10 @@ def test_deleting_a_thread_removes_it_and_answers_its_record(suite: Suite) -> No
     history = _call(suite, "GET", "/api/v1/agent/threads/t-del/history", owner)
     assert history.status_code == 404
     assert _call(suite, "GET", f"/api/v1/agent/runs/{run_id}", owner).status_code == 404
-    # Its event log went too: the run's stream cannot be replayed.
-    events = _call(suite, "GET", f"/api/v1/agent/runs/{run_id}/events", owner)
-    assert events.status_code == 404, events.text
+    # Its event log went too: the orchestrator has no stream to replay.
+    with pytest.raises(grpc.RpcError) as err:
+        _stream(suite, owner, run_id)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
     threads = _call(suite, "GET", "/api/v1/agent/threads", owner).json()["threads"]
     assert [t["id"] for t in threads] == ["t-keep"]
     again = _call(suite, "DELETE", "/api/v1/agent/threads/t-del", owner)
