@@ -15,7 +15,7 @@ from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import from_rpc, invalid
 from services.gateway.openapi import errors
-from services.gateway.params import IdPath, only_params
+from services.gateway.params import IdPath, PageSize, PageToken, only_params
 from shared.errors import from_rpc_error
 from shared.identity import call_metadata
 from shared.ids import OWNER_RULE, is_owner_id
@@ -86,6 +86,54 @@ async def get_my_deletion(
     request: Request, deletion_id: IdPath, who: Annotated[Caller, Depends(caller)]
 ) -> dict[str, Any]:
     return await _deletion(request, who.owner, deletion_id, admin=False)
+
+
+@router.get(
+    "/api/v1/users/me/deletions",
+    summary="The caller's deletion records, newest first (threads, retention, owner deletions)",
+    dependencies=[Depends(only_params("page_size", "page_token"))],
+)
+async def list_my_deletions(
+    request: Request,
+    who: Annotated[Caller, Depends(caller)],
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+) -> dict[str, Any]:
+    return await _deletions(request, who.owner, page_size, page_token, admin=False)
+
+
+@router.get(
+    "/api/v1/admin/users/{owner_id}/deletions",
+    summary="An owner's deletion records, newest first (admin scope)",
+    responses=errors(403),
+    dependencies=[Depends(only_params("page_size", "page_token"))],
+)
+async def list_owner_deletions(
+    request: Request,
+    owner_id: str,
+    who: Annotated[Caller, Depends(admin_caller)],
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+) -> dict[str, Any]:
+    return await _deletions(request, _owner(owner_id), page_size, page_token, admin=True)
+
+
+async def _deletions(
+    request: Request, owner: str, page_size: int, page_token: str, *, admin: bool
+) -> dict[str, Any]:
+    clients, settings = _ctx(request)
+    reply = await unary(
+        clients.history.ListDeletions,
+        history_pb.ListDeletionsRequest(page_size=page_size, page_token=page_token),
+        owner=owner,
+        service="history",
+        timeout=settings.rpc_timeout_seconds,
+        admin=admin,
+    )
+    out: dict[str, Any] = {"deletions": [lifecycle.deletion_json(d) for d in reply.deletions]}
+    if reply.next_page_token:
+        out["nextPageToken"] = reply.next_page_token
+    return out
 
 
 @router.get(

@@ -693,6 +693,27 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             raise NotFound(f"deletion {deletion_id} not found")
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
+    async def ListDeletions(
+        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDeletionsResponse:
+        owner = owner_id(context)
+        size = page_size(request.page_size)
+        scope = ["deletions"]
+        raw = self._tokens.decode(request.page_token, scope)
+        after = None
+        if raw is not None:
+            create_time, deletion_id = position_list(raw, 2)
+            after = store.DeletionKey(position_time(create_time), position_str(deletion_id))
+        async with self._read() as conn:
+            rows = await store.list_deletions(conn, owner, after, size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            token = self._tokens.encode([page[-1].create_time.isoformat(), page[-1].id], scope)
+        return pb.ListDeletionsResponse(
+            deletions=[convert.deletion_to_pb(d) for d in page], next_page_token=token
+        )
+
     async def ListUnfinishedDeletions(
         self, request: pb.ListUnfinishedDeletionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListUnfinishedDeletionsResponse:

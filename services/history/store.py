@@ -1216,3 +1216,25 @@ async def unfinished_owner_deletion(conn: Conn, owner_id: str) -> Deletion | Non
 async def unfinished_owner_deletions(conn: Conn, limit: int) -> list[Deletion]:
     stmt = _unfinished_owner_deletions().order_by(deletions.c.create_time).limit(limit)
     return [_deletion(row) for row in (await conn.execute(stmt)).all()]
+
+
+@dataclass(frozen=True)
+class DeletionKey:
+    create_time: datetime
+    id: str
+
+
+async def list_deletions(
+    conn: Conn, owner_id: str, after: DeletionKey | None, limit: int
+) -> list[Deletion]:
+    """The owner's deletion records, newest first."""
+    stmt = sa.select(deletions).where(deletions.c.owner_id == owner_id)
+    if after is not None:
+        stmt = stmt.where(
+            sa.or_(
+                deletions.c.create_time < after.create_time,
+                sa.and_(deletions.c.create_time == after.create_time, deletions.c.id < after.id),
+            )
+        )
+    stmt = stmt.order_by(deletions.c.create_time.desc(), deletions.c.id.desc()).limit(limit)
+    return [_deletion(row) for row in (await conn.execute(stmt)).all()]

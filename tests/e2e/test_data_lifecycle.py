@@ -153,6 +153,9 @@ def test_deleting_a_thread_removes_it_and_answers_its_record(suite: Suite) -> No
     assert got.status_code == 200 and got.json() == record
     theirs = _call(suite, "GET", f"/api/v1/users/me/deletions/{record['id']}", other)
     assert theirs.status_code == 404
+    listed = _call(suite, "GET", "/api/v1/users/me/deletions", owner).json()["deletions"]
+    assert listed == [record]
+    assert _call(suite, "GET", "/api/v1/users/me/deletions", other).json()["deletions"] == []
 
 
 def test_a_thread_with_a_run_in_flight_is_a_409_naming_the_run(suite: Suite) -> None:
@@ -287,6 +290,9 @@ def test_admins_delete_an_owner_by_id_and_others_may_not(suite: Suite) -> None:
         time.sleep(0.3)
     assert got["state"] == "succeeded"
     assert _export(suite, owner)["memories"] == []
+    listed = _call(suite, "GET", f"{path}/deletions", admin, admin=True).json()["deletions"]
+    assert [d["id"] for d in listed] == [started["id"]]
+    assert _call(suite, "GET", f"{path}/deletions", owner).status_code == 403
 
 
 @pytest.mark.parametrize(

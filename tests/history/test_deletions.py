@@ -268,3 +268,42 @@ async def test_retention_deletes_threads_not_updated_for_the_configured_days(
             await asyncio.sleep(0.05)
         assert [t.id for t in alices.threads] == ["recent"]
         assert list(bobs.threads) == []
+        records = await h.stub.ListDeletions(pb.ListDeletionsRequest(), metadata=h.md())
+        [record] = records.deletions
+        assert (record.kind, record.thread_id, record.requested_by) == (
+            pb.DELETION_KIND_RETENTION,
+            "old",
+            "retention",
+        )
+
+
+async def test_deletion_records_are_listed_newest_first_page_by_page_per_owner(
+    history: History,
+) -> None:
+    ids = []
+    for n in range(3):
+        await _finished_thread(history, f"t{n}", f"r{n}")
+        history.clock.advance(seconds=1)
+        done = await history.stub.DeleteThread(
+            pb.DeleteThreadRequest(thread_id=f"t{n}"), metadata=history.md()
+        )
+        ids.append(done.deletion.id)
+    await _finished_thread(history, "t-bob", "r-bob", owner="bob")
+    await history.stub.DeleteThread(
+        pb.DeleteThreadRequest(thread_id="t-bob"), metadata=history.md("bob")
+    )
+
+    first = await history.stub.ListDeletions(
+        pb.ListDeletionsRequest(page_size=2), metadata=history.md()
+    )
+    second = await history.stub.ListDeletions(
+        pb.ListDeletionsRequest(page_size=2, page_token=first.next_page_token),
+        metadata=history.md(),
+    )
+    assert [d.id for d in [*first.deletions, *second.deletions]] == ids[::-1]
+    assert not second.next_page_token
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await history.stub.ListDeletions(
+            pb.ListDeletionsRequest(page_token="forged"), metadata=history.md()
+        )
+    assert _code(err) == grpc.StatusCode.INVALID_ARGUMENT

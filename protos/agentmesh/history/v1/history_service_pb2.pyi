@@ -540,3 +540,19 @@ class ListUnfinishedDeletionsResponse(_message.Message):
     DELETIONS_FIELD_NUMBER: _ClassVar[int]
     deletions: _containers.RepeatedCompositeFieldContainer[Deletion]
     def __init__(self, deletions: _Optional[_Iterable[_Union[Deletion, _Mapping]]] = ...) -> None: ...
+
+class ListDeletionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDeletionsResponse(_message.Message):
+    __slots__ = ("deletions", "next_page_token")
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[Deletion]
+    next_page_token: str
+    def __init__(self, deletions: _Optional[_Iterable[_Union[Deletion, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

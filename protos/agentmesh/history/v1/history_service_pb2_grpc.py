@@ -122,6 +122,11 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
                 _registered_method=True)
+        self.ListDeletions = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListDeletions',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.FromString,
+                _registered_method=True)
         self.ListUnfinishedDeletions = channel.unary_unary(
                 '/agentmesh.history.v1.HistoryService/ListUnfinishedDeletions',
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
@@ -255,6 +260,13 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeletions(self, request, context):
+        """The caller's deletion records, newest first (the audit of what was deleted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListUnfinishedDeletions(self, request, context):
         """Admin only: owner deletions not finished yet, of every owner (for the resumer).
         """
@@ -349,6 +361,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.GetDeletion,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.SerializeToString,
+            ),
+            'ListDeletions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeletions,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.SerializeToString,
             ),
             'ListUnfinishedDeletions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListUnfinishedDeletions,
@@ -818,6 +835,33 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/GetDeletion',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeletions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListDeletions',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

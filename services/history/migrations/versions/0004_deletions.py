@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.CheckConstraint("kind IN ('thread', 'owner', 'retention')", name="ck_deletions_kind"),
         sa.CheckConstraint("state IN ('running', 'succeeded')", name="ck_deletions_state"),
     )
+    op.create_index("ix_deletions_owner", "deletions", ["owner_id", "create_time", "id"])
     op.create_index("ix_deletions_unfinished", "deletions", ["state", "kind", "create_time"])
     # Threads the retention sweep picks: the oldest first.
     op.create_index("ix_threads_update_time", "threads", ["update_time"])
