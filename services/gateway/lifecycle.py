@@ -197,9 +197,9 @@ async def _all_pages(ask: Callable[[str], Awaitable[Any]], field: str) -> list[A
 
 
 async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict[str, Any]:
-    """Everything the services hold for `owner`, as one JSON document: threads, every message
-    (hidden ones included, as the audit shows them), refused tool calls, memories, jobs and
-    their runs."""
+    """Everything the services hold for `owner`, as one JSON document: threads, runs, every
+    message (hidden ones included, as the audit shows them), refused tool calls, memories,
+    jobs and their runs."""
     timeout = settings.rpc_timeout_seconds
 
     def call(rpc: Any, request: Any, service: str, *, admin: bool = False) -> Awaitable[Any]:
@@ -212,6 +212,14 @@ async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict
             "history",
         ),
         "threads",
+    )
+    agent_runs = await _all_pages(
+        lambda t: call(
+            clients.history.ListRuns,
+            history_pb.ListRunsRequest(page_size=MAX_PAGE_SIZE, page_token=t),
+            "history",
+        ),
+        "runs",
     )
     # The audit listing is the one that includes hidden messages; the admin scope is the
     # gateway's own here, for the caller's own owner id only.
@@ -264,6 +272,7 @@ async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict
     return {
         "ownerId": owner,
         "threads": [convert.thread_json(t) for t in threads],
+        "runs": [convert.run_json(r) for r in agent_runs],
         "messages": convert.messages_json(messages, audit=True),
         "toolDenials": [convert.tool_denial_json(d) for d in denials],
         "memories": [convert.memory_json(m) for m in memories],

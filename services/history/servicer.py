@@ -693,6 +693,27 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             raise NotFound(f"deletion {deletion_id} not found")
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
+        owner = owner_id(context)
+        size = page_size(request.page_size)
+        scope = ["runs"]
+        raw = self._tokens.decode(request.page_token, scope)
+        after = None
+        if raw is not None:
+            create_time, run_id = position_list(raw, 2)
+            after = store.RunKey(position_time(create_time), position_str(run_id))
+        async with self._read() as conn:
+            rows = await store.list_runs(conn, owner, after, size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            token = self._tokens.encode([page[-1].create_time.isoformat(), page[-1].id], scope)
+        return pb.ListRunsResponse(
+            runs=[convert.run_to_pb(r) for r in page], next_page_token=token
+        )
+
     async def ListDeletions(
         self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDeletionsResponse:

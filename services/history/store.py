@@ -1238,3 +1238,23 @@ async def list_deletions(
         )
     stmt = stmt.order_by(deletions.c.create_time.desc(), deletions.c.id.desc()).limit(limit)
     return [_deletion(row) for row in (await conn.execute(stmt)).all()]
+
+
+@dataclass(frozen=True)
+class RunKey:
+    create_time: datetime
+    id: str
+
+
+async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int) -> list[Run]:
+    """The owner's runs of every thread, oldest first."""
+    stmt = sa.select(runs).where(runs.c.owner_id == owner_id)
+    if after is not None:
+        stmt = stmt.where(
+            sa.or_(
+                runs.c.create_time > after.create_time,
+                sa.and_(runs.c.create_time == after.create_time, runs.c.id > after.id),
+            )
+        )
+    stmt = stmt.order_by(runs.c.create_time, runs.c.id).limit(limit)
+    return [_run(row) for row in (await conn.execute(stmt)).all()]

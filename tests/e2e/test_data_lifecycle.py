@@ -74,15 +74,17 @@ def _remember(suite: Suite, owner: str, content: str) -> None:
         )
 
 
-def _seed(suite: Suite, owner: str) -> None:
-    """A thread with a chat, a memory and the default memory job with one triggered run."""
-    _chat(suite, owner, "t-one", "hello there")
+def _seed(suite: Suite, owner: str) -> str:
+    """A thread with a chat, a memory and the default memory job with one triggered run;
+    the chat's run id."""
+    run_id = _chat(suite, owner, "t-one", "hello there")
     _remember(suite, owner, "User likes green tea")
     registered = _call(suite, "POST", "/api/v1/users", owner)
     assert registered.status_code == 200, registered.text
     [job] = registered.json()["jobs"]
     triggered = _call(suite, "POST", f"/api/v1/automation/jobs/{job['id']}:trigger", owner)
     assert triggered.status_code == 202, triggered.text
+    return run_id
 
 
 def _export(suite: Suite, owner: str) -> dict[str, Any]:
@@ -198,7 +200,7 @@ def test_a_thread_with_a_run_in_flight_is_a_409_naming_the_run(suite: Suite) -> 
 
 def test_the_export_holds_the_owners_data_and_nobody_elses(suite: Suite) -> None:
     owner, other = _owner("fay"), _owner("gil")
-    _seed(suite, owner)
+    run_id = _seed(suite, owner)
     _chat(suite, other, "t-other", "not yours")
 
     data = _export(suite, owner)
@@ -206,6 +208,7 @@ def test_the_export_holds_the_owners_data_and_nobody_elses(suite: Suite) -> None
     assert {t["id"] for t in data["threads"]} >= {"t-one"}
     texts = str(data["messages"])
     assert "hello there" in texts and "not yours" not in texts
+    assert run_id in [r["id"] for r in data["runs"]]
     assert [m["content"] for m in data["memories"]] == ["User likes green tea"]
     [job] = data["jobs"]
     assert job["runs"], "the triggered run is exported with its job"
@@ -236,12 +239,7 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
     assert counts["orchestrator"]["event_logs"] >= 1  # the chat run's stream
 
     emptied = _export(suite, owner)
-    assert (emptied["threads"], emptied["messages"], emptied["memories"], emptied["jobs"]) == (
-        [],
-        [],
-        [],
-        [],
-    )
+    assert [emptied[k] for k in ("threads", "runs", "messages", "memories", "jobs")] == [[]] * 5
     kept = _export(suite, other)
     assert kept["threads"] and kept["memories"] and kept["jobs"]
     # The record stays readable after the data is gone, and shows no content.

@@ -122,6 +122,11 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListRuns',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
         self.ListDeletions = channel.unary_unary(
                 '/agentmesh.history.v1.HistoryService/ListDeletions',
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.SerializeToString,
@@ -260,6 +265,13 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuns(self, request, context):
+        """The caller's runs of every thread, oldest first (the owner's data export).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDeletions(self, request, context):
         """The caller's deletion records, newest first (the audit of what was deleted).
         """
@@ -361,6 +373,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.GetDeletion,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.SerializeToString,
             ),
             'ListDeletions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDeletions,
@@ -835,6 +852,33 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/GetDeletion',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListRuns',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,10 +38,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_deletions_owner", "deletions", ["owner_id", "create_time", "id"])
     op.create_index("ix_deletions_unfinished", "deletions", ["state", "kind", "create_time"])
+    # An owner's runs of every thread, oldest first (the export).
+    op.create_index("ix_runs_owner_create", "runs", ["owner_id", "create_time", "id"])
     # Threads the retention sweep picks: the oldest first.
     op.create_index("ix_threads_update_time", "threads", ["update_time"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_threads_update_time", "threads")
+    op.drop_index("ix_runs_owner_create", "runs")
     op.drop_table("deletions")
