@@ -655,12 +655,20 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.StartOwnerDeletionResponse:
         owner = owner_id(context)
         requested_by = _requester(request.requested_by, owner, context)
-        async with self._write() as conn:
-            current = await store.unfinished_owner_deletion(conn, owner)
-            if current is not None:
-                return pb.StartOwnerDeletionResponse(deletion=convert.deletion_to_pb(current))
-            deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
-            await store.insert_deletion(conn, deletion)
+        deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
+        try:
+            async with self._write() as conn:
+                current = await store.unfinished_owner_deletion(conn, owner)
+                if current is None:
+                    await store.insert_deletion(conn, deletion)
+        except Aborted:
+            # A concurrent request started it first (one running deletion per owner).
+            async with self._read() as conn:
+                current = await store.unfinished_owner_deletion(conn, owner)
+            if current is None:
+                raise
+        if current is not None:
+            return pb.StartOwnerDeletionResponse(deletion=convert.deletion_to_pb(current))
         return pb.StartOwnerDeletionResponse(
             deletion=convert.deletion_to_pb(deletion), created=True
         )

@@ -307,3 +307,16 @@ async def test_deletion_records_are_listed_newest_first_page_by_page_per_owner(
             pb.ListDeletionsRequest(page_token="forged"), metadata=history.md()
         )
     assert _code(err) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_concurrent_owner_deletion_requests_start_one_job(history: History) -> None:
+    replies = await asyncio.gather(
+        *(
+            history.stub.StartOwnerDeletion(
+                pb.StartOwnerDeletionRequest(), metadata=history.md("dan")
+            )
+            for _ in range(6)
+        )
+    )
+    assert len({r.deletion.id for r in replies}) == 1
+    assert sum(r.created for r in replies) == 1

@@ -37,6 +37,16 @@ def upgrade() -> None:
         sa.CheckConstraint("state IN ('running', 'succeeded')", name="ck_deletions_state"),
     )
     op.create_index("ix_deletions_owner", "deletions", ["owner_id", "create_time", "id"])
+    # One running owner deletion per owner: two concurrent requests start one job.
+    running_owner = sa.text("state = 'running' AND kind = 'owner'")
+    op.create_index(
+        "uq_deletions_running_owner",
+        "deletions",
+        ["owner_id"],
+        unique=True,
+        postgresql_where=running_owner,
+        sqlite_where=running_owner,
+    )
     op.create_index("ix_deletions_unfinished", "deletions", ["state", "kind", "create_time"])
     # An owner's runs of every thread, oldest first (the export).
     op.create_index("ix_runs_owner_create", "runs", ["owner_id", "create_time", "id"])
