@@ -271,6 +271,49 @@ def test_an_owner_deletion_resumes_after_a_service_was_down(suite: Suite) -> Non
     assert _export(suite, owner)["memories"] == []
 
 
+def test_an_owner_deletion_survives_a_gateway_restart(suite: Suite) -> None:
+    owner = _owner("kat")
+    _remember(suite, owner, "User likes matcha")
+    suite.stop_service("memory", grace=10)
+    try:
+        resp = _call(suite, "DELETE", "/api/v1/users/me", owner)
+        assert resp.status_code == 202 and resp.json()["state"] == "running", resp.text
+        deletion_id = resp.json()["id"]
+        suite.stop_service("gateway", grace=10)
+    finally:
+        suite.start_service("memory")
+        suite.wait_ready("memory", time.monotonic() + 60)
+    suite.start_service("gateway")
+    suite.wait_ready("gateway", time.monotonic() + 60)
+    # The progress is history's: the new gateway process's resumer finishes the job.
+    final = _wait_deletion(suite, owner, deletion_id)
+    assert final["state"] == "succeeded", final
+    assert _export(suite, owner)["memories"] == []
+
+
+def test_an_owner_deletion_is_a_503_and_starts_nothing_while_history_is_down(
+    suite: Suite,
+) -> None:
+    owner = _owner("lou")
+    _remember(suite, owner, "User likes sencha")
+    suite.stop_service("history", grace=10)
+    try:
+        resp = _call(suite, "DELETE", "/api/v1/users/me", owner)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"]["code"] == "UNAVAILABLE"
+    finally:
+        suite.start_service("history")
+        suite.wait_ready("history", time.monotonic() + 60)
+    # Nothing was deleted and no deletion was recorded. (The gateway's channel to history
+    # may still be in its reconnect backoff for a moment.)
+    deadline = time.monotonic() + 30
+    while (listed := _call(suite, "GET", "/api/v1/users/me/deletions", owner)).status_code == 503:
+        assert time.monotonic() < deadline, listed.text
+        time.sleep(0.2)
+    assert listed.json()["deletions"] == []
+    assert [m["content"] for m in _export(suite, owner)["memories"]] == ["User likes sencha"]
+
+
 def test_admins_delete_an_owner_by_id_and_others_may_not(suite: Suite) -> None:
     owner, admin = _owner("kim"), _owner("ops")
     _remember(suite, owner, "User likes jasmine")
