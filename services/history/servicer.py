@@ -705,19 +705,14 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRunsResponse:
         owner = owner_id(context)
-        size = page_size(request.page_size)
-        scope = ["runs"]
-        raw = self._tokens.decode(request.page_token, scope)
-        after = None
-        if raw is not None:
-            create_time, run_id = position_list(raw, 2)
-            after = store.RunKey(position_time(create_time), position_str(run_id))
-        async with self._read() as conn:
-            rows = await store.list_runs(conn, owner, after, size + 1)
-        page = rows[:size]
-        token = ""
-        if len(rows) > size:
-            token = self._tokens.encode([page[-1].create_time.isoformat(), page[-1].id], scope)
+        page, token = await self._time_keyed_page(
+            request,
+            "runs",
+            lambda conn, after, n: store.list_runs(
+                conn, owner, store.RunKey(*after) if after else None, n
+            ),
+            lambda r: (r.create_time, r.id),
+        )
         return pb.ListRunsResponse(
             runs=[convert.run_to_pb(r) for r in page], next_page_token=token
         )
@@ -726,22 +721,40 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDeletionsResponse:
         owner = owner_id(context)
-        size = page_size(request.page_size)
-        scope = ["deletions"]
-        raw = self._tokens.decode(request.page_token, scope)
-        after = None
-        if raw is not None:
-            create_time, deletion_id = position_list(raw, 2)
-            after = store.DeletionKey(position_time(create_time), position_str(deletion_id))
-        async with self._read() as conn:
-            rows = await store.list_deletions(conn, owner, after, size + 1)
-        page = rows[:size]
-        token = ""
-        if len(rows) > size:
-            token = self._tokens.encode([page[-1].create_time.isoformat(), page[-1].id], scope)
+        page, token = await self._time_keyed_page(
+            request,
+            "deletions",
+            lambda conn, after, n: store.list_deletions(
+                conn, owner, store.DeletionKey(*after) if after else None, n
+            ),
+            lambda d: (d.create_time, d.id),
+        )
         return pb.ListDeletionsResponse(
             deletions=[convert.deletion_to_pb(d) for d in page], next_page_token=token
         )
+
+    async def _time_keyed_page(
+        self,
+        request: Any,
+        scope: str,
+        fetch: Callable[[Conn, tuple[datetime, str] | None, int], Awaitable[list[T]]],
+        key_of: Callable[[T], tuple[datetime, str]],
+    ) -> tuple[list[T], str]:
+        """One page of a listing keyed by (time, id), and the token of the next page."""
+        size = page_size(request.page_size)
+        raw = self._tokens.decode(request.page_token, [scope])
+        after = None
+        if raw is not None:
+            when, item_id = position_list(raw, 2)
+            after = (position_time(when), position_str(item_id))
+        async with self._read() as conn:
+            rows = await fetch(conn, after, size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            when_last, id_last = key_of(page[-1])
+            token = self._tokens.encode([when_last.isoformat(), id_last], [scope])
+        return page, token
 
     async def ListUnfinishedDeletions(
         self, request: pb.ListUnfinishedDeletionsRequest, context: grpc.aio.ServicerContext

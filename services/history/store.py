@@ -1218,6 +1218,18 @@ async def unfinished_owner_deletions(conn: Conn, limit: int) -> list[Deletion]:
     return [_deletion(row) for row in (await conn.execute(stmt)).all()]
 
 
+def _keyset(
+    time_col: Any, id_col: Any, after: tuple[datetime, str] | None, *, newest_first: bool
+) -> list[sa.ColumnElement[bool]]:
+    """The rows after `after` (a (time, id) key) in the listing's order."""
+    if after is None:
+        return []
+    when, item_id = after
+    if newest_first:
+        return [sa.or_(time_col < when, sa.and_(time_col == when, id_col < item_id))]
+    return [sa.or_(time_col > when, sa.and_(time_col == when, id_col > item_id))]
+
+
 @dataclass(frozen=True)
 class DeletionKey:
     create_time: datetime
@@ -1228,14 +1240,11 @@ async def list_deletions(
     conn: Conn, owner_id: str, after: DeletionKey | None, limit: int
 ) -> list[Deletion]:
     """The owner's deletion records, newest first."""
-    stmt = sa.select(deletions).where(deletions.c.owner_id == owner_id)
-    if after is not None:
-        stmt = stmt.where(
-            sa.or_(
-                deletions.c.create_time < after.create_time,
-                sa.and_(deletions.c.create_time == after.create_time, deletions.c.id < after.id),
-            )
-        )
+    key = (after.create_time, after.id) if after else None
+    stmt = sa.select(deletions).where(
+        deletions.c.owner_id == owner_id,
+        *_keyset(deletions.c.create_time, deletions.c.id, key, newest_first=True),
+    )
     stmt = stmt.order_by(deletions.c.create_time.desc(), deletions.c.id.desc()).limit(limit)
     return [_deletion(row) for row in (await conn.execute(stmt)).all()]
 
@@ -1248,13 +1257,10 @@ class RunKey:
 
 async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int) -> list[Run]:
     """The owner's runs of every thread, oldest first."""
-    stmt = sa.select(runs).where(runs.c.owner_id == owner_id)
-    if after is not None:
-        stmt = stmt.where(
-            sa.or_(
-                runs.c.create_time > after.create_time,
-                sa.and_(runs.c.create_time == after.create_time, runs.c.id > after.id),
-            )
-        )
+    key = (after.create_time, after.id) if after else None
+    stmt = sa.select(runs).where(
+        runs.c.owner_id == owner_id,
+        *_keyset(runs.c.create_time, runs.c.id, key, newest_first=False),
+    )
     stmt = stmt.order_by(runs.c.create_time, runs.c.id).limit(limit)
     return [_run(row) for row in (await conn.execute(stmt)).all()]
