@@ -10,6 +10,7 @@ the run ends.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -29,6 +30,10 @@ Entry = tuple[int, bytes]
 class LogLost(Exception):
     """The run's log is gone (retention ended, or its store restarted and lost it) while
     its run still writes: appending would start a log with a gap, so nothing is written."""
+
+
+# Characters Redis's SCAN MATCH treats as a glob (escaped in a literal prefix).
+_GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")
 
 
 class LogExists(Exception):
@@ -60,6 +65,13 @@ class EventLog(Protocol):
     def follow_batches(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         """What `follow` yields, grouped: each batch is everything stored and not yet
         yielded when the reader asked (never empty)."""
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        """Drop these logs (a deletion of their runs' data); how many existed."""
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Drop every log whose key starts with `prefix` (a deletion of their runs' data),
+        running or not; how many were dropped."""
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -207,6 +219,20 @@ class InMemoryEventLog:
             raise KeyError(key)
         async for batch in log.feed.batches(after):
             yield batch
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        return self._drop([k for k in dict.fromkeys(keys) if k in self._runs])
+
+    async def delete_prefix(self, prefix: str) -> int:
+        return self._drop([k for k in self._runs if k.startswith(prefix)])
+
+    def _drop(self, gone: list[str]) -> int:
+        for key in gone:
+            log = self._runs.pop(key)
+            log.feed.close()  # a follower ends instead of waiting for events that never come
+            self._bytes -= log.size
+        # Their entries in _closed no longer match a log, so eviction skips them.
+        return len(gone)
 
     async def aclose(self) -> None:
         self._runs.clear()
@@ -417,6 +443,16 @@ class RedisEventLog:
                     yield batch
                 if closed:
                     return
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        return int(await self.redis.delete(*(self._key(k) for k in keys))) if keys else 0
+
+    async def delete_prefix(self, prefix: str) -> int:
+        pattern = _GLOB_SPECIAL.sub(r"\\\g<0>", self._key(prefix)) + "*"
+        gone = 0
+        async for k in self.redis.scan_iter(match=pattern, count=500):
+            gone += int(await self.redis.delete(k))
+        return gone
 
     async def aclose(self) -> None:
         await self.redis.aclose()

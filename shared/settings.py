@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     event_log_memory_mb: int = Field(default=32, ge=1)
     # Redis key prefix of the run event streams (lets deployments share a Redis).
     event_log_prefix: str = "agentmesh:run:"
+    # Threads not updated for this many days are deleted by history's retention sweep (each
+    # with a deletion audit record); 0 keeps threads forever.
+    thread_retention_days: int = Field(default=0, ge=0, le=36500)
+    # How often the retention sweep (history) and the owner-deletion resumer (gateway) run.
+    lifecycle_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
 
     host: str = "127.0.0.1"
     # The port this process listens on; 0 picks a free one; unset uses DEFAULT_PORTS.

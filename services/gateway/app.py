@@ -6,6 +6,8 @@ start-up (lifespan) and closes them at shutdown; clients passed in belong to the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -27,9 +29,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import (
     console,
+    lifecycle,
     openapi,
     routes_automation,
     routes_history,
+    routes_lifecycle,
     routes_memories,
     routes_owners,
     routes_runs,
@@ -245,9 +249,14 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
                 return
             own = open_clients(settings)
             app.state.clients = own
+            # Owner deletions left unfinished (a service was down) are driven again from here.
+            resumer = asyncio.create_task(lifecycle.resume_forever(own, settings))
             try:
                 yield
             finally:
+                resumer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await resumer
                 await own.close()
                 telemetry.shutdown()
         finally:
@@ -284,6 +293,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.include_router(routes_automation.router, tags=["automation"], responses=openapi.COMMON)
     app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
     app.include_router(routes_owners.router, tags=["usage and access"], responses=openapi.COMMON)
+    app.include_router(routes_lifecycle.router, tags=["lifecycle"], responses=openapi.COMMON)
     openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)

@@ -22,6 +22,7 @@ from services.history.core import (
     Thread,
     ToolDenial,
 )
+from services.history.deletions import Deletion, DeletionKind, DeletionState
 from shared import timestamps, wire
 from shared.domain import (
     EXECUTOR_FROM_PB,
@@ -315,3 +316,36 @@ def context_options(
         raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
     return window, zone, opts.max_chars
 
+
+
+_DELETION_KIND_TO_PB = {
+    DeletionKind.THREAD: pb.DELETION_KIND_THREAD,
+    DeletionKind.OWNER: pb.DELETION_KIND_OWNER,
+    DeletionKind.RETENTION: pb.DELETION_KIND_RETENTION,
+}
+_DELETION_STATE_TO_PB = {
+    DeletionState.RUNNING: pb.DELETION_STATE_RUNNING,
+    DeletionState.SUCCEEDED: pb.DELETION_STATE_SUCCEEDED,
+}
+
+
+def deletion_to_pb(d: Deletion) -> pb.Deletion:
+    out = pb.Deletion(
+        id=d.id,
+        owner_id=d.owner_id,
+        kind=_DELETION_KIND_TO_PB[d.kind],
+        thread_id=d.thread_id,
+        state=_DELETION_STATE_TO_PB[d.state],
+        create_time=_ts(d.create_time),
+        requested_by=d.requested_by,
+    )
+    if d.finish_time is not None:
+        out.finish_time.CopyFrom(_ts(d.finish_time))
+    for s in d.steps:
+        step = out.steps.add(
+            service=s.service, done=s.done, attempts=s.attempts, last_error=s.last_error
+        )
+        step.deleted_counts.update(s.deleted_counts)
+        if s.update_time is not None:
+            step.update_time.CopyFrom(_ts(s.update_time))
+    return out

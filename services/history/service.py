@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -14,6 +17,7 @@ from shared.server import ServiceParts
 from shared.settings import Settings
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+log = logging.getLogger(__name__)
 SERVICE_NAME = history_service_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name
 
 
@@ -32,6 +36,22 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     servicer = HistoryServicer(
         engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
     )
+    background: list[Callable[[], Awaitable[None]]] = []
+    if settings.thread_retention_days > 0:
+
+        async def sweep_retention() -> None:
+            while True:
+                try:
+                    # A full page: more threads may have expired, so sweep again at once.
+                    while await servicer.expire_threads(settings.thread_retention_days) >= 100:
+                        pass
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("retention sweep failed")
+                await asyncio.sleep(settings.lifecycle_sweep_seconds)
+
+        background.append(sweep_retention)
 
     def register(server: grpc.aio.Server) -> None:
         history_service_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, server)
@@ -40,5 +60,6 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
         register=register,
         service_names=[SERVICE_NAME],
         on_stop=engine.dispose,
+        background=background,
         dependencies=db.health_checks(settings, "history"),
     )

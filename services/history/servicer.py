@@ -14,13 +14,13 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, store
+from services.history import convert, core, deletions, store
 from services.history.core import Message, NewMessage, Run, RunState, Thread
 from services.history.store import ContextKey
 from shared import pgdirect
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
-from shared.errors import Aborted, InvalidArgument, NotFound
+from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.pagination import (
@@ -624,6 +624,226 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             tool_denials=[convert.denial_to_pb(d) for d in denials],
             next_page_token=token,
         )
+
+    # --- deletion -----------------------------------------------------------------------
+
+    async def DeleteThread(
+        self, request: pb.DeleteThreadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteThreadResponse:
+        owner = owner_id(context)
+        thread_id = convert.identifier(request.thread_id, "thread_id")
+        async with self._write() as conn:
+            deletion, run_ids = await _delete_thread(
+                conn, owner, thread_id, self._clock(), requested_by=owner,
+                kind=deletions.DeletionKind.THREAD,
+            )
+        return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
+
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOwnerDataResponse:
+        owner = owner_id(context)
+        async with self._write() as conn:
+            active = await store.active_run_ids(conn, owner)
+            if not active:
+                counts = await store.delete_owner_data(conn, owner)
+            else:
+                await store.request_cancel(conn, owner, active)
+        if active:
+            # Raised after the commit, so the cancel requests stay: the runs' holders stop
+            # them at their next lease renewal and a retry then finds none in flight.
+            raise FailedPrecondition(
+                f"{len(active)} run(s) still in flight; their cancellation was requested, "
+                "retry when they have stopped",
+                reason="RUNS_IN_FLIGHT",
+            )
+        return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
+    async def StartOwnerDeletion(
+        self, request: pb.StartOwnerDeletionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartOwnerDeletionResponse:
+        owner = owner_id(context)
+        requested_by = _requester(request.requested_by, owner, context)
+        deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
+        try:
+            async with self._write() as conn:
+                current = await store.unfinished_owner_deletion(conn, owner)
+                if current is None:
+                    await store.insert_deletion(conn, deletion)
+        except Aborted:
+            # A concurrent request started it first (one running deletion per owner).
+            async with self._read() as conn:
+                current = await store.unfinished_owner_deletion(conn, owner)
+            if current is None:
+                raise
+        if current is not None:
+            return pb.StartOwnerDeletionResponse(deletion=convert.deletion_to_pb(current))
+        return pb.StartOwnerDeletionResponse(
+            deletion=convert.deletion_to_pb(deletion), created=True
+        )
+
+    async def RecordDeletionStep(
+        self, request: pb.RecordDeletionStepRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordDeletionStepResponse:
+        owner = owner_id(context)
+        deletion_id = convert.identifier(request.deletion_id, "deletion_id")
+        counts = {k: v for k, v in request.deleted_counts.items() if v >= 0}
+        async with self._write() as conn:
+            current = await store.get_deletion(conn, owner, deletion_id, lock=True)
+            if current is None:
+                raise NotFound(f"deletion {deletion_id} not found")
+            updated = deletions.record_step(
+                current, request.service, done=request.done, error=request.error,
+                counts=counts, now=self._clock(),
+            )
+            await store.save_deletion(conn, updated)
+        return pb.RecordDeletionStepResponse(deletion=convert.deletion_to_pb(updated))
+
+    async def GetDeletion(
+        self, request: pb.GetDeletionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDeletionResponse:
+        owner = owner_id(context)
+        deletion_id = convert.identifier(request.deletion_id, "deletion_id")
+        async with self._read() as conn:
+            deletion = await store.get_deletion(conn, owner, deletion_id)
+        if deletion is None:
+            raise NotFound(f"deletion {deletion_id} not found")
+        return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
+
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
+        owner = owner_id(context)
+        page, token = await self._time_keyed_page(
+            request,
+            "runs",
+            lambda conn, after, n: store.list_runs(
+                conn, owner, store.RunKey(*after) if after else None, n
+            ),
+            lambda r: (r.create_time, r.id),
+        )
+        return pb.ListRunsResponse(
+            runs=[convert.run_to_pb(r) for r in page], next_page_token=token
+        )
+
+    async def ListDeletions(
+        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDeletionsResponse:
+        owner = owner_id(context)
+        page, token = await self._time_keyed_page(
+            request,
+            "deletions",
+            lambda conn, after, n: store.list_deletions(
+                conn, owner, store.DeletionKey(*after) if after else None, n
+            ),
+            lambda d: (d.create_time, d.id),
+        )
+        return pb.ListDeletionsResponse(
+            deletions=[convert.deletion_to_pb(d) for d in page], next_page_token=token
+        )
+
+    async def _time_keyed_page(
+        self,
+        request: Any,
+        scope: str,
+        fetch: Callable[[Conn, tuple[datetime, str] | None, int], Awaitable[list[T]]],
+        key_of: Callable[[T], tuple[datetime, str]],
+    ) -> tuple[list[T], str]:
+        """One page of a listing keyed by (time, id), and the token of the next page."""
+        size = page_size(request.page_size)
+        raw = self._tokens.decode(request.page_token, [scope])
+        after = None
+        if raw is not None:
+            when, item_id = position_list(raw, 2)
+            after = (position_time(when), position_str(item_id))
+        async with self._read() as conn:
+            rows = await fetch(conn, after, size + 1)
+        page = rows[:size]
+        token = ""
+        if len(rows) > size:
+            when_last, id_last = key_of(page[-1])
+            token = self._tokens.encode([when_last.isoformat(), id_last], [scope])
+        return page, token
+
+    async def ListUnfinishedDeletions(
+        self, request: pb.ListUnfinishedDeletionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListUnfinishedDeletionsResponse:
+        owner_id(context)
+        require_admin(context)
+        limit = page_size(request.page_size, default=100)
+        async with self._read() as conn:
+            found = await store.unfinished_owner_deletions(conn, limit)
+        return pb.ListUnfinishedDeletionsResponse(
+            deletions=[convert.deletion_to_pb(d) for d in found]
+        )
+
+    async def expire_threads(self, days: int, *, limit: int = 100) -> int:
+        """Delete threads older than the retention period (`days`), each with a RETENTION
+        deletion record; a thread with a run in flight waits for the next sweep."""
+        cutoff = deletions.retention_cutoff(self._clock(), days)
+        if cutoff is None:
+            return 0
+        async with self._read() as conn:
+            expired = await store.expired_threads(conn, cutoff, limit)
+        done = 0
+        for owner, thread_id in expired:
+            try:
+                async with self._write() as conn:
+                    thread = await store.lock_thread(conn, owner, thread_id)
+                    if thread is None or thread.update_time >= cutoff:
+                        continue  # deleted meanwhile, or a message arrived since the pick
+                    await _delete_thread(
+                        conn, owner, thread_id, self._clock(),
+                        requested_by=deletions.RETENTION_REQUESTER,
+                        kind=deletions.DeletionKind.RETENTION,
+                    )
+                    done += 1
+            except (FailedPrecondition, Aborted):
+                continue
+        return done
+
+
+async def _delete_thread(
+    conn: Conn,
+    owner: str,
+    thread_id: str,
+    now: datetime,
+    *,
+    requested_by: str,
+    kind: deletions.DeletionKind,
+) -> tuple[deletions.Deletion, list[str]]:
+    """Delete one thread in the caller's transaction and store its deletion record; the
+    record and the ids of the runs deleted. The thread row is locked first, so a run cannot
+    begin on it meanwhile."""
+    thread = await store.lock_thread(conn, owner, thread_id)
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found")
+    active = await store.active_run_ids(conn, owner, thread_id)
+    if active:
+        raise FailedPrecondition(
+            f"the thread has a run in flight ({active[0]}); cancel it or wait for it to "
+            "finish, then delete the thread",
+            reason="THREAD_BUSY",
+            metadata={"active_run_id": active[0]},
+        )
+    run_ids = await store.thread_run_ids(conn, owner, thread_id)
+    counts = await store.delete_thread_data(conn, owner, thread_id)
+    deletion = deletions.thread_deletion(
+        owner, thread_id, counts, now, requested_by=requested_by, kind=kind
+    )
+    await store.insert_deletion(conn, deletion)
+    return deletion, run_ids
+
+
+def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext) -> str:
+    """Who asked for an owner deletion: the owner, or (admin scope) "admin:<admin's id>"."""
+    if not requested_by or requested_by == owner:
+        return owner
+    prefix, _, admin = requested_by.partition(":")
+    if prefix != "admin" or not is_owner_id(admin):
+        raise InvalidArgument("requested_by", "must be the owner id or admin:<owner id>")
+    require_admin(context)
+    return requested_by
 
 
 def _denial_key(d: core.ToolDenial) -> store.DenialKey:

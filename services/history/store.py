@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, Row
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial
+from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.messages import Usage
 from shared.pgdirect import Conn, reused
@@ -1108,3 +1109,220 @@ async def context_messages_served(
     rows = (await conn.execute(stmt)).all()
     found = [(_message(r[:-1]), r[-1]) for r in rows]
     return found[::-1] if newest_first else found
+
+
+# --- deletions --------------------------------------------------------------------------
+
+deletions = sa.Table(
+    "deletions",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("kind", sa.String),
+    sa.Column("thread_id", sa.String),
+    sa.Column("state", sa.String),
+    sa.Column("steps", _JSON),
+    sa.Column("requested_by", sa.String),
+    sa.Column("create_time", UtcDateTime),
+    sa.Column("finish_time", UtcDateTime),
+)
+
+# Children first: tool denials refer to runs; runs and messages to threads.
+_OWNED_TABLES = (("tool_denials", tool_denials), ("messages", messages), ("runs", runs))
+
+
+async def active_run_ids(conn: Conn, owner_id: str, thread_id: str | None = None) -> list[str]:
+    """The owner's queued or running runs (of one thread when `thread_id` is given)."""
+    stmt = sa.select(runs.c.id).where(runs.c.owner_id == owner_id, runs.c.state.in_(_ACTIVE))
+    if thread_id is not None:
+        stmt = stmt.where(runs.c.thread_id == thread_id)
+    return list((await conn.execute(stmt.order_by(runs.c.id))).scalars())
+
+
+async def _delete_where(conn: Conn, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
+    result = await conn.execute(sa.delete(table).where(*where))
+    return int(result.rowcount or 0)
+
+
+async def thread_run_ids(conn: Conn, owner_id: str, thread_id: str) -> list[str]:
+    stmt = sa.select(runs.c.id).where(runs.c.owner_id == owner_id, runs.c.thread_id == thread_id)
+    return list((await conn.execute(stmt.order_by(runs.c.id))).scalars())
+
+
+async def delete_thread_data(conn: Conn, owner_id: str, thread_id: str) -> dict[str, int]:
+    """Delete a thread with its messages, runs and tool denials; how many of each went."""
+    counts = {
+        name: await _delete_where(
+            conn, table, table.c.owner_id == owner_id, table.c.thread_id == thread_id
+        )
+        for name, table in _OWNED_TABLES
+    }
+    counts["threads"] = await _delete_where(
+        conn, threads, threads.c.owner_id == owner_id, threads.c.id == thread_id
+    )
+    return counts
+
+
+async def delete_owner_data(conn: Conn, owner_id: str) -> dict[str, int]:
+    """Delete every thread, message, run and tool denial of the owner (deletions stay)."""
+    counts = {
+        name: await _delete_where(conn, table, table.c.owner_id == owner_id)
+        for name, table in _OWNED_TABLES
+    }
+    counts["threads"] = await _delete_where(conn, threads, threads.c.owner_id == owner_id)
+    return counts
+
+
+async def expired_threads(conn: Conn, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
+    """(owner_id, thread_id) of threads last updated before `cutoff`, oldest first."""
+    stmt = (
+        sa.select(threads.c.owner_id, threads.c.id)
+        .where(threads.c.update_time < cutoff)
+        .order_by(threads.c.update_time)
+        .limit(limit)
+    )
+    return [(o, t) for o, t in (await conn.execute(stmt)).all()]
+
+
+def _steps_json(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    return [
+        {
+            "service": s.service,
+            "done": s.done,
+            "attempts": s.attempts,
+            "last_error": s.last_error,
+            "update_time": s.update_time.isoformat() if s.update_time else None,
+            "deleted_counts": dict(s.deleted_counts),
+        }
+        for s in steps
+    ]
+
+
+def _deletion(row: Row[Any]) -> Deletion:
+    steps = tuple(
+        Step(
+            service=s["service"],
+            done=s["done"],
+            attempts=s["attempts"],
+            last_error=s["last_error"],
+            update_time=datetime.fromisoformat(s["update_time"]) if s["update_time"] else None,
+            deleted_counts=s["deleted_counts"],
+        )
+        for s in row.steps
+    )
+    return Deletion(
+        owner_id=row.owner_id,
+        id=row.id,
+        kind=DeletionKind(row.kind),
+        state=DeletionState(row.state),
+        steps=steps,
+        requested_by=row.requested_by,
+        create_time=row.create_time,
+        thread_id=row.thread_id,
+        finish_time=row.finish_time,
+    )
+
+
+def _deletion_values(d: Deletion) -> dict[str, Any]:
+    return {
+        "owner_id": d.owner_id,
+        "id": d.id,
+        "kind": d.kind.value,
+        "thread_id": d.thread_id,
+        "state": d.state.value,
+        "steps": _steps_json(d.steps),
+        "requested_by": d.requested_by,
+        "create_time": d.create_time,
+        "finish_time": d.finish_time,
+    }
+
+
+async def insert_deletion(conn: Conn, d: Deletion) -> None:
+    await conn.execute(sa.insert(deletions).values(**_deletion_values(d)))
+
+
+async def save_deletion(conn: Conn, d: Deletion) -> None:
+    values = _deletion_values(d)
+    await conn.execute(
+        sa.update(deletions)
+        .where(deletions.c.owner_id == d.owner_id, deletions.c.id == d.id)
+        .values(state=values["state"], steps=values["steps"], finish_time=values["finish_time"])
+    )
+
+
+async def get_deletion(
+    conn: Conn, owner_id: str, deletion_id: str, *, lock: bool = False
+) -> Deletion | None:
+    stmt = sa.select(deletions).where(
+        deletions.c.owner_id == owner_id, deletions.c.id == deletion_id
+    )
+    if lock and conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    row = (await conn.execute(stmt)).first()
+    return _deletion(row) if row else None
+
+
+def _unfinished_owner_deletions() -> Any:
+    return sa.select(deletions).where(
+        deletions.c.state == DeletionState.RUNNING.value,
+        deletions.c.kind == DeletionKind.OWNER.value,
+    )
+
+
+async def unfinished_owner_deletion(conn: Conn, owner_id: str) -> Deletion | None:
+    stmt = _unfinished_owner_deletions().where(deletions.c.owner_id == owner_id)
+    row = (await conn.execute(stmt.order_by(deletions.c.create_time).limit(1))).first()
+    return _deletion(row) if row else None
+
+
+async def unfinished_owner_deletions(conn: Conn, limit: int) -> list[Deletion]:
+    stmt = _unfinished_owner_deletions().order_by(deletions.c.create_time).limit(limit)
+    return [_deletion(row) for row in (await conn.execute(stmt)).all()]
+
+
+def _keyset(
+    time_col: Any, id_col: Any, after: tuple[datetime, str] | None, *, newest_first: bool
+) -> list[sa.ColumnElement[bool]]:
+    """The rows after `after` (a (time, id) key) in the listing's order."""
+    if after is None:
+        return []
+    when, item_id = after
+    if newest_first:
+        return [sa.or_(time_col < when, sa.and_(time_col == when, id_col < item_id))]
+    return [sa.or_(time_col > when, sa.and_(time_col == when, id_col > item_id))]
+
+
+@dataclass(frozen=True)
+class DeletionKey:
+    create_time: datetime
+    id: str
+
+
+async def list_deletions(
+    conn: Conn, owner_id: str, after: DeletionKey | None, limit: int
+) -> list[Deletion]:
+    """The owner's deletion records, newest first."""
+    key = (after.create_time, after.id) if after else None
+    stmt = sa.select(deletions).where(
+        deletions.c.owner_id == owner_id,
+        *_keyset(deletions.c.create_time, deletions.c.id, key, newest_first=True),
+    )
+    stmt = stmt.order_by(deletions.c.create_time.desc(), deletions.c.id.desc()).limit(limit)
+    return [_deletion(row) for row in (await conn.execute(stmt)).all()]
+
+
+@dataclass(frozen=True)
+class RunKey:
+    create_time: datetime
+    id: str
+
+
+async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int) -> list[Run]:
+    """The owner's runs of every thread, oldest first."""
+    key = (after.create_time, after.id) if after else None
+    stmt = sa.select(runs).where(
+        runs.c.owner_id == owner_id,
+        *_keyset(runs.c.create_time, runs.c.id, key, newest_first=False),
+    )
+    stmt = stmt.order_by(runs.c.create_time, runs.c.id).limit(limit)
+    return [_run(row) for row in (await conn.execute(stmt)).all()]

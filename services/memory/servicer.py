@@ -120,6 +120,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             changes=[convert.change_to_pb(c) for _, c in page], next_page_token=token
         )
 
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOwnerDataResponse:
+        owner = owner_id(context)
+        async with self.engine.begin() as conn:
+            counts = await store.delete_owner_data(conn, owner)
+        return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
     async def SearchMemories(
         self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchMemoriesResponse:

@@ -19,6 +19,7 @@ from shared.domain import RuntimeMode
 from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
+from shared.pagination import MAX_PAGE_SIZE
 from shared.profiles import ProfileRegistry
 from shared.settings import Settings
 from shared.tools import BUILTIN_KNOWN, KnownTools
@@ -141,6 +142,26 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             approval_tool_names=asking,
         )
 
+
+    async def DeleteRunEvents(  # type: ignore[override]
+        self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteRunEventsResponse:
+        owner = owner_id(context)
+        if len(request.run_ids) > MAX_PAGE_SIZE:
+            raise InvalidArgument("run_ids", f"must hold at most {MAX_PAGE_SIZE} ids")
+        keys = [
+            core.event_log_key(owner, core.check_identifier(run_id, f"run_ids[{i}]"))
+            for i, run_id in enumerate(request.run_ids)
+        ]
+        return pb.DeleteRunEventsResponse(deleted_count=await self.event_log.delete(keys))
+
+    async def DeleteOwnerData(  # type: ignore[override]
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOwnerDataResponse:
+        owner = owner_id(context)
+        # Keys are "<owner>/<run id>" and owner ids hold no "/": this prefix is the owner's.
+        gone = await self.event_log.delete_prefix(core.event_log_key(owner, ""))
+        return pb.DeleteOwnerDataResponse(deleted_counts={"event_logs": gone})
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

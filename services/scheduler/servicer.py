@@ -152,6 +152,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 raise NotFound("job not found")
         return pb.DeleteJobResponse()
 
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOwnerDataResponse:
+        owner = owner_id(context)
+        async with self._engine.begin() as conn:
+            counts = await store.delete_owner_data(conn, owner)
+        return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
     async def _set_status(self, owner: str, job_id: str, status: JobStatus) -> Job:
         async with self._engine.begin() as conn:
             current = await self._job(conn, owner, job_id)

@@ -270,6 +270,13 @@ async def delete_job(conn: AsyncConnection, owner_id: str, job_id: str) -> bool:
     return result.rowcount == 1
 
 
+
+async def delete_owner_data(conn: AsyncConnection, owner_id: str) -> dict[str, int]:
+    """Delete every job and job run of the owner; how many of each went."""
+    gone_runs = await conn.execute(runs.delete().where(runs.c.owner_id == owner_id))
+    gone_jobs = await conn.execute(jobs.delete().where(jobs.c.owner_id == owner_id))
+    return {"job_runs": int(gone_runs.rowcount or 0), "jobs": int(gone_jobs.rowcount or 0)}
+
 async def set_once_job_failed(conn: AsyncConnection, job_id: str) -> None:
     """A once job whose only run failed for good is failed too."""
     await conn.execute(

@@ -220,3 +220,26 @@ async def test_many_runs_writing_at_once_all_get_through(log: EventLog) -> None:
     await asyncio.gather(*(log.append(key, EVENTS, close=True) for key in keys))
     for key in keys[::30]:
         assert await log.read(key, 0) == (EVENTS, True)
+
+
+async def test_deleting_logs_drops_exactly_the_named_ones(log: EventLog) -> None:
+    kept, gone, running = new_key(), new_key(), new_key()
+    for key in (kept, gone):
+        await log.append(key, EVENTS[:2], close=True)
+    await log.append(running, EVENTS[:1])
+    assert await log.delete([gone, running, new_key()]) == 2
+    assert not await log.exists(gone) and not await log.exists(running)
+    assert await log.read(kept, 0) == (EVENTS[:2], True)
+    assert await log.delete([]) == 0
+
+
+async def test_deleting_an_owners_logs_leaves_other_owners_alone(log: EventLog) -> None:
+    owner = f"o{uuid.uuid4().hex[:8]}"
+    # An owner id that extends this one shares its first characters, not its "owner/".
+    mine = [f"{owner}/r1", f"{owner}/r2"]
+    theirs = [f"{owner}x/r1", new_key()]
+    for key in mine + theirs:
+        await log.append(key, EVENTS[:1], close=True)
+    assert await log.delete_prefix(f"{owner}/") == 2
+    assert [await log.exists(k) for k in mine + theirs] == [False, False, True, True]
+    assert await log.delete_prefix(f"{owner}/") == 0

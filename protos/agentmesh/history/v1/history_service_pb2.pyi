@@ -42,6 +42,19 @@ class ToolDenialReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_DENIAL_REASON_NOT_DECLARED: _ClassVar[ToolDenialReason]
     TOOL_DENIAL_REASON_NOT_IN_PROFILE: _ClassVar[ToolDenialReason]
     TOOL_DENIAL_REASON_NOT_REGISTERED: _ClassVar[ToolDenialReason]
+
+class DeletionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELETION_KIND_UNSPECIFIED: _ClassVar[DeletionKind]
+    DELETION_KIND_THREAD: _ClassVar[DeletionKind]
+    DELETION_KIND_OWNER: _ClassVar[DeletionKind]
+    DELETION_KIND_RETENTION: _ClassVar[DeletionKind]
+
+class DeletionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELETION_STATE_UNSPECIFIED: _ClassVar[DeletionState]
+    DELETION_STATE_RUNNING: _ClassVar[DeletionState]
+    DELETION_STATE_SUCCEEDED: _ClassVar[DeletionState]
 MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy
 MULTITASK_STRATEGY_REJECT: MultitaskStrategy
 MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy
@@ -61,6 +74,13 @@ TOOL_DENIAL_REASON_UNSPECIFIED: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_DECLARED: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason
+DELETION_KIND_UNSPECIFIED: DeletionKind
+DELETION_KIND_THREAD: DeletionKind
+DELETION_KIND_OWNER: DeletionKind
+DELETION_KIND_RETENTION: DeletionKind
+DELETION_STATE_UNSPECIFIED: DeletionState
+DELETION_STATE_RUNNING: DeletionState
+DELETION_STATE_SUCCEEDED: DeletionState
 
 class Thread(_message.Message):
     __slots__ = ("id", "runtime_mode", "create_time", "update_time", "message_count", "shown_message_count")
@@ -383,3 +403,176 @@ class ListAuditResponse(_message.Message):
     next_page_token: str
     tool_denials: _containers.RepeatedCompositeFieldContainer[ToolDenial]
     def __init__(self, messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., tool_denials: _Optional[_Iterable[_Union[ToolDenial, _Mapping]]] = ...) -> None: ...
+
+class DeletionStep(_message.Message):
+    __slots__ = ("service", "done", "attempts", "last_error", "update_time", "deleted_counts")
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    done: bool
+    attempts: int
+    last_error: str
+    update_time: _timestamp_pb2.Timestamp
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, service: _Optional[str] = ..., done: _Optional[bool] = ..., attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class Deletion(_message.Message):
+    __slots__ = ("id", "owner_id", "kind", "thread_id", "state", "steps", "create_time", "finish_time", "requested_by")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    owner_id: str
+    kind: DeletionKind
+    thread_id: str
+    state: DeletionState
+    steps: _containers.RepeatedCompositeFieldContainer[DeletionStep]
+    create_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    requested_by: str
+    def __init__(self, id: _Optional[str] = ..., owner_id: _Optional[str] = ..., kind: _Optional[_Union[DeletionKind, str]] = ..., thread_id: _Optional[str] = ..., state: _Optional[_Union[DeletionState, str]] = ..., steps: _Optional[_Iterable[_Union[DeletionStep, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class DeleteThreadRequest(_message.Message):
+    __slots__ = ("thread_id",)
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    def __init__(self, thread_id: _Optional[str] = ...) -> None: ...
+
+class DeleteThreadResponse(_message.Message):
+    __slots__ = ("deletion", "run_ids")
+    DELETION_FIELD_NUMBER: _ClassVar[int]
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    deletion: Deletion
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ..., run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteOwnerDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteOwnerDataResponse(_message.Message):
+    __slots__ = ("deleted_counts",)
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class StartOwnerDeletionRequest(_message.Message):
+    __slots__ = ("requested_by",)
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    requested_by: str
+    def __init__(self, requested_by: _Optional[str] = ...) -> None: ...
+
+class StartOwnerDeletionResponse(_message.Message):
+    __slots__ = ("deletion", "created")
+    DELETION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    deletion: Deletion
+    created: bool
+    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class RecordDeletionStepRequest(_message.Message):
+    __slots__ = ("deletion_id", "service", "done", "error", "deleted_counts")
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DELETION_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    deletion_id: str
+    service: str
+    done: bool
+    error: str
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, deletion_id: _Optional[str] = ..., service: _Optional[str] = ..., done: _Optional[bool] = ..., error: _Optional[str] = ..., deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class RecordDeletionStepResponse(_message.Message):
+    __slots__ = ("deletion",)
+    DELETION_FIELD_NUMBER: _ClassVar[int]
+    deletion: Deletion
+    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ...) -> None: ...
+
+class GetDeletionRequest(_message.Message):
+    __slots__ = ("deletion_id",)
+    DELETION_ID_FIELD_NUMBER: _ClassVar[int]
+    deletion_id: str
+    def __init__(self, deletion_id: _Optional[str] = ...) -> None: ...
+
+class GetDeletionResponse(_message.Message):
+    __slots__ = ("deletion",)
+    DELETION_FIELD_NUMBER: _ClassVar[int]
+    deletion: Deletion
+    def __init__(self, deletion: _Optional[_Union[Deletion, _Mapping]] = ...) -> None: ...
+
+class ListUnfinishedDeletionsRequest(_message.Message):
+    __slots__ = ("page_size",)
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    def __init__(self, page_size: _Optional[int] = ...) -> None: ...
+
+class ListUnfinishedDeletionsResponse(_message.Message):
+    __slots__ = ("deletions",)
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[Deletion]
+    def __init__(self, deletions: _Optional[_Iterable[_Union[Deletion, _Mapping]]] = ...) -> None: ...
+
+class ListDeletionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDeletionsResponse(_message.Message):
+    __slots__ = ("deletions", "next_page_token")
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[Deletion]
+    next_page_token: str
+    def __init__(self, deletions: _Optional[_Iterable[_Union[Deletion, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -97,6 +97,46 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.FromString,
                 _registered_method=True)
+        self.DeleteThread = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/DeleteThread',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadResponse.FromString,
+                _registered_method=True)
+        self.DeleteOwnerData = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/DeleteOwnerData',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataResponse.FromString,
+                _registered_method=True)
+        self.StartOwnerDeletion = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/StartOwnerDeletion',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionResponse.FromString,
+                _registered_method=True)
+        self.RecordDeletionStep = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/RecordDeletionStep',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepResponse.FromString,
+                _registered_method=True)
+        self.GetDeletion = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/GetDeletion',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListRuns',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.ListDeletions = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListDeletions',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.FromString,
+                _registered_method=True)
+        self.ListUnfinishedDeletions = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListUnfinishedDeletions',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -186,6 +226,66 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteThread(self, request, context):
+        """Delete one of the caller's threads with its messages, runs and tool denials, and keep
+        a Deletion audit record (counts only, no content). FAILED_PRECONDITION, reason
+        THREAD_BUSY, while a run of the thread is queued or running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteOwnerData(self, request, context):
+        """Delete everything history holds for the caller (threads, messages, runs, tool denials);
+        Deletion records stay. Idempotent. While runs are in flight it requests their
+        cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartOwnerDeletion(self, request, context):
+        """The caller's running owner deletion, or a new one with every step pending.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordDeletionStep(self, request, context):
+        """Record the outcome of one step of an owner deletion (the driver calls it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDeletion(self, request, context):
+        """One of the caller's deletion records.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """The caller's runs of every thread, oldest first (the owner's data export).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeletions(self, request, context):
+        """The caller's deletion records, newest first (the audit of what was deleted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUnfinishedDeletions(self, request, context):
+        """Admin only: owner deletions not finished yet, of every owner (for the resumer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +348,46 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.ExpireRunLeases,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.SerializeToString,
+            ),
+            'DeleteThread': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteThread,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadResponse.SerializeToString,
+            ),
+            'DeleteOwnerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOwnerData,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataResponse.SerializeToString,
+            ),
+            'StartOwnerDeletion': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartOwnerDeletion,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionResponse.SerializeToString,
+            ),
+            'RecordDeletionStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordDeletionStep,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepResponse.SerializeToString,
+            ),
+            'GetDeletion': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeletion,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'ListDeletions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeletions,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.SerializeToString,
+            ),
+            'ListUnfinishedDeletions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUnfinishedDeletions,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -577,6 +717,222 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/ExpireRunLeases',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ExpireRunLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteThread(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/DeleteThread',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteThreadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOwnerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/DeleteOwnerData',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.DeleteOwnerDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartOwnerDeletion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/StartOwnerDeletion',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.StartOwnerDeletionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordDeletionStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/RecordDeletionStep',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.RecordDeletionStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeletion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/GetDeletion',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetDeletionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListRuns',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeletions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListDeletions',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListDeletionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUnfinishedDeletions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListUnfinishedDeletions',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -220,3 +220,20 @@ class AdvanceWatermarkResponse(_message.Message):
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     watermark: Watermark
     def __init__(self, watermark: _Optional[_Union[Watermark, _Mapping]] = ...) -> None: ...
+
+class DeleteOwnerDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteOwnerDataResponse(_message.Message):
+    __slots__ = ("deleted_counts",)
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...

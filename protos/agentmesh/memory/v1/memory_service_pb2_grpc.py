@@ -81,6 +81,11 @@ class MemoryServiceStub:
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.FromString,
                 _registered_method=True)
+        self.DeleteOwnerData = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/DeleteOwnerData',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -153,6 +158,13 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteOwnerData(self, request, context):
+        """Delete every memory and watermark of the caller. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +212,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.AdvanceWatermark,
                     request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.FromString,
                     response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.SerializeToString,
+            ),
+            'DeleteOwnerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOwnerData,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -447,6 +464,33 @@ class MemoryService:
             '/agentmesh.memory.v1.MemoryService/AdvanceWatermark',
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkRequest.SerializeToString,
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AdvanceWatermarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOwnerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/DeleteOwnerData',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteOwnerDataResponse.FromString,
             options,
             channel_credentials,
             insecure,

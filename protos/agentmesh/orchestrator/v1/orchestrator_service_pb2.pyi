@@ -116,3 +116,32 @@ class CancelRunResponse(_message.Message):
     state: str
     thread_id: str
     def __init__(self, cancelled: _Optional[bool] = ..., state: _Optional[str] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class DeleteRunEventsRequest(_message.Message):
+    __slots__ = ("run_ids",)
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteRunEventsResponse(_message.Message):
+    __slots__ = ("deleted_count",)
+    DELETED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    deleted_count: int
+    def __init__(self, deleted_count: _Optional[int] = ...) -> None: ...
+
+class DeleteOwnerDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteOwnerDataResponse(_message.Message):
+    __slots__ = ("deleted_counts",)
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...

@@ -56,6 +56,16 @@ class OrchestratorServiceStub:
                 request_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRunEvents = channel.unary_unary(
+                '/agentmesh.orchestrator.v1.OrchestratorService/DeleteRunEvents',
+                request_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsResponse.FromString,
+                _registered_method=True)
+        self.DeleteOwnerData = channel.unary_unary(
+                '/agentmesh.orchestrator.v1.OrchestratorService/DeleteOwnerData',
+                request_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataResponse.FromString,
+                _registered_method=True)
 
 
 class OrchestratorServiceServicer:
@@ -89,6 +99,20 @@ class OrchestratorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRunEvents(self, request, context):
+        """Drop the event logs of the caller's runs named (their thread was deleted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteOwnerData(self, request, context):
+        """Drop the event log of every run of the caller (an owner deletion). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OrchestratorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +135,16 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.ListTools,
                     request_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.FromString,
                     response_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.SerializeToString,
+            ),
+            'DeleteRunEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRunEvents,
+                    request_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsRequest.FromString,
+                    response_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsResponse.SerializeToString,
+            ),
+            'DeleteOwnerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOwnerData,
+                    request_deserializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataRequest.FromString,
+                    response_serializer=agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +257,60 @@ class OrchestratorService:
             '/agentmesh.orchestrator.v1.OrchestratorService/ListTools',
             agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsRequest.SerializeToString,
             agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRunEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.orchestrator.v1.OrchestratorService/DeleteRunEvents',
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsRequest.SerializeToString,
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteRunEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOwnerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.orchestrator.v1.OrchestratorService/DeleteOwnerData',
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+            agentmesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteOwnerDataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -303,3 +303,20 @@ class EnsureDefaultJobsResponse(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class DeleteOwnerDataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteOwnerDataResponse(_message.Message):
+    __slots__ = ("deleted_counts",)
+    class DeletedCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    deleted_counts: _containers.ScalarMap[str, int]
+    def __init__(self, deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...

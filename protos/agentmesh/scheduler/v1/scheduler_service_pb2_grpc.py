@@ -86,6 +86,11 @@ class SchedulerServiceStub:
                 request_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsResponse.FromString,
                 _registered_method=True)
+        self.DeleteOwnerData = channel.unary_unary(
+                '/agentmesh.scheduler.v1.SchedulerService/DeleteOwnerData',
+                request_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -154,6 +159,13 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteOwnerData(self, request, context):
+        """Delete every job and job run of the caller. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +218,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.EnsureDefaultJobs,
                     request_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsRequest.FromString,
                     response_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsResponse.SerializeToString,
+            ),
+            'DeleteOwnerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOwnerData,
+                    request_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.FromString,
+                    response_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -480,6 +497,33 @@ class SchedulerService:
             '/agentmesh.scheduler.v1.SchedulerService/EnsureDefaultJobs',
             agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsRequest.SerializeToString,
             agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.EnsureDefaultJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOwnerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.scheduler.v1.SchedulerService/DeleteOwnerData',
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.SerializeToString,
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.FromString,
             options,
             channel_credentials,
             insecure,
