@@ -200,6 +200,10 @@ def slow_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
         yield suite
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_run_cancels_it(slow_suite: Suite, owner: str) -> None:
     env = {
         **os.environ,
@@ -212,6 +216,9 @@ def test_ctrl_c_during_a_run_cancels_it(slow_suite: Suite, owner: str) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentmesh_client", *command],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # As at a terminal: a test run started in the background (a shell without job
+        # control) ignores SIGINT, and a Python started so keeps ignoring it.
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.read(8)  # the reply has started streaming
