@@ -15,7 +15,7 @@ first, per second), and the ratios: first-text overhead in ms and as a share of 
 own time to first token, and delivered throughput as a share of the direct one. Writes
 results/bench-model-<time>.json and prints a markdown table.
 
-    python -m bench.model [--repeats 7] [--prompt "..."] [--out results]
+    python -m bench.model [--repeats 7] [--prompt "..."] [--out results] [--shape all|split]
 """
 
 from __future__ import annotations
@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--prompt", default="Tell me about the sea in five sentences.")
     parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument(
+        "--shape", default="all", help="the suite's processes: all (one, as make run) or split"
+    )
     args = parser.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-model-"))
@@ -124,7 +127,12 @@ def main(argv: list[str] | None = None) -> None:
         "AGENTMESH_JWT_SECRET": SECRET,
         "AGENTMESH_LOG_LEVEL": "WARNING",
     }
-    suite = Suite(ports={n: free_port() for n in ALL_SERVICES}, env=env, log_dir=tmp / "logs")
+    suite = Suite(
+        ports={n: free_port() for n in ALL_SERVICES},
+        env=env,
+        log_dir=tmp / "logs",
+        shape=args.shape,
+    )
     try:
         suite.start(timeout=90)
         from services.gateway.auth import issue_token
