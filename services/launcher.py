@@ -29,7 +29,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import grpc
+# This process forks the services' processes while its gRPC channels are open. gRPC's fork
+# handlers restart its poller in the forked child, which then aborts (SIGABRT) on the epoll
+# fd that close_fds closed before exec (grpc/grpc#43157): seen as a service "exited with
+# code -6 while starting". Read by gRPC when it initialises, so set before it is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402 (after the fork-support setting above)
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 

@@ -8,7 +8,12 @@ per backend. A backend that cannot be reached fails the tests; nothing is skippe
 from __future__ import annotations
 
 import os
-import uuid
+
+# Tests fork processes (the suite's services, the CLI) while gRPC channels are open: without
+# this, gRPC's fork handlers can abort the child before its exec (services/launcher.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import uuid  # noqa: E402
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
