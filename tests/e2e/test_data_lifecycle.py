@@ -31,8 +31,9 @@ from tests.e2e.conftest import make_suite, parse_sse, run_body, token
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     tmp = tmp_path_factory.mktemp("lifecycle")
     prefix = f"e{uuid.uuid4().hex[:10]}_"
-    # The gateway's resumer drives unfinished owner deletions every second.
-    s = make_suite(tmp, prefix, AGENTMESH_LIFECYCLE_SWEEP_SECONDS="1")
+    # The gateway's resumer drives unfinished owner deletions every second. One process per
+    # service: the tests stop one service (memory, history, the gateway) and start it again.
+    s = make_suite(tmp, prefix, shape="split", AGENTMESH_LIFECYCLE_SWEEP_SECONDS="1")
     try:
         s.start(timeout=90)
         yield s
