@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from agentmesh.history.v1 import history_service_pb2
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
 from shared.errors import InvalidArgument
@@ -26,6 +27,24 @@ class MessageKind(StrEnum):
 class ExecutorKind(StrEnum):
     WORKER = "worker"
     MEMORY = "memory"
+
+
+class RunState(StrEnum):
+    """A run's state: the one vocabulary of run states, by the names history records, CancelRun
+    answers and the HTTP API shows (mapped once to protobuf: RUN_STATE_TO_PB)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+# The ends of a run: nothing follows one of them.
+TERMINAL_RUN_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+)
 
 
 # The threads of automation jobs are named `automation:<job id>` (the scheduler's runs use
@@ -62,6 +81,16 @@ EXECUTOR_TO_PB = {
     ExecutorKind.MEMORY: execution_profile_pb2.EXECUTOR_MEMORY,
 }
 EXECUTOR_FROM_PB = {v: k for k, v in EXECUTOR_TO_PB.items()}
+
+RUN_STATE_TO_PB = {
+    RunState.QUEUED: history_service_pb2.RUN_STATE_QUEUED,
+    RunState.RUNNING: history_service_pb2.RUN_STATE_RUNNING,
+    RunState.SUCCEEDED: history_service_pb2.RUN_STATE_SUCCEEDED,
+    RunState.FAILED: history_service_pb2.RUN_STATE_FAILED,
+    RunState.CANCELLED: history_service_pb2.RUN_STATE_CANCELLED,
+    RunState.INTERRUPTED: history_service_pb2.RUN_STATE_INTERRUPTED,
+}
+RUN_STATE_FROM_PB: dict[int, RunState] = {v: k for k, v in RUN_STATE_TO_PB.items()}
 
 
 def runtime_mode_from_pb(value: int, field: str) -> RuntimeMode:

@@ -17,6 +17,7 @@ from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
 
+from shared.domain import RUN_STATE_FROM_PB
 from shared.messages import tool_result_message_id
 from shared.profiles import MemoryPolicy, memory_from_pb
 
@@ -39,14 +40,6 @@ KIND_NAMES = {
 EXECUTOR_NAMES = {
     execution_profile_pb2.EXECUTOR_WORKER: "worker",
     execution_profile_pb2.EXECUTOR_MEMORY: "memory",
-}
-RUN_STATE_NAMES = {
-    history_service_pb2.RUN_STATE_QUEUED: "queued",
-    history_service_pb2.RUN_STATE_RUNNING: "running",
-    history_service_pb2.RUN_STATE_SUCCEEDED: "succeeded",
-    history_service_pb2.RUN_STATE_FAILED: "failed",
-    history_service_pb2.RUN_STATE_CANCELLED: "cancelled",
-    history_service_pb2.RUN_STATE_INTERRUPTED: "interrupted",
 }
 
 
@@ -253,8 +246,8 @@ def usage_json(u: message_pb2.Usage) -> list[dict[str, Any]]:
 
 def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
     out: dict[str, Any] = {"id": r.id, "threadId": r.thread_id}
-    if r.state in RUN_STATE_NAMES:
-        out["state"] = RUN_STATE_NAMES[r.state]
+    if r.state in RUN_STATE_FROM_PB:
+        out["state"] = RUN_STATE_FROM_PB[r.state].value
     if r.origin in RUNTIME_MODE_NAMES:
         out["origin"] = RUNTIME_MODE_NAMES[r.origin]
     if r.HasField("profile"):

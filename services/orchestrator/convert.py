@@ -18,7 +18,15 @@ from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 from services.orchestrator import core
 from services.orchestrator.core import OpenSpans, RunPlan
 from shared.approvals import Decision, decision_from_pb, decision_to_pb
-from shared.domain import EXECUTOR_TO_PB, RUNTIME_MODE_TO_PB, MessageKind, runtime_mode_from_pb
+from shared.domain import (
+    EXECUTOR_TO_PB,
+    RUN_STATE_FROM_PB,
+    RUN_STATE_TO_PB,
+    RUNTIME_MODE_TO_PB,
+    MessageKind,
+    RunState,
+    runtime_mode_from_pb,
+)
 from shared.errors import InvalidArgument
 from shared.ids import check_time_zone
 from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
@@ -148,6 +156,25 @@ def begin_run_request(
         context=history_service_pb2.ContextOptions(
             window=plan.profile.history_policy.window, time_zone=plan.time_zone
         ),
+    )
+
+
+def finish_run_request(
+    plan: RunPlan,
+    state: RunState,
+    outputs: Sequence[message_pb2.Message] = (),
+    denials: Sequence[history_service_pb2.ToolDenial] = (),
+    code: str = "",
+    message: str = "",
+) -> history_service_pb2.FinishRunRequest:
+    """History's FinishRun of the run, ended `state` (with its error's code and message)."""
+    return history_service_pb2.FinishRunRequest(
+        run_id=plan.run_id,
+        state=RUN_STATE_TO_PB[state],
+        output_messages=outputs,
+        error_code=code,
+        error_message=message,
+        tool_denials=denials,
     )
 
 
@@ -321,37 +348,42 @@ def custom(name: str, value: dict[str, object]) -> run_event_pb2.RunEvent:
     return event
 
 
-_STATE_NAMES = {
-    history_service_pb2.RUN_STATE_QUEUED: "queued",
-    history_service_pb2.RUN_STATE_RUNNING: "running",
-    history_service_pb2.RUN_STATE_SUCCEEDED: "succeeded",
-    history_service_pb2.RUN_STATE_FAILED: "failed",
-    history_service_pb2.RUN_STATE_CANCELLED: "cancelled",
-    history_service_pb2.RUN_STATE_INTERRUPTED: "interrupted",
+def record_state(value: int) -> RunState:
+    """The state of a record history answered with. One this version does not know is taken
+    as running: not an end, so the run goes on (a newer history adds states, never ends)."""
+    return RUN_STATE_FROM_PB.get(value, RunState.RUNNING)
+
+
+# How a run's end reaches its stream (AG-UI): RUN_FINISHED with this outcome; a failed run
+# ends with RUN_ERROR instead (run_error).
+_AGUI_OUTCOMES = {
+    RunState.SUCCEEDED: run_event_pb2.RUN_OUTCOME_SUCCESS,
+    RunState.INTERRUPTED: run_event_pb2.RUN_OUTCOME_INTERRUPT,
+    RunState.CANCELLED: run_event_pb2.RUN_OUTCOME_CANCELLED,
 }
-TERMINAL_STATES = frozenset(
-    {
-        history_service_pb2.RUN_STATE_SUCCEEDED,
-        history_service_pb2.RUN_STATE_FAILED,
-        history_service_pb2.RUN_STATE_CANCELLED,
-        history_service_pb2.RUN_STATE_INTERRUPTED,
-    }
-)
 
 
-def state_name(state: int) -> str:
-    return _STATE_NAMES.get(state, "unspecified")  # type: ignore[call-overload]
+def run_end(
+    outcome: RunState,
+    pending_tool_call_ids: Sequence[str] = (),
+    usage: message_pb2.Usage | None = None,
+    approvals: Sequence[approval_pb2.ApprovalRequest] = (),
+) -> run_event_pb2.RunEvent:
+    """RUN_FINISHED of a run that ended `outcome` (succeeded, interrupted or cancelled)."""
+    try:
+        agui = _AGUI_OUTCOMES[outcome]
+    except KeyError:
+        raise ValueError(f"a run that ended {outcome.value} ends with RUN_ERROR") from None
+    return run_finished(agui, pending_tool_call_ids, usage, approvals)
 
 
 def end_of(record: history_service_pb2.Run) -> run_event_pb2.RunEvent:
     """The terminal event of a run that already ended (a StartRun retry of a finished run)."""
-    if record.state == history_service_pb2.RUN_STATE_FAILED:
+    state = record_state(record.state)
+    if state is RunState.FAILED:
         return run_error(record.error_code or "INTERNAL", record.error_message or "the run failed")
-    outcome = {
-        history_service_pb2.RUN_STATE_CANCELLED: run_event_pb2.RUN_OUTCOME_CANCELLED,
-        history_service_pb2.RUN_STATE_INTERRUPTED: run_event_pb2.RUN_OUTCOME_INTERRUPT,
-    }.get(record.state, run_event_pb2.RUN_OUTCOME_SUCCESS)
-    return run_finished(outcome, usage=record.usage if record.HasField("usage") else None)
+    usage = record.usage if record.HasField("usage") else None
+    return run_end(state if state in _AGUI_OUTCOMES else RunState.SUCCEEDED, usage=usage)
 
 
 def run_error(code: str, message: str) -> run_event_pb2.RunEvent:

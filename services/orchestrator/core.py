@@ -1,6 +1,6 @@
 """Pure rules of a run: input validation, profile resolution, the step plan, the tools a run
-offers, message metadata, event numbering, open spans, and what a user may see of an error.
-No I/O."""
+offers, message metadata, the run's lifecycle, event numbering, open spans, and what a user
+may see of an error. No I/O."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from shared import errors, run_events
 from shared.approvals import Decision
 from shared.domain import (
     AUTOMATION_THREAD_PREFIX,
+    TERMINAL_RUN_STATES,
     ExecutorKind,
     MessageKind,
+    RunState,
     RuntimeMode,
     is_automation_thread_id,
 )
@@ -258,6 +260,162 @@ def message_metadata(
         "executor": profile.executor.value,
         "execution_profile_name": profile.name,
     }
+
+
+# ---- the run's lifecycle ------------------------------------------------------------
+
+
+class IllegalTransition(RuntimeError):
+    """The run manager moved a run's lifecycle out of order (a bug, never the caller's)."""
+
+
+class Stage(StrEnum):
+    """Where a run of this replica is. A caller sees each stage as a RunState
+    (RunLifecycle.state): the finer stages only say what the replica is doing meanwhile."""
+
+    # RUN_STARTED is stored; history has not admitted the run yet (BeginRun).
+    ADMITTING = "admitting"
+    # Admitted behind the thread's active run: it asks history for its turn.
+    QUEUED = "queued"
+    # Its steps (router, executor) run.
+    RUNNING = "running"
+    # Its end is being recorded in history (FinishRun): a lease renewal that is not held
+    # any more is expected, and a stop request comes too late.
+    FINISHING = "finishing"
+    # Its stream's last event is emitted; RunLifecycle.outcome says how it ended.
+    ENDED = "ended"
+
+
+class Stop(StrEnum):
+    """Why a run must stop at its next step boundary (a request, honoured by the run)."""
+
+    # A caller, history (another replica's cancel, an interrupt/rollback run) or a shutdown
+    # asked: it stores what it produced and ends cancelled.
+    CANCEL = "cancel"
+    # History gave the run's lease up and marked it failed: it ends its stream and records
+    # nothing more. Overrides a cancel (the record is failed already).
+    LEASE_LOST = "lease_lost"
+
+
+# The lifecycle's stage transitions; anything else raises IllegalTransition.
+#   admitting -> queued | running    history admitted it (admit)
+#   queued    -> running             its turn came (take_turn)
+#   admitting | queued | running -> finishing
+#                                    it records its end (finish): refused, failed, stopped,
+#                                    or its steps ended
+#   finishing -> finishing           recording the end failed: it records a failure instead
+#   any stage but ended -> ended     its last event is emitted (end), recorded or not (an
+#                                    end history had already, a lost lease, a hard stop)
+TRANSITIONS: dict[Stage, frozenset[Stage]] = {
+    Stage.ADMITTING: frozenset({Stage.QUEUED, Stage.RUNNING, Stage.FINISHING, Stage.ENDED}),
+    Stage.QUEUED: frozenset({Stage.RUNNING, Stage.FINISHING, Stage.ENDED}),
+    Stage.RUNNING: frozenset({Stage.FINISHING, Stage.ENDED}),
+    Stage.FINISHING: frozenset({Stage.FINISHING, Stage.ENDED}),
+    Stage.ENDED: frozenset(),
+}
+
+# Stages in which a stop request still changes what the run does.
+_STOPPABLE = frozenset({Stage.ADMITTING, Stage.QUEUED, Stage.RUNNING})
+
+
+@dataclass
+class RunLifecycle:
+    """The state machine of one run on this replica: its stage, the stop requested of it,
+    why history refused it, and how it ended. The run manager (runs.py) drives it; the
+    events are its methods, and a move TRANSITIONS does not allow raises IllegalTransition.
+    Stop requests (cancel, lost lease) may come at any time from other tasks: they never
+    raise, and say whether the run's steps must be stopped now."""
+
+    stage: Stage = Stage.ADMITTING
+    stop: Stop | None = None
+    # Why BeginRun failed (history refused the run or could not be reached).
+    refusal: BaseException | None = None
+    outcome: RunState | None = None
+
+    def _move(self, target: Stage) -> None:
+        if target not in TRANSITIONS[self.stage]:
+            raise IllegalTransition(
+                f"a run cannot go from {self.stage.value} to {target.value}"
+            )
+        self.stage = target
+
+    # ---- events of the pipeline ---------------------------------------------------
+
+    def admit(self, state: RunState) -> None:
+        """History admitted the run: queued behind the thread's active run, or running."""
+        if self.stage is not Stage.ADMITTING:
+            raise IllegalTransition(f"a run {self.stage.value} was admitted already")
+        if state is RunState.QUEUED:
+            self._move(Stage.QUEUED)
+        elif state is RunState.RUNNING:
+            self._move(Stage.RUNNING)
+        else:
+            raise IllegalTransition(f"a run is admitted queued or running, not {state.value}")
+
+    def refuse(self, error: BaseException) -> None:
+        """BeginRun failed: the run is not admitted (it then records its failure and ends)."""
+        if self.stage is not Stage.ADMITTING:
+            raise IllegalTransition(f"a run {self.stage.value} cannot be refused")
+        self.refusal = error
+
+    def take_turn(self) -> None:
+        """The queued run's turn came: it runs."""
+        if self.stage is not Stage.QUEUED:
+            raise IllegalTransition(f"a run {self.stage.value} has no turn to take")
+        self._move(Stage.RUNNING)
+
+    def finish(self) -> None:
+        """Its end is being recorded in history."""
+        self._move(Stage.FINISHING)
+
+    def end(self, outcome: RunState) -> None:
+        """Its last event is about to be emitted: the run ended `outcome`."""
+        if outcome not in TERMINAL_RUN_STATES:
+            raise IllegalTransition(f"a run cannot end {outcome.value}")
+        self._move(Stage.ENDED)
+        self.outcome = outcome
+
+    # ---- stop requests ------------------------------------------------------------
+
+    def request_cancel(self) -> bool:
+        """A cancel was asked; True when it is new and the run's steps must stop now."""
+        if self.stop is not None or self.stage not in _STOPPABLE:
+            return False
+        self.stop = Stop.CANCEL
+        return True
+
+    def lose_lease(self) -> bool:
+        """History no longer counts this replica as the run's holder; True when the run's
+        steps must stop now (not once its end is being recorded: that was expected)."""
+        if self.stop is Stop.LEASE_LOST or self.stage not in _STOPPABLE:
+            return False
+        self.stop = Stop.LEASE_LOST
+        return True
+
+    # ---- what the run manager asks ------------------------------------------------
+
+    @property
+    def cancelling(self) -> bool:
+        return self.stop is Stop.CANCEL
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.stop is Stop.LEASE_LOST
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop is not None
+
+    @property
+    def ended(self) -> bool:
+        return self.stage is Stage.ENDED
+
+    @property
+    def state(self) -> RunState:
+        """The run's state as a caller sees it: queued, running, or how it ended."""
+        if self.outcome is not None:
+            return self.outcome
+        return RunState.QUEUED if self.stage is Stage.QUEUED else RunState.RUNNING
 
 
 # ---- events -------------------------------------------------------------------------

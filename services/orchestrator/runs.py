@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
@@ -36,11 +35,11 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
-from services.orchestrator.core import OpenSpans, RunPlan, RunPolicy
+from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy
 from services.orchestrator.writer import RunEventWriter
 from shared import approvals, metrics
 from shared.admission import InFlight
-from shared.domain import ExecutorKind
+from shared.domain import TERMINAL_RUN_STATES, ExecutorKind, RunState
 from shared.errors import (
     AlreadyExists,
     DomainError,
@@ -56,38 +55,22 @@ from shared.messages import msg_from_pb
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
 
-class Outcome(StrEnum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    INTERRUPTED = "interrupted"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
 @dataclass
 class ActiveRun:
     plan: RunPlan
     key: str
     writer: RunEventWriter
+    # Where the run is (core.RunLifecycle): its stage, the stop asked of it, how it ended.
+    lifecycle: RunLifecycle = field(default_factory=RunLifecycle)
     task: asyncio.Task[None] | None = None
     # The cancellable part of the run: router and executor steps.
     steps: asyncio.Task[executor_service_pb2.StepResult] | None = None
-    cancel_requested: bool = False
-    outcome: Outcome = Outcome.RUNNING
     done: asyncio.Event = field(default_factory=asyncio.Event)
     spans: OpenSpans = field(default_factory=OpenSpans)
     # Finished messages of the steps, stamped for history.
     outputs: list[message_pb2.Message] = field(default_factory=list)
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
-    # BeginRun's answer, or why it failed (the run then ends with RUN_ERROR); both None until
-    # the run's task asks, right after RUN_STARTED (strategy reject: asked before it starts).
-    begin: history_service_pb2.BeginRunResponse | None = None
-    begin_error: BaseException | None = None
-    # The record is being finished: a renewal that is not held any more is expected.
-    finishing: bool = False
-    # History no longer counts this replica as the run's holder (its lease expired).
-    lease_lost: bool = False
     heartbeat: asyncio.Task[None] | None = None
 
 
@@ -131,8 +114,10 @@ class RunManager:
         # Over a bound: refused here, before the event log or history is written.
         self.in_flight.acquire(plan.owner)
         self._reserved.add(key)
+        lifecycle = RunLifecycle()
+        # BeginRun's answer; None until the run's task asks, right after RUN_STARTED
+        # (strategy reject: asked before it starts), or when history refused it.
         begin: history_service_pb2.BeginRunResponse | None = None
-        begin_error: BaseException | None = None
         writer = RunEventWriter(self.event_log, key, plan.run_id, plan.thread_id)
         try:
             if plan.decisions and not await self.event_log.exists(key):
@@ -144,7 +129,7 @@ class RunManager:
                 # refused before it is.
                 if await self.event_log.exists(key):
                     raise _run_exists()
-                begin, begin_error = await self._begin(plan)
+                begin = await self._begin(plan, lifecycle)
             # Storing RUN_STARTED creates the run's log and finds the log of an earlier run
             # with this run_id: one write for both.
             await writer.open(convert.run_started())
@@ -162,9 +147,9 @@ class RunManager:
             raise
         finally:
             self._reserved.discard(key)
-        run = ActiveRun(plan, key, writer, begin=begin, begin_error=begin_error)
+        run = ActiveRun(plan, key, writer, lifecycle)
         self._active[key] = run
-        run.task = asyncio.create_task(self._execute(run), name=f"run {plan.run_id}")
+        run.task = asyncio.create_task(self._execute(run, begin), name=f"run {plan.run_id}")
         metrics.run_started(plan.profile.name)
         return run
 
@@ -201,26 +186,25 @@ class RunManager:
         with contextlib.suppress(Exception):
             await self.peers.finish_run(
                 plan.owner,
-                history_service_pb2.FinishRunRequest(
-                    run_id=plan.run_id,
-                    state=history_service_pb2.RUN_STATE_FAILED,
-                    error_code="UNAVAILABLE",
-                    error_message=NOT_STARTED_MESSAGE,
+                convert.finish_run_request(
+                    plan, RunState.FAILED, code="UNAVAILABLE", message=NOT_STARTED_MESSAGE
                 ),
             )
 
     async def _begin(
-        self, plan: RunPlan
-    ) -> tuple[history_service_pb2.BeginRunResponse | None, BaseException | None]:
-        """BeginRun's answer, or why it failed; a busy thread (strategy reject) raises."""
+        self, plan: RunPlan, lifecycle: RunLifecycle
+    ) -> history_service_pb2.BeginRunResponse | None:
+        """BeginRun's answer; None when it failed (the run's lifecycle records why, and the
+        run ends with RUN_ERROR). A busy thread (strategy reject) raises."""
         try:
-            return await self.peers.begin_run(plan.owner, self._begin_request(plan)), None
+            return await self.peers.begin_run(plan.owner, self._begin_request(plan))
         except FailedPrecondition as exc:
             if exc.reason == "THREAD_BUSY":
                 raise
-            return None, exc
+            lifecycle.refuse(exc)
         except Exception as exc:
-            return None, exc
+            lifecycle.refuse(exc)
+        return None
 
     def _cancel_ahead(self, run: ActiveRun, ahead_run_ids: Sequence[str]) -> None:
         """An interrupt/rollback run was admitted: history marked the runs ahead of it
@@ -233,10 +217,14 @@ class RunManager:
 
     @staticmethod
     def _cancel_local(run: ActiveRun) -> None:
-        if not run.cancel_requested:
-            run.cancel_requested = True
-            if run.steps is not None:
-                run.steps.cancel()
+        if run.lifecycle.request_cancel() and run.steps is not None:
+            run.steps.cancel()
+
+    @staticmethod
+    def _lose_lease(run: ActiveRun) -> None:
+        """History gave the run's lease up: it stops, and records nothing more."""
+        if run.lifecycle.lose_lease() and run.steps is not None:
+            run.steps.cancel()
 
     async def cancel(self, owner: str, run_id: str) -> tuple[bool, str, str]:
         """Cancel a run held by any replica: (ended or ending cancelled, state, thread id).
@@ -249,22 +237,22 @@ class RunManager:
                 await asyncio.wait_for(
                     asyncio.shield(run.done.wait()), self.rpc_timeout_seconds * 0.8
                 )
-            if run.outcome in (Outcome.CANCELLED, Outcome.RUNNING):
-                return True, run.outcome.value, run.plan.thread_id
-            raise _already_finished(run.outcome.value)
+            state = run.lifecycle.state
+            if state in TERMINAL_RUN_STATES and state is not RunState.CANCELLED:
+                raise _already_finished(state)
+            return True, state.value, run.plan.thread_id
         # Held by another replica (or finished): record the request where every replica
         # looks; the holder stops the run at its next lease renewal.
         record = await self.peers.request_cancellation(owner, run_id)
         deadline = time.monotonic() + self.policy.cancel_wait_seconds
-        while record.state not in convert.TERMINAL_STATES and time.monotonic() < deadline:
+        state = convert.record_state(record.state)
+        while state not in TERMINAL_RUN_STATES and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
             record = await self.peers.get_run(owner, run_id)
-        state = convert.state_name(record.state)
-        if record.state in convert.TERMINAL_STATES and (
-            record.state != history_service_pb2.RUN_STATE_CANCELLED
-        ):
+            state = convert.record_state(record.state)
+        if state in TERMINAL_RUN_STATES and state is not RunState.CANCELLED:
             raise _already_finished(state)
-        return True, state, record.thread_id
+        return True, state.value, record.thread_id
 
     def start_sweeper(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="lease sweep")
@@ -292,9 +280,7 @@ class RunManager:
         if local is not None:
             # Ours, but history gave up on us (a long pause): stop it, write nothing more
             # to history; it ends its own stream.
-            local.lease_lost = True
-            if local.steps is not None:
-                local.steps.cancel()
+            self._lose_lease(local)
             return
         log.warning(
             "run lease expired; the run is marked failed",
@@ -359,22 +345,24 @@ class RunManager:
         run.writer.emit(event)
         await run.writer.pace()
 
-    async def _execute(self, run: ActiveRun) -> None:
+    async def _execute(
+        self, run: ActiveRun, begin: history_service_pb2.BeginRunResponse | None
+    ) -> None:
         run_token = run_id_var.set(run.plan.run_id)
         thread_token = thread_id_var.set(run.plan.thread_id)
         try:
-            await self._pipeline(run)
+            await self._pipeline(run, begin)
         except asyncio.CancelledError:
             # Stopped hard (shutdown past its grace): still end the stream for followers.
-            if run.outcome is Outcome.RUNNING:
+            if not run.lifecycle.ended:
+                run.lifecycle.end(RunState.FAILED)
                 run.writer.emit(convert.run_error("UNAVAILABLE", "the run was stopped by a shutdown"))
-                run.outcome = Outcome.FAILED
             raise
         except Exception:
             log.exception("run pipeline failed")
-            if run.outcome is Outcome.RUNNING:
+            if not run.lifecycle.ended:
+                run.lifecycle.end(RunState.FAILED)
                 run.writer.emit(convert.run_error(*core.user_error(Internal("internal error"))))
-                run.outcome = Outcome.FAILED
         finally:
             if run.heartbeat is not None:
                 run.heartbeat.cancel()
@@ -383,28 +371,29 @@ class RunManager:
             finally:
                 self._active.pop(run.key, None)
                 self.in_flight.release(run.plan.owner)
-                metrics.run_ended(run.plan.profile.name, run.outcome.value.upper())
+                metrics.run_ended(run.plan.profile.name, run.lifecycle.state.value.upper())
                 run.done.set()
                 run_id_var.reset(run_token)
                 thread_id_var.reset(thread_token)
 
-    async def _pipeline(self, run: ActiveRun) -> None:
-        plan = run.plan  # RUN_STARTED is stored already (start)
-        if run.begin is None and run.begin_error is None:
-            run.begin, run.begin_error = await self._begin(plan)
-        if run.begin_error is not None or run.begin is None:
-            await self._fail(run, run.begin_error or Internal("the run was not admitted"))
+    async def _pipeline(
+        self, run: ActiveRun, begin: history_service_pb2.BeginRunResponse | None
+    ) -> None:
+        plan, lifecycle = run.plan, run.lifecycle  # RUN_STARTED is stored already (start)
+        if begin is None and lifecycle.refusal is None:
+            begin = await self._begin(plan, lifecycle)
+        if begin is None:
+            await self._fail(run, lifecycle.refusal or Internal("the run was not admitted"))
             return
-        begin = run.begin
-        if begin.run.state in convert.TERMINAL_STATES:
-            # A retried StartRun of a run that already ended: its end, nothing re-run.
-            await self._emit(run, convert.end_of(begin.run))
-            run.outcome = Outcome.FAILED
+        state = convert.record_state(begin.run.state)
+        if state in TERMINAL_RUN_STATES:
+            await self._replay_end(run, begin.run)
             return
+        lifecycle.admit(state)
         run.heartbeat = asyncio.create_task(self._keep_lease(run), name=f"lease {plan.run_id}")
         if plan.multitask_strategy in core.CANCELLING_STRATEGIES:
             self._cancel_ahead(run, begin.run.ahead_run_ids)
-        if begin.run.state == history_service_pb2.RUN_STATE_QUEUED:
+        if state is RunState.QUEUED:
             await self._emit(
                 run, convert.custom(core.QUEUED_EVENT, {"aheadRunIds": list(begin.run.ahead_run_ids)})
             )
@@ -416,10 +405,10 @@ class RunManager:
             if turn is None:
                 await self._cancelled(run)
                 return
-            if turn.run.state in convert.TERMINAL_STATES:
-                await self._emit(run, convert.end_of(turn.run))
-                run.outcome = Outcome.FAILED
+            if convert.record_state(turn.run.state) in TERMINAL_RUN_STATES:
+                await self._replay_end(run, turn.run)
                 return
+            lifecycle.take_turn()
             begin = turn
         context = convert.context_without_inputs(begin.context_messages, plan)
         horizon = 0
@@ -434,7 +423,7 @@ class RunManager:
             self._steps(run, context, horizon), name=f"steps {plan.run_id}"
         )
         run.steps = steps
-        if run.cancel_requested or run.lease_lost:
+        if lifecycle.stopping:
             steps.cancel()
         try:
             result = await steps
@@ -442,10 +431,10 @@ class RunManager:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            if run.lease_lost:
+            if lifecycle.lease_lost:
                 await self._lost(run)
                 return
-            if not run.cancel_requested:
+            if not lifecycle.cancelling:
                 raise
             await self._cancelled(run)
             return
@@ -459,15 +448,16 @@ class RunManager:
         BeginRun again). None when it was cancelled while it waited."""
         request = self._begin_request(run.plan)
         while True:
-            if run.cancel_requested:
+            if run.lifecycle.cancelling:
                 return None
             await asyncio.sleep(self.policy.queue_poll_seconds)
-            if run.cancel_requested:
+            if run.lifecycle.cancelling:
                 return None
             turn = await self.peers.begin_run(run.plan.owner, request)
-            if turn.run.cancel_requested and turn.run.state not in convert.TERMINAL_STATES:
+            state = convert.record_state(turn.run.state)
+            if turn.run.cancel_requested and state not in TERMINAL_RUN_STATES:
                 return None
-            if turn.run.state != history_service_pb2.RUN_STATE_QUEUED:
+            if state is not RunState.QUEUED:
                 return turn
 
     async def _keep_lease(self, run: ActiveRun) -> None:
@@ -484,10 +474,8 @@ class RunManager:
                 log.warning("cannot renew the run's lease: %s", core.as_domain_error(exc).message)
                 continue
             if not renewed.held:
-                if not run.finishing:
-                    run.lease_lost = True
-                    if run.steps is not None:
-                        run.steps.cancel()
+                # Expected once the run's end is being recorded (the lifecycle ignores it).
+                self._lose_lease(run)
                 return
             if renewed.run.cancel_requested:
                 self._cancel_local(run)
@@ -496,8 +484,14 @@ class RunManager:
         """History marked the run failed (lease expired): end the stream, record nothing."""
         for kind, ident in run.spans.closing():
             await self._emit(run, convert.closing_event(kind, ident))
-        run.outcome = Outcome.FAILED
+        run.lifecycle.end(RunState.FAILED)
         await self._emit(run, convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE))
+
+    async def _replay_end(self, run: ActiveRun, record: history_service_pb2.Run) -> None:
+        """A retried StartRun of a run that already ended: its end, nothing re-run. (Its
+        lifecycle ends failed: this StartRun ran nothing, as the metrics count it.)"""
+        run.lifecycle.end(RunState.FAILED)
+        await self._emit(run, convert.end_of(record))
 
     async def _owner_window(self, plan: RunPlan) -> tuple[list[message_pb2.Message], int]:
         """The memory agent's context: the owner's chat messages (every thread) in the
@@ -616,55 +610,40 @@ class RunManager:
     async def _finish(
         self,
         run: ActiveRun,
-        state: history_service_pb2.RunState.ValueType,
+        state: RunState,
         outputs: list[message_pb2.Message],
         code: str = "",
         message: str = "",
     ) -> history_service_pb2.Run:
         """Finish the record; history's answer is the run's real end (a run whose cancel was
         requested before it finished is recorded cancelled, whatever `state` asked)."""
-        run.finishing = True
+        run.lifecycle.finish()
         response = await self.peers.finish_run(
             run.plan.owner,
-            history_service_pb2.FinishRunRequest(
-                run_id=run.plan.run_id,
-                state=state,
-                output_messages=outputs,
-                error_code=code,
-                error_message=message,
-                tool_denials=run.denials,
-            ),
+            convert.finish_run_request(run.plan, state, outputs, run.denials, code, message),
         )
         return response.run
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
         pending = list(result.pending_tool_call_ids)
         asked = convert.approvals_of(result, run.outputs, self.policy.approval_ttl)
-        state = (
-            history_service_pb2.RUN_STATE_INTERRUPTED
-            if pending or asked
-            else history_service_pb2.RUN_STATE_SUCCEEDED
-        )
+        state = RunState.INTERRUPTED if pending or asked else RunState.SUCCEEDED
         try:
             record = await self._finish(run, state, run.outputs)
         except Exception as exc:
             await self._fail(run, exc)
             return
-        if record.state == history_service_pb2.RUN_STATE_CANCELLED:
+        if convert.record_state(record.state) is RunState.CANCELLED:
             # An interrupt/rollback run was admitted before this one finished: history
             # recorded it cancelled (under rollback its messages are hidden), so is its end.
-            run.outcome = Outcome.CANCELLED
-            await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
+            run.lifecycle.end(RunState.CANCELLED)
+            await self._emit(run, convert.run_end(RunState.CANCELLED))
             return
-        waits = bool(pending or asked)
-        outcome = (
-            run_event_pb2.RUN_OUTCOME_INTERRUPT if waits else run_event_pb2.RUN_OUTCOME_SUCCESS
-        )
-        run.outcome = Outcome.INTERRUPTED if waits else Outcome.SUCCEEDED
+        run.lifecycle.end(state)
         # The record's usage (its output messages' sum, history) is what GET .../runs/{id}
         # shows; the step's own is the fallback of a history that recorded none.
         usage = record.usage if record.HasField("usage") else result.usage
-        await self._emit(run, convert.run_finished(outcome, pending, usage, asked))
+        await self._emit(run, convert.run_end(state, pending, usage, asked))
 
     async def _fail(self, run: ActiveRun, exc: BaseException) -> None:
         error = core.as_domain_error(exc)
@@ -675,10 +654,10 @@ class RunManager:
         code, message = core.user_error(error)
         outputs = run.outputs + convert.partial_replies(run.spans, run.outputs, run.plan, "error")
         try:
-            await self._finish(run, history_service_pb2.RUN_STATE_FAILED, outputs, code, message)
+            await self._finish(run, RunState.FAILED, outputs, code, message)
         except Exception as finish_exc:
             log.warning("cannot record the failed run: %s", core.as_domain_error(finish_exc).message)
-        run.outcome = Outcome.FAILED
+        run.lifecycle.end(RunState.FAILED)
         await self._emit(run, convert.run_error(code, message))
 
     async def _cancelled(self, run: ActiveRun) -> None:
@@ -688,12 +667,12 @@ class RunManager:
             run.spans, run.outputs, run.plan, "interrupted"
         )
         try:
-            await self._finish(run, history_service_pb2.RUN_STATE_CANCELLED, outputs)
+            await self._finish(run, RunState.CANCELLED, outputs)
         except Exception as exc:
             await self._fail(run, exc)
             return
-        run.outcome = Outcome.CANCELLED
-        await self._emit(run, convert.run_finished(run_event_pb2.RUN_OUTCOME_CANCELLED))
+        run.lifecycle.end(RunState.CANCELLED)
+        await self._emit(run, convert.run_end(RunState.CANCELLED))
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
@@ -712,11 +691,11 @@ class _StepProgress:
     produced: bool = False
 
 
-def _already_finished(state: str) -> DomainError:
+def _already_finished(state: RunState) -> DomainError:
     return FailedPrecondition(
-        f"the run already finished ({state}); there is nothing to cancel",
+        f"the run already finished ({state.value}); there is nothing to cancel",
         reason="RUN_ALREADY_FINISHED",
-        metadata={"state": state},
+        metadata={"state": state.value},
     )
 
 

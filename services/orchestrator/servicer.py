@@ -172,8 +172,8 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
 
 def _lost_stream_end(active: ActiveRun | None) -> run_event_pb2.RunEvent:
     """The end of a stream lost mid-run (not stored, so without a sequence number)."""
-    if active is not None and active.begin is None and active.begin_error is not None:
-        refused = core.as_domain_error(active.begin_error)
+    if active is not None and active.lifecycle.refusal is not None:
+        refused = core.as_domain_error(active.lifecycle.refusal)
         if not isinstance(refused, DeadlineExceeded):
             # History refused the run or could not be reached: that is its real end. (A
             # BeginRun that timed out may have been stored: its outcome is unknown.)
