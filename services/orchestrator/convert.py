@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
@@ -23,13 +24,12 @@ from shared.domain import (
     RUN_STATE_FROM_PB,
     RUN_STATE_TO_PB,
     RUNTIME_MODE_TO_PB,
-    MessageKind,
     RunState,
     runtime_mode_from_pb,
 )
 from shared.errors import InvalidArgument
-from shared.ids import check_time_zone
-from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
+from shared.ids import check_identifier, check_time_zone
+from shared.messages import Msg, ToolCallBlock, msg_from_pb, msg_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
@@ -48,7 +48,7 @@ def _time_zone(value: str, default: str) -> str:
 
 
 def _tool_spec(value: message_pb2.ToolSpec, field: str) -> ToolSpec:
-    core.check_identifier(value.name, f"{field}.name")
+    check_identifier(value.name, f"{field}.name")
     if not value.parameters_json:
         return ToolSpec(name=value.name, description=value.description)
     try:
@@ -75,8 +75,8 @@ def plan_from_pb(
     default_time_zone: str,
     known_tools: KnownTools = BUILTIN_KNOWN,
 ) -> RunPlan:
-    thread_id = core.check_identifier(request.thread_id, "thread_id")
-    run_id = core.check_identifier(request.run_id, "run_id")
+    thread_id = check_identifier(request.thread_id, "thread_id")
+    run_id = check_identifier(request.run_id, "run_id")
     origin = runtime_mode_from_pb(request.origin, "origin")
     core.check_thread_for_origin(thread_id, origin)
     inputs = [msg_from_pb(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
@@ -162,7 +162,7 @@ def begin_run_request(
 def finish_run_request(
     plan: RunPlan,
     state: RunState,
-    outputs: Sequence[message_pb2.Message] = (),
+    outputs: Sequence[Msg] = (),
     denials: Sequence[history_service_pb2.ToolDenial] = (),
     code: str = "",
     message: str = "",
@@ -171,7 +171,7 @@ def finish_run_request(
     return history_service_pb2.FinishRunRequest(
         run_id=plan.run_id,
         state=RUN_STATE_TO_PB[state],
-        output_messages=outputs,
+        output_messages=[msg_to_pb(m) for m in outputs],
         error_code=code,
         error_message=message,
         tool_denials=denials,
@@ -257,17 +257,12 @@ def thread_context_request(
 
 
 def approvals_of(
-    result: executor_service_pb2.StepResult,
-    outputs: Sequence[message_pb2.Message],
-    ttl: timedelta,
+    result: executor_service_pb2.StepResult, outputs: Sequence[Msg], ttl: timedelta
 ) -> list[approval_pb2.ApprovalRequest]:
     """The step's waiting approvals, each expiring `ttl` after its stored call (the time
     the next run checks against)."""
     asked_at = {
-        b.tool_call.id: m.created_at.ToDatetime(tzinfo=UTC)
-        for m in outputs
-        for b in m.content
-        if b.WhichOneof("block") == "tool_call"
+        b.id: m.created_at for m in outputs for b in m.content if isinstance(b, ToolCallBlock)
     }
     out = []
     for a in result.approvals:
@@ -279,46 +274,22 @@ def approvals_of(
 
 
 def tool_denial(item: executor_service_pb2.ToolDenial) -> history_service_pb2.ToolDenial:
-    """An executor's refused call as the audit record history stores (same reason codes)."""
+    """An executor's refused call as the audit record history stores. The two packages'
+    reason codes are the same numbers: relayed as they are (a newer executor's too)."""
     return history_service_pb2.ToolDenial(
         tool_call_id=item.tool_call_id,
         tool_name=item.tool_name,
         arguments_sha256=item.arguments_sha256,
-        reason=int(item.reason),  # type: ignore[arg-type]
+        reason=history_service_pb2.ToolDenialReason.ValueType(item.reason),
     )
 
 
 # ---- messages the run writes --------------------------------------------------------
 
 
-def _stamp(msg: Msg, plan: RunPlan) -> message_pb2.Message:
-    kind = msg.kind or MessageKind.AGENT_REPLY
-    return msg_to_pb(
-        dataclasses.replace(
-            msg,
-            thread_id=plan.thread_id,
-            run_id=plan.run_id,
-            kind=kind,
-            metadata={**msg.metadata, **core.message_metadata(plan.origin, plan.profile, kind)},
-        )
-    )
-
-
-def stamp_output(message: message_pb2.Message, plan: RunPlan) -> message_pb2.Message:
+def stamp_output(message: message_pb2.Message, plan: RunPlan) -> Msg:
     """An executor's finished message, with the run's ids, kind and metadata."""
-    return _stamp(msg_from_pb(message, "message"), plan)
-
-
-def partial_replies(
-    spans: OpenSpans, stored: Iterable[message_pb2.Message], plan: RunPlan, reason: str
-) -> list[message_pb2.Message]:
-    """The text a stopped run streamed but never got as a finished message, marked `reason`."""
-    return [
-        _stamp(
-            assistant(text, id=mid, kind=MessageKind.AGENT_REPLY, finished_reason=reason), plan
-        )
-        for mid, text in spans.partial_texts(m.id for m in stored)
-    ]
+    return core.stamped(msg_from_pb(message, "message"), plan)
 
 
 # ---- events -------------------------------------------------------------------------
@@ -342,7 +313,7 @@ def run_finished(
     return run_event_pb2.RunEvent(run_finished=finished)
 
 
-def custom(name: str, value: dict[str, object]) -> run_event_pb2.RunEvent:
+def custom(name: str, value: dict[str, Any]) -> run_event_pb2.RunEvent:
     event = run_event_pb2.RunEvent(custom=run_event_pb2.Custom(name=name))
     event.custom.value.struct_value.update(value)
     return event

@@ -4,6 +4,7 @@ may see of an error. No I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,7 +35,7 @@ from shared.errors import (
     Unavailable,
 )
 from shared.ids import check_identifier
-from shared.messages import Msg, Role, ToolResultBlock
+from shared.messages import Msg, Role, ToolResultBlock, assistant
 from shared.model.base import ToolSpec
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
@@ -161,7 +162,9 @@ def check_inputs(messages: Sequence[Msg], max_chars: int) -> None:
         if msg.id:
             check_identifier(msg.id, f"messages[{i}].id")
         if len(msg.text) > max_chars:
-            raise InvalidArgument(f"messages[{i}].content", f"must be at most {max_chars} characters")
+            raise InvalidArgument(
+                f"messages[{i}].content", f"must be at most {max_chars} characters"
+            )
         check_storable(msg.text, f"messages[{i}].content")
         input_kind(msg, f"messages[{i}]")
     last = len(messages) - 1
@@ -192,7 +195,8 @@ def resolve_profile(
         profile = registry.get(profile_name or CHAT_DEFAULT.name)
         if profile.executor is not ExecutorKind.WORKER:
             raise InvalidArgument(
-                "profile_name", f"profile {profile.name!r} is not available to chat runs (worker profiles only)"
+                "profile_name",
+                f"profile {profile.name!r} is not available to chat runs (worker profiles only)",
             )
         return profile
     if profile_name:
@@ -260,6 +264,29 @@ def message_metadata(
         "executor": profile.executor.value,
         "execution_profile_name": profile.name,
     }
+
+
+def stamped(msg: Msg, plan: RunPlan) -> Msg:
+    """A message the run writes (an agent reply unless it says otherwise), with the run's
+    ids, kind and metadata."""
+    kind = msg.kind or MessageKind.AGENT_REPLY
+    return dataclasses.replace(
+        msg,
+        thread_id=plan.thread_id,
+        run_id=plan.run_id,
+        kind=kind,
+        metadata={**msg.metadata, **message_metadata(plan.origin, plan.profile, kind)},
+    )
+
+
+def partial_replies(
+    spans: OpenSpans, stored: Iterable[Msg], plan: RunPlan, reason: str
+) -> list[Msg]:
+    """The text a stopped run streamed but never got as a finished message, marked `reason`."""
+    return [
+        stamped(assistant(text, id=mid, kind=MessageKind.AGENT_REPLY, finished_reason=reason), plan)
+        for mid, text in spans.partial_texts(m.id for m in stored)
+    ]
 
 
 # ---- the run's lifecycle ------------------------------------------------------------
@@ -517,9 +544,11 @@ def retries_executor_step(
     # A model's failure is not its replica's: the model layer retried it already (its card's
     # max_retries), another replica would call the same endpoint.
     model_failed = error.reason.startswith("MODEL_")
-    return isinstance(error, Unavailable) and not model_failed and not produced and attempt < attempts
+    return (
+        isinstance(error, Unavailable) and not model_failed and not produced and attempt < attempts
+    )
 
 
 def executor_retry_delay(attempt: int) -> float:
     """The longest wait for a connected replica after failed attempt `attempt` (1, 2, ...)."""
-    return EXECUTOR_RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1)
+    return EXECUTOR_RETRY_BACKOFF_SECONDS * 2.0 ** (attempt - 1)

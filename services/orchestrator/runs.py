@@ -50,7 +50,7 @@ from shared.errors import (
 )
 from shared.eventlog import EventLog, LogExists
 from shared.logs import run_id_var, thread_id_var
-from shared.messages import msg_from_pb
+from shared.messages import Msg, msg_from_pb
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
@@ -68,7 +68,7 @@ class ActiveRun:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     spans: OpenSpans = field(default_factory=OpenSpans)
     # Finished messages of the steps, stamped for history.
-    outputs: list[message_pb2.Message] = field(default_factory=list)
+    outputs: list[Msg] = field(default_factory=list)
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
     heartbeat: asyncio.Task[None] | None = None
@@ -301,7 +301,8 @@ class RunManager:
                 await self.event_log.close(key)
             else:
                 event = convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE)
-                event.run_id, event.thread_id, event.sequence = record.id, record.thread_id, last + 1
+                event.run_id, event.thread_id = record.id, record.thread_id
+                event.sequence = last + 1
                 event.timestamp_ms = time.time_ns() // 1_000_000
                 # One write: the error and the end (which seals the log against its holder).
                 await self.event_log.append(
@@ -356,7 +357,9 @@ class RunManager:
             # Stopped hard (shutdown past its grace): still end the stream for followers.
             if not run.lifecycle.ended:
                 run.lifecycle.end(RunState.FAILED)
-                run.writer.emit(convert.run_error("UNAVAILABLE", "the run was stopped by a shutdown"))
+                run.writer.emit(
+                    convert.run_error("UNAVAILABLE", "the run was stopped by a shutdown")
+                )
             raise
         except Exception:
             log.exception("run pipeline failed")
@@ -394,9 +397,8 @@ class RunManager:
         if plan.multitask_strategy in core.CANCELLING_STRATEGIES:
             self._cancel_ahead(run, begin.run.ahead_run_ids)
         if state is RunState.QUEUED:
-            await self._emit(
-                run, convert.custom(core.QUEUED_EVENT, {"aheadRunIds": list(begin.run.ahead_run_ids)})
-            )
+            ahead = {"aheadRunIds": list(begin.run.ahead_run_ids)}
+            await self._emit(run, convert.custom(core.QUEUED_EVENT, ahead))
             try:
                 turn = await self._wait_turn(run)
             except Exception as exc:
@@ -464,7 +466,9 @@ class RunManager:
         """Renew the run's lease; bring back a cancel recorded by any replica; stop the run
         if history gave it up (its lease expired while this replica could not renew)."""
         request = history_service_pb2.RenewRunLeaseRequest(
-            run_id=run.plan.run_id, lease_holder=self.holder, lease_seconds=self.policy.lease_seconds
+            run_id=run.plan.run_id,
+            lease_holder=self.holder,
+            lease_seconds=self.policy.lease_seconds,
         )
         while True:
             await asyncio.sleep(self.policy.renew_seconds)
@@ -611,7 +615,7 @@ class RunManager:
         self,
         run: ActiveRun,
         state: RunState,
-        outputs: list[message_pb2.Message],
+        outputs: list[Msg],
         code: str = "",
         message: str = "",
     ) -> history_service_pb2.Run:
@@ -652,18 +656,19 @@ class RunManager:
         else:
             log.warning("run failed: %s", error.message)
         code, message = core.user_error(error)
-        outputs = run.outputs + convert.partial_replies(run.spans, run.outputs, run.plan, "error")
+        outputs = run.outputs + core.partial_replies(run.spans, run.outputs, run.plan, "error")
         try:
             await self._finish(run, RunState.FAILED, outputs, code, message)
         except Exception as finish_exc:
-            log.warning("cannot record the failed run: %s", core.as_domain_error(finish_exc).message)
+            reason = core.as_domain_error(finish_exc).message
+            log.warning("cannot record the failed run: %s", reason)
         run.lifecycle.end(RunState.FAILED)
         await self._emit(run, convert.run_error(code, message))
 
     async def _cancelled(self, run: ActiveRun) -> None:
         for kind, ident in run.spans.closing():
             await self._emit(run, convert.closing_event(kind, ident))
-        outputs = run.outputs + convert.partial_replies(
+        outputs = run.outputs + core.partial_replies(
             run.spans, run.outputs, run.plan, "interrupted"
         )
         try:
