@@ -57,6 +57,9 @@ log = logging.getLogger("agentmesh.orchestrator.runs")
 
 @dataclass
 class ActiveRun:
+    """A run of this replica: its plan, its lifecycle, the tasks that run it and what its
+    steps produced."""
+
     plan: RunPlan
     key: str
     writer: RunEventWriter
@@ -492,8 +495,9 @@ class RunManager:
         await self._emit(run, convert.run_error(LEASE_EXPIRED, core.LEASE_EXPIRED_MESSAGE))
 
     async def _replay_end(self, run: ActiveRun, record: history_service_pb2.Run) -> None:
-        """A retried StartRun of a run that already ended: its end, nothing re-run. (Its
-        lifecycle ends failed: this StartRun ran nothing, as the metrics count it.)"""
+        """A retried StartRun of a run that already ended: its end, nothing re-run. Its
+        lifecycle ends failed whatever the record says, as it always has: the metrics count
+        it failed, and a cancel of it is refused."""
         run.lifecycle.end(RunState.FAILED)
         await self._emit(run, convert.end_of(record))
 
