@@ -28,6 +28,8 @@ from shared.domain import (
     EXECUTOR_FROM_PB,
     EXECUTOR_TO_PB,
     MESSAGE_KIND_TO_PB,
+    RUN_STATE_FROM_PB,
+    RUN_STATE_TO_PB,
     RUNTIME_MODE_FROM_PB,
     RUNTIME_MODE_TO_PB,
     ExecutorKind,
@@ -47,16 +49,6 @@ ROLE_FROM_PB = {
     message_pb2.ROLE_SYSTEM: "system",
 }
 ROLE_TO_PB = {v: k for k, v in ROLE_FROM_PB.items()}
-
-RUN_STATE_TO_PB = {
-    RunState.QUEUED: pb.RUN_STATE_QUEUED,
-    RunState.RUNNING: pb.RUN_STATE_RUNNING,
-    RunState.SUCCEEDED: pb.RUN_STATE_SUCCEEDED,
-    RunState.FAILED: pb.RUN_STATE_FAILED,
-    RunState.CANCELLED: pb.RUN_STATE_CANCELLED,
-    RunState.INTERRUPTED: pb.RUN_STATE_INTERRUPTED,
-}
-RUN_STATE_FROM_PB = {v: k for k, v in RUN_STATE_TO_PB.items()}
 
 
 # --- validation of scalar fields ----------------------------------------------------------
@@ -86,7 +78,7 @@ def optional_executor(value: int, field: str) -> ExecutorKind | None:
 
 def run_state(value: int, field: str = "state") -> RunState:
     try:
-        return RUN_STATE_FROM_PB[value]  # type: ignore[index]
+        return RUN_STATE_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be a RunState value") from None
 

@@ -15,7 +15,8 @@ from enum import StrEnum
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from shared.domain import ExecutorKind, MessageKind, RuntimeMode
+from shared.domain import TERMINAL_RUN_STATES, ExecutorKind, MessageKind, RuntimeMode
+from shared.domain import RunState as RunState  # the one vocabulary of run states, re-exported
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from shared.ids import check_time_zone
 from shared.profiles import WINDOW_RE, ExecutionProfile
@@ -26,18 +27,7 @@ DEFAULT_TIME_ZONE = "Asia/Shanghai"
 JsonBlock = Mapping[str, Any]
 
 
-class RunState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-
-
-TERMINAL_STATES = frozenset(
-    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
-)
+TERMINAL_STATES = TERMINAL_RUN_STATES
 ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING})
 
 
