@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.history import convert, core, deletions, store
 from services.history.core import Message, NewMessage, Run, RunState, Thread
 from services.history.store import ContextKey
-from shared import pgdirect
+from shared import outbox, pgdirect
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -776,6 +776,30 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.ListUnfinishedDeletionsResponse(
             deletions=[convert.deletion_to_pb(d) for d in found]
         )
+
+    # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
+
+    async def ListWebhookEvents(
+        self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWebhookEventsResponse:
+        owner_id(context)
+        require_admin(context)
+        async with self._read() as conn:
+            events = await outbox.pending(conn, store.webhook_outbox, request.page_size)
+        return pb.ListWebhookEventsResponse(events=[outbox.to_pb(e) for e in events])
+
+    async def AcknowledgeWebhookEvents(
+        self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AcknowledgeWebhookEventsResponse:
+        owner_id(context)
+        require_admin(context)
+        retention_ms = Settings().webhook_outbox_retention_seconds * 1000
+        async with self._write() as conn:
+            count = await outbox.acknowledge(
+                conn, store.webhook_outbox, request.event_ids,
+                at_ms=outbox.now_ms(), retention_ms=retention_ms,
+            )
+        return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def expire_threads(self, days: int, *, limit: int = 100) -> int:
         """Delete threads older than the retention period (`days`), each with a RETENTION

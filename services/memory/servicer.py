@@ -10,17 +10,16 @@ import logging
 import time
 
 import grpc
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from services.memory import convert, core, store
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
-from shared import pagination
+from shared import outbox, pagination
 from shared.errors import InvalidArgument
-from shared.identity import owner_id
+from shared.identity import owner_id, require_admin
 from shared.settings import Settings
-
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +126,30 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         async with self.engine.begin() as conn:
             counts = await store.delete_owner_data(conn, owner)
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
+    # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
+
+    async def ListWebhookEvents(
+        self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWebhookEventsResponse:
+        owner_id(context)
+        require_admin(context)
+        async with self.engine.connect() as conn:
+            events = await outbox.pending(conn, store.webhook_outbox, request.page_size)
+        return pb.ListWebhookEventsResponse(events=[outbox.to_pb(e) for e in events])
+
+    async def AcknowledgeWebhookEvents(
+        self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AcknowledgeWebhookEventsResponse:
+        owner_id(context)
+        require_admin(context)
+        retention_ms = Settings().webhook_outbox_retention_seconds * 1000
+        async with self.engine.begin() as conn:
+            count = await outbox.acknowledge(
+                conn, store.webhook_outbox, request.event_ids,
+                at_ms=outbox.now_ms(), retention_ms=retention_ms,
+            )
+        return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def SearchMemories(
         self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext
