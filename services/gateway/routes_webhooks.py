@@ -28,6 +28,7 @@ from services.gateway.webhook_store import (
     new_endpoint_id,
 )
 from services.gateway.webhooks import event_types_problem, new_secret, url_problem
+from shared.errors import InvalidArgument
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.pagination import PageTokens, position_int, position_list, position_str
 from shared.settings import Settings
@@ -201,11 +202,15 @@ async def _page(
     settings: Settings = request.app.state.settings
     tokens = PageTokens(settings.page_token_secret)
     scope = ["webhook-deliveries", endpoint_owner, owner, endpoint_id, state]
-    position = tokens.decode(page_token, scope)
     after = None
-    if position is not None:
-        t, i = position_list(position, 2)
-        after = (position_int(t), position_str(i))
+    try:
+        position = tokens.decode(page_token, scope)
+        if position is not None:
+            t, i = position_list(position, 2)
+            after = (position_int(t), position_str(i))
+    except InvalidArgument as err:
+        why = err.violations[0][1] if err.violations else err.message
+        raise invalid("page_token", why) from None
     size = page_size or 100
     rows = await _store(request).deliveries(
         endpoint_owner=endpoint_owner,
