@@ -1,0 +1,166 @@
+"""Webhook rules (services/gateway/webhooks.py) and the gateway's webhook tables on the
+backend under test: endpoint validation, the deployment's endpoints, matching, the body,
+the retry schedule, signatures a Standard Webhooks receiver accepts, the deliverer's lease,
+the delivery log and replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from services.gateway import webhooks
+from services.gateway.store import GatewayStore
+from services.gateway.webhook_store import Endpoint, WebhookStore
+from shared import outbox
+from shared.settings import Settings
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://example.com/hook", "http://127.0.0.1:8080/x?y=1", "http://[::1]:9/h"],
+)
+def test_http_and_https_urls_with_a_host_are_endpoints(url: str) -> None:
+    assert webhooks.url_problem(url) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://example.com", "https://", "http:///path", "example.com/hook", "",
+     "http://host:port/", "http://exa mple.com/", "javascript:alert(1)",
+     "https://e.com/" + "a" * 2000],
+)
+def test_other_urls_are_refused(url: str) -> None:
+    assert webhooks.url_problem(url) is not None
+
+
+def test_unknown_or_repeated_event_types_are_refused() -> None:
+    assert webhooks.event_types_problem(["run.failed", "memory.changed"]) is None
+    assert "run.exploded" in (webhooks.event_types_problem(["run.exploded"]) or "")
+    assert webhooks.event_types_problem(["run.failed", "run.failed"]) is not None
+
+
+def test_the_retry_schedule_doubles_up_to_its_cap() -> None:
+    s = Settings(webhook_retry_initial_seconds=5, webhook_retry_max_seconds=60)
+    assert [webhooks.retry_delay_ms(n, s) for n in range(1, 7)] == [
+        5000, 10000, 20000, 40000, 60000, 60000
+    ]
+
+
+def test_a_delivery_fails_after_its_last_attempt() -> None:
+    s = Settings(webhook_max_attempts=3, webhook_retry_initial_seconds=1)
+    assert webhooks.after_attempt(1, False, 1000, s) == ("pending", 2000)
+    assert webhooks.after_attempt(2, False, 1000, s) == ("pending", 3000)
+    assert webhooks.after_attempt(3, False, 1000, s) == ("failed", None)
+    assert webhooks.after_attempt(3, True, 1000, s) == ("succeeded", None)
+
+
+def _event(owner: str = "alice", type_: str = "run.failed") -> outbox.Event:
+    return outbox.new_event(owner, type_, {"runId": "r1"}, 1_750_000_000_123)
+
+
+def test_an_event_goes_to_the_deployment_and_its_owner_only() -> None:
+    deployment = Endpoint("ops", "", "https://ops", "whsec_x")
+    mine = Endpoint("whe_1", "alice", "https://a", "whsec_x", event_types=("run.failed",))
+    other = Endpoint("whe_2", "bob", "https://b", "whsec_x")
+    picky = Endpoint("whe_3", "alice", "https://c", "whsec_x", event_types=("memory.changed",))
+    made = webhooks.deliveries_for([_event()], [deployment, mine, other, picky], 5)
+    assert [d.endpoint_id for d in made] == ["ops", "whe_1"]
+    assert {d.event_id for d in made} == {made[0].event_id}  # one webhook-id per event
+
+
+def test_the_body_is_type_timestamp_and_data_with_the_owner() -> None:
+    event = _event()
+    assert json.loads(webhooks.body(event)) == {
+        "type": "run.failed",
+        "timestamp": "2025-06-15T15:06:40.123Z",
+        "data": {"ownerId": "alice", "runId": "r1"},
+    }
+
+
+def test_a_signed_attempt_verifies_with_the_standardwebhooks_library() -> None:
+    secret = webhooks.new_secret()
+    payload = webhooks.body(_event())
+    headers = webhooks.signed_headers(secret, "evt_1", payload, datetime.now(UTC))
+    assert Webhook(secret).verify(payload, headers) == json.loads(payload)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(webhooks.new_secret()).verify(payload, headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(secret).verify(payload.replace("alice", "mallory"), headers)
+
+
+def test_deployment_endpoints_come_from_the_setting_or_its_file(tmp_path: Path) -> None:
+    secret = webhooks.new_secret()
+    listed = [{"id": "ops", "url": "https://ops.example/h", "secret": secret}]
+    [e] = webhooks.deployment_endpoints(Settings(webhook_endpoints=json.dumps(listed)))
+    assert (e.id, e.owner_id, e.url, e.event_types) == ("ops", "", "https://ops.example/h", ())
+    path = tmp_path / "hooks.json"
+    path.write_text(json.dumps([{**listed[0], "eventTypes": ["run.failed"]}]))
+    [f] = webhooks.deployment_endpoints(Settings(webhook_endpoints_file=path))
+    assert f.event_types == ("run.failed",)
+    assert webhooks.deployment_endpoints(Settings()) == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"id": "ops", "url": "ftp://x", "secret": "whsec_AAAA"}, "http or https"),
+        ({"id": "ops", "url": "https://x", "secret": "whsec_!!"}, "secret"),
+        ({"id": "whe_1", "url": "https://x", "secret": "whsec_AAAA"}, "id"),
+        ({"id": "ops", "url": "https://x"}, "secret"),
+        ({"id": "ops", "url": "https://x", "secret": "whsec_AAAA", "x": 1}, "x"),
+        ({"id": "ops", "url": "https://x", "secret": "whsec_AAAA", "eventTypes": ["no"]}, "no"),
+    ],
+)
+def test_a_bad_deployment_endpoint_stops_the_start_saying_why(
+    entry: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        webhooks.deployment_endpoints(Settings(webhook_endpoints=json.dumps([entry])))
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[WebhookStore]:
+    gateway = await GatewayStore.open(settings)
+    try:
+        yield WebhookStore(gateway.engine)
+    finally:
+        await gateway.close()
+
+
+async def test_one_deliverer_holds_the_lease_until_it_expires(store: WebhookStore) -> None:
+    assert await store.take_lease("d", "a", now_ms=1000, until_ms=2000)
+    assert not await store.take_lease("d", "b", now_ms=1500, until_ms=2500)
+    assert await store.take_lease("d", "a", now_ms=1500, until_ms=2500)  # renewed
+    assert not await store.take_lease("d", "b", now_ms=2400, until_ms=3400)
+    assert await store.take_lease("d", "b", now_ms=2600, until_ms=3600)  # a's expired
+    assert not await store.take_lease("d", "a", now_ms=2700, until_ms=3700)
+
+
+async def test_a_delivery_is_recorded_once_claimed_once_and_replayed(
+    store: WebhookStore,
+) -> None:
+    endpoint = Endpoint("whe_1", "alice", "https://a", webhooks.new_secret())
+    event = _event()
+    [d] = webhooks.deliveries_for([event], [endpoint], 1000)
+    await store.insert_deliveries([d])
+    # The outbox listed the event again (its acknowledgement was lost): still one delivery.
+    await store.insert_deliveries(webhooks.deliveries_for([event], [endpoint], 1001))
+    [claimed] = await store.claim_due(now_ms=1000, until_ms=9000, limit=10)
+    assert claimed.id == d.id
+    assert await store.claim_due(now_ms=2000, until_ms=9000, limit=10) == []
+    await store.record_attempt(
+        d.id, state="failed", next_attempt_ms=None, at_ms=2000, status_code=500, error="HTTP 500"
+    )
+    replayed = await store.replay(d.id, now_ms=3000)
+    assert replayed is not None
+    assert (replayed.state, replayed.attempts, replayed.replays) == ("pending", 0, 1)
+    assert replayed.event_id == event.id and replayed.payload == d.payload
+    assert [x.id for x in await store.claim_due(now_ms=3000, until_ms=9000, limit=10)] == [d.id]
+    assert await store.delivery(d.id, "bob") is None
+    assert (await store.delivery(d.id, "alice")) is not None
+    assert await store.delete_owner("alice") == {"webhookEndpoints": 0, "webhookDeliveries": 1}
