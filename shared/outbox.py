@@ -99,12 +99,24 @@ def new_event(owner_id: str, type_: str, data: Mapping[str, Any], at_ms: int) ->
     return Event(f"evt_{uuid.uuid4().hex}", owner_id, type_, dict(data), at_ms)
 
 
+# One INSERT statement per outbox table, built once (history runs it on its PostgreSQL hot
+# path, shared.pgdirect.reused, which knows a statement by its identity).
+_INSERTS: dict[int, sa.Insert] = {}
+
+
+def insert_statement(outbox: sa.Table) -> sa.Insert:
+    stmt = _INSERTS.get(id(outbox))
+    if stmt is None:
+        stmt = _INSERTS[id(outbox)] = outbox.insert()
+    return stmt
+
+
 async def add(conn: Conn, outbox: sa.Table, events: Sequence[Event]) -> None:
     """Record `events` in the caller's transaction (the one that makes the change)."""
     if not events:
         return
     await conn.execute(
-        outbox.insert(),
+        insert_statement(outbox),
         [
             {
                 "id": e.id,

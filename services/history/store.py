@@ -988,6 +988,8 @@ async def expire_leases(
 # --- webhook outbox (shared/outbox.py) ----------------------------------------------------
 
 webhook_outbox = outbox.table(metadata_obj)
+# FinishRun writes its event on the hot path: straight to asyncpg on PostgreSQL.
+reused(outbox.insert_statement(webhook_outbox))
 
 
 def run_ended_event(run: Run) -> outbox.Event:
