@@ -20,14 +20,18 @@ import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
 import sqlalchemy as sa
 from agentmesh.type.v1 import webhook_event_pb2 as event_pb
 
 from shared.errors import InvalidArgument
+from shared.identity import owner_id, require_admin
 from shared.pagination import page_size
+from shared.settings import Settings
 
 TABLE = "webhook_outbox"
 MAX_ACKNOWLEDGED = 1000
@@ -187,3 +191,36 @@ def from_pb(event: event_pb.WebhookEvent) -> Event:
         data=json.loads(event.data_json or "{}"),
         create_time_ms=event.create_time.ToMilliseconds(),
     )
+
+
+# --- the two RPCs, the same in every service with an outbox (the gateway calls them) -------
+
+
+async def serve_list(
+    context: grpc.aio.ServicerContext,  # type: ignore[type-arg]  # grpc's stubs are generic
+    unit: AbstractAsyncContextManager[Any],
+    outbox: sa.Table,
+    requested_page_size: int,
+) -> list[event_pb.WebhookEvent]:
+    """ListWebhookEvents: admin scope; `unit` is the service's read unit of work."""
+    owner_id(context)
+    require_admin(context)
+    async with unit as conn:
+        events = await pending(conn, outbox, requested_page_size)
+    return [to_pb(e) for e in events]
+
+
+async def serve_acknowledge(
+    context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    unit: AbstractAsyncContextManager[Any],
+    outbox: sa.Table,
+    event_ids: Sequence[str],
+) -> int:
+    """AcknowledgeWebhookEvents: admin scope; `unit` is the service's write unit of work."""
+    owner_id(context)
+    require_admin(context)
+    retention_ms = Settings().webhook_outbox_retention_seconds * 1000
+    async with unit as conn:
+        return await acknowledge(
+            conn, outbox, event_ids, at_ms=now_ms(), retention_ms=retention_ms
+        )

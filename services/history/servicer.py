@@ -782,23 +782,17 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def ListWebhookEvents(
         self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        async with self._read() as conn:
-            events = await outbox.pending(conn, store.webhook_outbox, request.page_size)
-        return pb.ListWebhookEventsResponse(events=[outbox.to_pb(e) for e in events])
+        events = await outbox.serve_list(
+            context, self._read(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
         self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AcknowledgeWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        retention_ms = Settings().webhook_outbox_retention_seconds * 1000
-        async with self._write() as conn:
-            count = await outbox.acknowledge(
-                conn, store.webhook_outbox, request.event_ids,
-                at_ms=outbox.now_ms(), retention_ms=retention_ms,
-            )
+        count = await outbox.serve_acknowledge(
+            context, self._write(), store.webhook_outbox, request.event_ids
+        )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def expire_threads(self, days: int, *, limit: int = 100) -> int:

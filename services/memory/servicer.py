@@ -18,7 +18,7 @@ from services.memory import convert, core, store
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
 from shared import outbox, pagination
 from shared.errors import InvalidArgument
-from shared.identity import owner_id, require_admin
+from shared.identity import owner_id
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -132,23 +132,17 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     async def ListWebhookEvents(
         self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        async with self.engine.connect() as conn:
-            events = await outbox.pending(conn, store.webhook_outbox, request.page_size)
-        return pb.ListWebhookEventsResponse(events=[outbox.to_pb(e) for e in events])
+        events = await outbox.serve_list(
+            context, self.engine.connect(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
         self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AcknowledgeWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        retention_ms = Settings().webhook_outbox_retention_seconds * 1000
-        async with self.engine.begin() as conn:
-            count = await outbox.acknowledge(
-                conn, store.webhook_outbox, request.event_ids,
-                at_ms=outbox.now_ms(), retention_ms=retention_ms,
-            )
+        count = await outbox.serve_acknowledge(
+            context, self.engine.begin(), store.webhook_outbox, request.event_ids
+        )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def SearchMemories(

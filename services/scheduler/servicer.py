@@ -20,7 +20,7 @@ from services.scheduler.dispatch import Dispatcher, Order
 from services.scheduler.settings import SchedulerSettings
 from shared import outbox
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
-from shared.identity import owner_id, require_admin
+from shared.identity import owner_id
 from shared.ids import check_identifier
 from shared.pagination import (
     PageTokens,
@@ -165,23 +165,17 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def ListWebhookEvents(
         self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        async with self._engine.connect() as conn:
-            events = await outbox.pending(conn, store.webhook_outbox, request.page_size)
-        return pb.ListWebhookEventsResponse(events=[outbox.to_pb(e) for e in events])
+        events = await outbox.serve_list(
+            context, self._engine.connect(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
         self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AcknowledgeWebhookEventsResponse:
-        owner_id(context)
-        require_admin(context)
-        retention_ms = Settings().webhook_outbox_retention_seconds * 1000
-        async with self._engine.begin() as conn:
-            count = await outbox.acknowledge(
-                conn, store.webhook_outbox, request.event_ids,
-                at_ms=outbox.now_ms(), retention_ms=retention_ms,
-            )
+        count = await outbox.serve_acknowledge(
+            context, self._engine.begin(), store.webhook_outbox, request.event_ids
+        )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def _set_status(self, owner: str, job_id: str, status: JobStatus) -> Job:
