@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
     # Acknowledged outbox events stay this long in the services (then pruned).
     webhook_outbox_retention_seconds: int = Field(default=7 * 86400, ge=0)
+    # Succeeded and failed deliveries stay in the delivery log this long after their last
+    # attempt (then pruned by the deliverer); 0 keeps them forever.
+    webhook_delivery_retention_seconds: int = Field(default=30 * 86400, ge=0)
 
     host: str = "127.0.0.1"
     # The port this process listens on; 0 picks a free one; unset uses DEFAULT_PORTS.

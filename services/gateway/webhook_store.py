@@ -131,6 +131,11 @@ _REPLAY = text(
     "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, replays = replays + 1, "
     "next_attempt_ms = :now WHERE id = :id"
 )
+# The delivery log's retention: finished deliveries whose last attempt is older.
+_PRUNE_DELIVERIES = text(
+    "DELETE FROM webhook_deliveries WHERE state IN ('succeeded', 'failed') "
+    "AND last_attempt_ms < :before"
+)
 _DELETE_OWNER_DELIVERIES = text(
     "DELETE FROM webhook_deliveries WHERE owner_id = :owner OR endpoint_owner_id = :owner"
 )
@@ -325,6 +330,11 @@ class WebhookStore:
             await conn.execute(_REPLAY, {"id": delivery_id, "now": now_ms})
             row = (await conn.execute(_GET_DELIVERY, {"id": delivery_id})).first()
         return None if row is None else _delivery(row)
+
+    async def prune_deliveries(self, before_ms: int) -> int:
+        async with self.engine.begin() as conn:
+            result = await conn.execute(_PRUNE_DELIVERIES, {"before": before_ms})
+        return int(result.rowcount or 0)
 
     async def delete_owner(self, owner: str) -> dict[str, int]:
         """Every endpoint of `owner`, and every delivery of its events or to its endpoints."""

@@ -59,6 +59,8 @@ SECRET_PREFIX = "whsec_"
 # Events taken from a service per page, and the most pages per pass (the sends wait).
 COLLECT_PAGE = 100
 COLLECT_PAGES = 10
+# How often the deliverer prunes the delivery log (AGENTMESH_WEBHOOK_DELIVERY_RETENTION_SECONDS).
+PRUNE_EVERY_MS = 60_000
 
 
 def url_problem(url: str) -> str | None:
@@ -258,6 +260,7 @@ class Deliverer:
         )
         self._own_http = http is None
         self.holder = uuid.uuid4().hex
+        self._pruned_ms = 0
 
     async def aclose(self) -> None:
         if self._own_http:
@@ -287,6 +290,10 @@ class Deliverer:
             except ApiError as err:  # the service is away: its events wait in its outbox
                 log.warning("webhook events of %s not collected: %s", service, err.code)
         await self.send_due()
+        retention_ms = self._settings.webhook_delivery_retention_seconds * 1000
+        if retention_ms and now - self._pruned_ms >= PRUNE_EVERY_MS:
+            self._pruned_ms = now
+            await self._store.prune_deliveries(now - retention_ms)
         return True
 
     async def collect(self, service: str) -> int:

@@ -164,3 +164,19 @@ async def test_a_delivery_is_recorded_once_claimed_once_and_replayed(
     assert await store.delivery(d.id, "bob") is None
     assert (await store.delivery(d.id, "alice")) is not None
     assert await store.delete_owner("alice") == {"webhookEndpoints": 0, "webhookDeliveries": 1}
+
+
+async def test_finished_deliveries_leave_the_log_after_the_retention(store: WebhookStore) -> None:
+    endpoint = Endpoint("whe_1", "alice", "https://a", webhooks.new_secret())
+    done, waiting = webhooks.deliveries_for([_event(), _event()], [endpoint], 1000)
+    await store.insert_deliveries([done, waiting])
+    await store.record_attempt(
+        done.id, state="succeeded", next_attempt_ms=None, at_ms=2000, status_code=200, error=""
+    )
+    await store.record_attempt(
+        waiting.id, state="pending", next_attempt_ms=9000, at_ms=2000, status_code=500, error="x"
+    )
+    assert await store.prune_deliveries(before_ms=2000) == 0
+    assert await store.prune_deliveries(before_ms=2001) == 1
+    assert await store.delivery(done.id, None) is None
+    assert await store.delivery(waiting.id, None) is not None
