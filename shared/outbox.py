@@ -197,7 +197,7 @@ def from_pb(event: event_pb.WebhookEvent) -> Event:
 
 
 async def serve_list(
-    context: grpc.aio.ServicerContext,  # type: ignore[type-arg]  # grpc's stubs are generic
+    context: grpc.aio.ServicerContext[Any, Any],
     unit: AbstractAsyncContextManager[Any],
     outbox: sa.Table,
     requested_page_size: int,
@@ -211,7 +211,7 @@ async def serve_list(
 
 
 async def serve_acknowledge(
-    context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    context: grpc.aio.ServicerContext[Any, Any],
     unit: AbstractAsyncContextManager[Any],
     outbox: sa.Table,
     event_ids: Sequence[str],

@@ -780,7 +780,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
 
     async def ListWebhookEvents(
-        self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
             context, self._read(), store.webhook_outbox, request.page_size
@@ -788,7 +790,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
-        self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
             context, self._write(), store.webhook_outbox, request.event_ids

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2 as pb
@@ -130,7 +131,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
 
     async def ListWebhookEvents(
-        self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
             context, self.engine.connect(), store.webhook_outbox, request.page_size
@@ -138,7 +141,9 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
-        self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
             context, self.engine.begin(), store.webhook_outbox, request.event_ids

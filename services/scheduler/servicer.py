@@ -163,7 +163,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
 
     async def ListWebhookEvents(
-        self, request: pb.ListWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
             context, self._engine.connect(), store.webhook_outbox, request.page_size
@@ -171,7 +173,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         return pb.ListWebhookEventsResponse(events=events)
 
     async def AcknowledgeWebhookEvents(
-        self, request: pb.AcknowledgeWebhookEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
             context, self._engine.begin(), store.webhook_outbox, request.event_ids
