@@ -6,9 +6,10 @@ the delivery log and replay."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -16,8 +17,10 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from services.gateway import webhooks
 from services.gateway.store import GatewayStore
 from services.gateway.webhook_store import Endpoint, WebhookStore
+from services.launcher import free_port
 from shared import outbox
 from shared.settings import Settings
+from tests.webhook_receiver import Receiver
 
 
 @pytest.mark.parametrize(
@@ -180,3 +183,79 @@ async def test_finished_deliveries_leave_the_log_after_the_retention(store: Webh
     assert await store.prune_deliveries(before_ms=2001) == 1
     assert await store.delivery(done.id, None) is None
     assert await store.delivery(waiting.id, None) is not None
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(free_port())
+    r.start()
+    yield r
+    r.stop()
+
+
+def _deliverer(store: WebhookStore, **settings: Any) -> webhooks.Deliverer:
+    # send_due reads only the gateway's store: no service is called.
+    return webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(webhook_retry_initial_seconds=60, **settings),
+    )
+
+
+async def _one_delivery(store: WebhookStore, endpoint: Endpoint) -> str:
+    [d] = webhooks.deliveries_for([_event()], [endpoint], outbox.now_ms() - 1)
+    await store.insert_deliveries([d])
+    return d.id
+
+
+async def test_a_due_delivery_is_sent_signed_and_recorded(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    endpoint = Endpoint("whe_1", "alice", receiver.url("/a"), webhooks.new_secret())
+    receiver.secrets["/a"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(store)
+    try:
+        assert await deliverer.send_due() == 1
+    finally:
+        await deliverer.aclose()
+    [got] = receiver.at("/a")
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None
+    assert (sent.state, sent.attempts, sent.last_status_code) == ("succeeded", 1, 200)
+    assert got.headers["webhook-id"] == sent.event_id
+    assert not receiver.refused
+
+
+async def test_a_slow_receiver_is_a_timed_out_attempt_retried_later(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    endpoint = Endpoint("whe_1", "alice", receiver.url("/slow"), webhooks.new_secret())
+    receiver.secrets["/slow"] = endpoint.secret
+    receiver.delay = 1.0
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(store, webhook_timeout_seconds=0.2)
+    try:
+        await deliverer.send_due()
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.state == "pending" and sent.attempts == 1
+    assert "Timeout" in sent.last_error and sent.last_status_code is None
+    assert sent.next_attempt_ms is not None
+    assert sent.next_attempt_ms - (sent.last_attempt_ms or 0) == 60_000
+
+
+async def test_a_delivery_to_a_deleted_endpoint_fails_saying_so(store: WebhookStore) -> None:
+    endpoint = Endpoint("whe_gone", "alice", "http://127.0.0.1:9/", webhooks.new_secret())
+    delivery_id = await _one_delivery(store, endpoint)  # the endpoint was never stored
+    deliverer = _deliverer(store)
+    try:
+        await deliverer.send_due()
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, None)
+    assert sent is not None and sent.state == "failed"
+    assert sent.last_error == "the endpoint was deleted"
