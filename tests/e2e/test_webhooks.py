@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,10 +48,13 @@ def suite(
             "eventTypes": ["memory.changed"],
         }
     ]
+    # One process per service: the last test stops one of two gateway replicas.
     s = make_suite(
         tmp,
         prefix,
+        shape="split",
         AGENTMESH_WEBHOOK_POLL_SECONDS="0.2",
+        AGENTMESH_WEBHOOK_LEASE_SECONDS="2",
         AGENTMESH_WEBHOOK_RETRY_INITIAL_SECONDS="0.3",
         AGENTMESH_WEBHOOK_RETRY_MAX_SECONDS="1",
         AGENTMESH_WEBHOOK_MAX_ATTEMPTS="40",
@@ -346,3 +350,44 @@ def test_the_delivery_log_pages_newest_first(suite: Suite, receiver: Receiver) -
     assert "nextPageToken" not in rest
     times = [d["createTime"] for d in _deliveries(suite, owner)]
     assert times == sorted(times, reverse=True)
+
+
+def test_two_gateway_replicas_deliver_once_and_one_carries_on_alone(
+    suite: Suite, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A second gateway on the same database: each event is sent once (one deliverer holds
+    the lease, and a delivery is claimed before it is sent); when a gateway stops, the other
+    delivers (after the lease at the latest)."""
+    other = Suite(
+        ports={**suite.ports, "gateway": free_port()},
+        env={k: v for k, v in suite.env.items() if k.startswith("AGENTMESH_")},
+        log_dir=tmp_path / "logs",
+        services=("gateway",),
+    )
+    other.start_service("gateway")
+    try:
+        other.wait_ready("gateway", time.monotonic() + 60)
+        owner = _owner("lee")
+        path = f"/{owner}"
+        _endpoint(suite, receiver, owner, path, eventTypes=["run.succeeded"])
+        for _ in range(4):
+            _chat(suite, owner)
+        _wait(lambda: len(receiver.at(path)) >= 4, what="four deliveries")
+        time.sleep(1.5)  # a second deliverer would have sent them again by now
+        assert len({r.headers["webhook-id"] for r in receiver.at(path)}) == 4
+        assert len(receiver.at(path)) == 4
+        suite.stop_service("gateway", grace=10)
+        try:
+            resp = httpx.post(
+                f"{other.gateway_url}/api/v1/agent/runs",
+                headers={"Authorization": f"Bearer {token(owner)}"},
+                json=run_body("t-after", f"r-{uuid.uuid4().hex[:8]}", "hello"),
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+            _wait(lambda: len(receiver.at(path)) == 5, what="the delivery by the other gateway")
+        finally:
+            suite.start_service("gateway")
+            suite.wait_ready("gateway", time.monotonic() + 60)
+    finally:
+        other.stop()
