@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     # Deliveries sent at once.
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    # Whether an owner's endpoint may be on a loopback, private, link-local or otherwise
+    # non-public address (the deployment's endpoints always may). Off: an owner cannot make
+    # the gateway call into the deployment's own network.
+    webhook_allow_private_addresses: bool = False
     # Acknowledged outbox events stay this long in the services (then pruned).
     webhook_outbox_retention_seconds: int = Field(default=7 * 86400, ge=0)
     # Succeeded and failed deliveries stay in the delivery log this long after their last

@@ -27,7 +27,12 @@ from services.gateway.webhook_store import (
     WebhookStore,
     new_endpoint_id,
 )
-from services.gateway.webhooks import event_types_problem, new_secret, url_problem
+from services.gateway.webhooks import (
+    event_types_problem,
+    new_secret,
+    private_host_problem,
+    url_problem,
+)
 from shared.errors import InvalidArgument
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.pagination import PageTokens, position_int, position_list, position_str
@@ -116,6 +121,8 @@ async def create_endpoint(
         json_object(await read_body(request, settings.max_request_bytes), "a webhook endpoint"),
     )
     problem = url_problem(body.url)
+    if problem is None and not settings.webhook_allow_private_addresses:
+        problem = private_host_problem(body.url)
     if problem is not None:
         raise invalid("url", problem)
     problem = event_types_problem(body.event_types)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import json
 import logging
 import secrets
+import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -77,6 +79,34 @@ def url_problem(url: str) -> str | None:
     if any(c.isspace() or ord(c) < 32 for c in url):
         return "must not contain spaces or control characters"
     return None
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def private_host_problem(url: str) -> str | None:
+    """Why an owner may not use `url` when private addresses are not allowed: its host is
+    an IP address that is not public, or localhost. (Names are checked when sending.)"""
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return "must not be a local address"
+    try:
+        return None if _public(host) else "must not be a private or local address"
+    except ValueError:
+        return None  # a name: resolved and checked at each attempt
+
+
+async def resolves_to_private(url: str) -> bool:
+    """Whether the host of `url` resolves to any address that is not public."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return any(not _public(str(info[4][0])) for info in infos)
 
 
 def event_types_problem(types: Sequence[str]) -> str | None:
@@ -242,6 +272,10 @@ def _now_ms() -> int:
     return outbox.now_ms()
 
 
+class _Refused(Exception):
+    """An attempt not made (and counted as failed)."""
+
+
 class Deliverer:
     def __init__(
         self,
@@ -351,6 +385,12 @@ class Deliverer:
         code: int | None = None
         error = ""
         try:
+            if (
+                endpoint.owner_id
+                and not self._settings.webhook_allow_private_addresses
+                and await resolves_to_private(endpoint.url)
+            ):
+                raise _Refused("the endpoint's host resolves to a private or local address")
             reply = await self._http.post(
                 endpoint.url,
                 content=d.payload.encode(),
@@ -359,7 +399,9 @@ class Deliverer:
             code = reply.status_code
             if not 200 <= code < 300:
                 error = f"HTTP {code}: {reply.text[:200]}"
-        except httpx.HTTPError as err:
+        except _Refused as err:
+            error = str(err)
+        except (httpx.HTTPError, OSError) as err:  # OSError: the name did not resolve
             error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         now = _now_ms()
         state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)

@@ -41,6 +41,22 @@ def test_other_urls_are_refused(url: str) -> None:
     assert webhooks.url_problem(url) is not None
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1/x", "http://localhost:8080/", "http://api.localhost/", "http://10.1.2.3/",
+     "http://169.254.169.254/latest", "http://[::1]/", "http://[::ffff:192.168.0.1]/",
+     "http://0.0.0.0/", "http://224.0.0.1/"],
+)
+def test_local_and_private_addresses_are_refused_for_owners(url: str) -> None:
+    assert webhooks.url_problem(url) is None
+    assert webhooks.private_host_problem(url) is not None
+
+
+@pytest.mark.parametrize("url", ["https://example.com/h", "http://8.8.8.8/", "http://[2606:4700::1]/"])
+def test_public_addresses_and_names_pass_the_creation_check(url: str) -> None:
+    assert webhooks.private_host_problem(url) is None
+
+
 def test_unknown_or_repeated_event_types_are_refused() -> None:
     assert webhooks.event_types_problem(["run.failed", "memory.changed"]) is None
     assert "run.exploded" in (webhooks.event_types_problem(["run.exploded"]) or "")
@@ -198,7 +214,8 @@ def _deliverer(store: WebhookStore, **settings: Any) -> webhooks.Deliverer:
     return webhooks.Deliverer(
         None,  # type: ignore[arg-type]
         store,
-        Settings(webhook_retry_initial_seconds=60, **settings),
+        Settings(**{"webhook_retry_initial_seconds": 60, "webhook_allow_private_addresses": True,
+                    **settings}),
     )
 
 
@@ -259,3 +276,39 @@ async def test_a_delivery_to_a_deleted_endpoint_fails_saying_so(store: WebhookSt
     sent = await store.delivery(delivery_id, None)
     assert sent is not None and sent.state == "failed"
     assert sent.last_error == "the endpoint was deleted"
+
+
+async def test_an_owners_endpoint_on_a_local_address_is_not_called_unless_allowed(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    # A name that resolves to 127.0.0.1: passes the creation check, refused when sending.
+    endpoint = Endpoint("whe_1", "alice", f"http://localhost:{receiver.port}/a", "whsec_AAAA")
+    receiver.secrets["/a"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(store, webhook_allow_private_addresses=False)
+    try:
+        await deliverer.send_due()
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.state == "pending"
+    assert "private or local address" in sent.last_error
+    assert receiver.at("/a") == []
+
+
+async def test_a_deployment_endpoint_may_be_local(store: WebhookStore, receiver: Receiver) -> None:
+    secret = webhooks.new_secret()
+    receiver.secrets["/ops"] = secret
+    listed = [{"id": "ops", "url": receiver.url("/ops"), "secret": secret}]
+    settings = Settings(webhook_endpoints=json.dumps(listed), webhook_allow_private_addresses=False)
+    deliverer = webhooks.Deliverer(None, store, settings)  # type: ignore[arg-type]
+    [d] = webhooks.deliveries_for(
+        [_event()], webhooks.deployment_endpoints(settings), outbox.now_ms() - 1
+    )
+    await store.insert_deliveries([d])
+    try:
+        await deliverer.send_due()
+    finally:
+        await deliverer.aclose()
+    assert len(receiver.at("/ops")) == 1
