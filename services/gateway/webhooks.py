@@ -249,27 +249,12 @@ def signed_headers(secret: str, event_id: str, payload: str, at: datetime) -> di
     }
 
 
-def _list_call(clients: Clients, service: str) -> tuple[Any, Any]:
-    if service == "history":
-        return clients.history.ListWebhookEvents, history_pb.ListWebhookEventsRequest
-    if service == "memory":
-        return clients.memory.ListWebhookEvents, memory_pb.ListWebhookEventsRequest
-    return clients.scheduler.ListWebhookEvents, scheduler_pb.ListWebhookEventsRequest
-
-
-def _ack_call(clients: Clients, service: str) -> tuple[Any, Any]:
-    if service == "history":
-        return clients.history.AcknowledgeWebhookEvents, history_pb.AcknowledgeWebhookEventsRequest
-    if service == "memory":
-        return clients.memory.AcknowledgeWebhookEvents, memory_pb.AcknowledgeWebhookEventsRequest
-    return (
-        clients.scheduler.AcknowledgeWebhookEvents,
-        scheduler_pb.AcknowledgeWebhookEventsRequest,
-    )
-
-
-def _now_ms() -> int:
-    return outbox.now_ms()
+# The request messages of each service's outbox RPCs (the same shape in each).
+_MESSAGES: dict[str, Any] = {
+    "history": history_pb,
+    "memory": memory_pb,
+    "scheduler": scheduler_pb,
+}
 
 
 class _Refused(Exception):
@@ -312,7 +297,7 @@ class Deliverer:
 
     async def pass_once(self) -> bool:
         """One pass if this replica holds (or takes) the lease; whether it did."""
-        now = _now_ms()
+        now = outbox.now_ms()
         until = now + int(self._settings.webhook_lease_seconds * 1000)
         if not await self._store.take_lease(LEASE, self.holder, now, until):
             return False
@@ -334,28 +319,28 @@ class Deliverer:
         """Record the deliveries of one page of `service`'s events, then acknowledge them;
         how many events the page had."""
         timeout = self._settings.rpc_timeout_seconds
-        rpc, request = _list_call(self._clients, service)
+        stub, messages = getattr(self._clients, service), _MESSAGES[service]
         listed = await unary(
-            rpc, request(page_size=COLLECT_PAGE), owner=DELIVERER, service=service,
-            timeout=timeout, admin=True,
+            stub.ListWebhookEvents, messages.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
+            owner=DELIVERER, service=service, timeout=timeout, admin=True,
         )
         events = [outbox.from_pb(e) for e in listed.events]
         if not events:
             return 0
         owners = sorted({e.owner_id for e in events})
         endpoints = [*self._deployment.values(), *await self._store.endpoints_of(owners)]
-        await self._store.insert_deliveries(deliveries_for(events, endpoints, _now_ms()))
-        rpc, request = _ack_call(self._clients, service)
+        await self._store.insert_deliveries(deliveries_for(events, endpoints, outbox.now_ms()))
         await unary(
-            rpc, request(event_ids=[e.id for e in events]), owner=DELIVERER,
-            service=service, timeout=timeout, admin=True,
+            stub.AcknowledgeWebhookEvents,
+            messages.AcknowledgeWebhookEventsRequest(event_ids=[e.id for e in events]),
+            owner=DELIVERER, service=service, timeout=timeout, admin=True,
         )
         return len(events)
 
     async def send_due(self) -> int:
         """Send the deliveries due now (at most a few rounds of the concurrency); how many."""
         s = self._settings
-        now = _now_ms()
+        now = outbox.now_ms()
         # Claimed for longer than a send can take, so no other deliverer sends it meanwhile.
         until = now + int((s.webhook_timeout_seconds * 2 + s.webhook_lease_seconds) * 1000)
         due = await self._store.claim_due(now, until, s.webhook_concurrency * 4)
@@ -378,7 +363,7 @@ class Deliverer:
         at = datetime.now(UTC)
         if endpoint is None:
             await self._store.record_attempt(
-                d.id, state=FAILED, next_attempt_ms=None, at_ms=_now_ms(), status_code=None,
+                d.id, state=FAILED, next_attempt_ms=None, at_ms=outbox.now_ms(), status_code=None,
                 error="the endpoint was deleted",
             )
             return
@@ -403,7 +388,7 @@ class Deliverer:
             error = str(err)
         except (httpx.HTTPError, OSError) as err:  # OSError: the name did not resolve
             error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        now = _now_ms()
+        now = outbox.now_ms()
         state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)
         await self._store.record_attempt(
             d.id, state=state, next_attempt_ms=next_ms, at_ms=now, status_code=code,
