@@ -53,6 +53,34 @@ class Settings(BaseSettings):
     # How often the retention sweep (history) and the owner-deletion resumer (gateway) run.
     lifecycle_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
 
+    # Webhooks (services/gateway/webhooks.py). Endpoints of the whole deployment: a JSON
+    # list of {"id", "url", "secret" (whsec_...), "eventTypes" (optional; absent: all)}, in
+    # this variable or in the file webhook_endpoints_file names (the file wins).
+    webhook_endpoints: str = ""
+    webhook_endpoints_file: Path | None = None
+    # How often the deliverer looks for new events and due deliveries.
+    webhook_poll_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # The deliverer's lease (one gateway replica delivers at a time); renewed every poll.
+    webhook_lease_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Retries: attempt n+1 waits initial * 2**(n-1) seconds, at most max; a delivery that
+    # failed max_attempts times is `failed` (an admin can replay it).
+    webhook_retry_initial_seconds: float = Field(default=5.0, gt=0, le=86400)
+    webhook_retry_max_seconds: float = Field(default=3600.0, gt=0, le=86400)
+    webhook_max_attempts: int = Field(default=10, ge=1, le=100)
+    # One delivery's HTTP deadline.
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    # Deliveries sent at once.
+    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    # Whether an owner's endpoint may be on a loopback, private, link-local or otherwise
+    # non-public address (the deployment's endpoints always may). Off: an owner cannot make
+    # the gateway call into the deployment's own network.
+    webhook_allow_private_addresses: bool = False
+    # Acknowledged outbox events stay this long in the services (then pruned).
+    webhook_outbox_retention_seconds: int = Field(default=7 * 86400, ge=0)
+    # Succeeded and failed deliveries stay in the delivery log this long after their last
+    # attempt (then pruned by the deliverer); 0 keeps them forever.
+    webhook_delivery_retention_seconds: int = Field(default=30 * 86400, ge=0)
+
     host: str = "127.0.0.1"
     # The port this process listens on; 0 picks a free one; unset uses DEFAULT_PORTS.
     port: int | None = None
@@ -154,7 +182,7 @@ class Settings(BaseSettings):
     # The embedder looks for new or changed memories this often (and at once after a write).
     embedding_poll_seconds: float = Field(default=5.0, gt=0, le=3600)
 
-    @field_validator("profiles_file", "tools_file", mode="before")
+    @field_validator("profiles_file", "tools_file", "webhook_endpoints_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value

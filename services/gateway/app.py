@@ -39,6 +39,7 @@ from services.gateway import (
     routes_runs,
     routes_tools,
     routes_users,
+    routes_webhooks,
 )
 from services.gateway.auth import ApiKeys, jwks_client
 from services.gateway.clients import Clients, open_clients
@@ -46,6 +47,8 @@ from services.gateway.errors import ApiError, internal, invalid
 from services.gateway.quota import Quota
 from services.gateway.shedding import ShedRuns
 from services.gateway.store import GatewayStore
+from services.gateway.webhook_store import WebhookStore
+from services.gateway.webhooks import Deliverer
 from shared import metrics, telemetry
 from shared.admission import InFlight
 from shared.errors import as_domain_error
@@ -243,6 +246,8 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
         app.state.quota = quota
         app.state.api_keys = ApiKeys(store)
         app.state.jwks = jwks_client(settings)
+        # Webhook endpoints and deliveries, in the same database.
+        app.state.webhook_store = WebhookStore(store.engine)
         try:
             if clients is not None:
                 yield
@@ -250,13 +255,20 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             own = open_clients(settings)
             app.state.clients = own
             # Owner deletions left unfinished (a service was down) are driven again from here.
-            resumer = asyncio.create_task(lifecycle.resume_forever(own, settings))
+            resumer = asyncio.create_task(
+                lifecycle.resume_forever(own, settings, app.state.webhook_store)
+            )
+            # Webhook delivery (one active deliverer per deployment: a lease in the store).
+            deliverer = Deliverer(own, app.state.webhook_store, settings)
+            delivering = asyncio.create_task(deliverer.run_forever())
             try:
                 yield
             finally:
-                resumer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await resumer
+                for task in (resumer, delivering):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await deliverer.aclose()
                 await own.close()
                 telemetry.shutdown()
         finally:
@@ -294,6 +306,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app.include_router(routes_users.router, tags=["users"], responses=openapi.COMMON)
     app.include_router(routes_owners.router, tags=["usage and access"], responses=openapi.COMMON)
     app.include_router(routes_lifecycle.router, tags=["lifecycle"], responses=openapi.COMMON)
+    app.include_router(routes_webhooks.router, tags=["webhooks"], responses=openapi.COMMON)
     openapi.install(app)
     _health_routes(app)
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.history import convert, core, deletions, store
 from services.history.core import Message, NewMessage, Run, RunState, Thread
 from services.history.store import ContextKey
-from shared import pgdirect
+from shared import outbox, pgdirect
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -776,6 +776,28 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.ListUnfinishedDeletionsResponse(
             deletions=[convert.deletion_to_pb(d) for d in found]
         )
+
+    # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
+
+    async def ListWebhookEvents(
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListWebhookEventsResponse:
+        events = await outbox.serve_list(
+            context, self._read(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
+
+    async def AcknowledgeWebhookEvents(
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AcknowledgeWebhookEventsResponse:
+        count = await outbox.serve_acknowledge(
+            context, self._write(), store.webhook_outbox, request.event_ids
+        )
+        return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def expire_threads(self, days: int, *, limit: int = 100) -> int:
         """Delete threads older than the retention period (`days`), each with a RETENTION

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Dialect, Row
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial
 from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
+from shared import outbox
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.messages import Usage
 from shared.pgdirect import Conn, reused
@@ -885,12 +886,18 @@ async def lock_thread_finish_run(
         if thread is None:
             return None, None
         row = (await conn.execute(_FINISH_ACTIVE_RUN, params)).first()
-        return thread, _run(row) if row else None
-    row = (await conn.execute(_LOCK_THREAD_FINISH_RUN, params)).first()
-    if row is None:
-        return None, None
-    finished = _part(row, "r_")
-    return _thread(_part(row, "t_")), _run(finished) if finished.id is not None else None
+        run = _run(row) if row else None
+    else:
+        row = (await conn.execute(_LOCK_THREAD_FINISH_RUN, params)).first()
+        if row is None:
+            return None, None
+        finished = _part(row, "r_")
+        thread = _thread(_part(row, "t_"))
+        run = _run(finished) if finished.id is not None else None
+    if run is not None:
+        # Its webhook event, in the transaction that writes the final state.
+        await outbox.add(conn, webhook_outbox, [run_ended_event(run)])
+    return thread, run
 
 
 async def renew_lease(
@@ -973,7 +980,35 @@ async def expire_leases(
         ).first()
         if row is not None:
             out.append(_run(row))
+    await outbox.add(conn, webhook_outbox, [run_ended_event(r) for r in out])
     return out
+
+
+
+# --- webhook outbox (shared/outbox.py) ----------------------------------------------------
+
+webhook_outbox = outbox.table(metadata_obj)
+# FinishRun writes its event on the hot path: straight to asyncpg on PostgreSQL.
+reused(outbox.insert_statement(webhook_outbox))
+
+
+def run_ended_event(run: Run) -> outbox.Event:
+    """The webhook event of a run that reached its final state."""
+    data: dict[str, Any] = {
+        "runId": run.id,
+        "threadId": run.thread_id,
+        "state": run.state.value,
+        "origin": run.origin.value,
+        "inputTokens": run.input_tokens,
+        "outputTokens": run.output_tokens,
+    }
+    if run.error_code:
+        data["errorCode"] = run.error_code
+    if run.error_message:
+        data["errorMessage"] = run.error_message[:1000]
+    if run.finish_time is not None:
+        data["finishTime"] = run.finish_time.isoformat().replace("+00:00", "Z")
+    return outbox.new_event(run.owner_id, f"run.{run.state.value}", data, outbox.now_ms())
 
 
 # --- tool denials -----------------------------------------------------------------------
@@ -1170,6 +1205,7 @@ async def delete_owner_data(conn: Conn, owner_id: str) -> dict[str, int]:
         for name, table in _OWNED_TABLES
     }
     counts["threads"] = await _delete_where(conn, threads, threads.c.owner_id == owner_id)
+    counts["webhookEvents"] = await outbox.delete_owner(conn, webhook_outbox, owner_id)
     return counts
 
 

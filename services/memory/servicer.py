@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import grpc
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from services.memory import convert, core, store
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
-from shared import pagination
+from shared import outbox, pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
-
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,28 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         async with self.engine.begin() as conn:
             counts = await store.delete_owner_data(conn, owner)
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
+    # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
+
+    async def ListWebhookEvents(
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListWebhookEventsResponse:
+        events = await outbox.serve_list(
+            context, self.engine.connect(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
+
+    async def AcknowledgeWebhookEvents(
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AcknowledgeWebhookEventsResponse:
+        count = await outbox.serve_acknowledge(
+            context, self.engine.begin(), store.webhook_outbox, request.event_ids
+        )
+        return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def SearchMemories(
         self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext

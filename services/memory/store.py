@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.memory import core
 from services.memory.core import Memory, MemoryWrite, Watermark
+from shared import outbox
 from shared.errors import Aborted, AlreadyExists, NotFound
 
 _meta = sa.MetaData()
@@ -86,6 +87,9 @@ changes = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("create_time", sa.DateTime(timezone=True), nullable=False),
 )
+
+# The webhook events of memory changes (memory.changed), written with their change records.
+webhook_outbox = outbox.table(_meta)
 
 _MEMORY_COLUMNS = [c for c in memories.c if c.name not in ("seq", "search_text")]
 
@@ -334,6 +338,20 @@ async def record_changes(
             for c in records
         ],
     )
+    await outbox.add(conn, webhook_outbox, [_changed_event(owner, c, now) for c in records])
+
+
+def _changed_event(owner: str, change: core.Change, now: datetime) -> outbox.Event:
+    """The webhook event of one change: what changed, never the memory's content (the
+    receiver reads it with GET /api/v1/memories/{memoryId} while it exists)."""
+    data = {
+        "memoryId": change.memory_id,
+        "action": change.action,
+        "kind": change.kind,
+        "actor": change.actor,
+        "sourceRunId": change.source_run_id,
+    }
+    return outbox.new_event(owner, outbox.MEMORY_CHANGED, data, int(now.timestamp() * 1000))
 
 
 async def list_changes(
@@ -704,4 +722,5 @@ async def delete_owner_data(conn: AsyncConnection, owner: str) -> dict[str, int]
         "memories": int(gone.rowcount or 0),
         "memoryChanges": int(recorded.rowcount or 0),
         "watermarks": int(marks.rowcount or 0),
+        "webhookEvents": await outbox.delete_owner(conn, webhook_outbox, owner),
     }

@@ -54,7 +54,7 @@ from services.scheduler import core, store
 from services.scheduler.core import Job, JobRun, Next, RunEnd, RunError, RunState
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.settings import SchedulerSettings
-from shared import metrics
+from shared import metrics, outbox
 from shared.identity import call_metadata
 from shared.profiles import profile_to_pb
 from shared.settings import Settings
@@ -510,6 +510,15 @@ class Dispatcher:
                 ],
                 now,
             )
+            # Webhook events of the ends written, in the same transaction (shared/outbox.py).
+            ended = [
+                store.job_run_ended_event(
+                    o.order.run, o.order.job, failed=False, now=now,
+                    orchestrator_run_id=o.orchestrator_run_id, error="",
+                )
+                for o in batch
+                if o.error is None and o.order.run.id in written
+            ]
             for o in batch:
                 if o.error is None:
                     continue
@@ -531,6 +540,14 @@ class Dispatcher:
                 )
                 if ok:
                     written.add(run.id)
+                    if retry_at is None:
+                        ended.append(
+                            store.job_run_ended_event(
+                                run, job, failed=True, now=now,
+                                orchestrator_run_id=o.orchestrator_run_id,
+                                error=o.error.message,
+                            )
+                        )
                     if retry_at is None and job.spec.schedule.type is ScheduleType.ONCE:
                         await store.set_once_job_failed(conn, job.id)
                 log.warning(
@@ -545,6 +562,7 @@ class Dispatcher:
                         }
                     },
                 )
+            await outbox.add(conn, store.webhook_outbox, ended)
         return written
 
 

@@ -12,6 +12,13 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.scheduler import core, store
+from services.scheduler import schedule as sched
+from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
+from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
+from services.scheduler.dispatch import Dispatcher, Order
+from services.scheduler.settings import SchedulerSettings
+from shared import outbox
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id
 from shared.ids import check_identifier
@@ -23,13 +30,6 @@ from shared.pagination import (
     position_time,
 )
 from shared.settings import Settings
-
-from services.scheduler import core, store
-from services.scheduler import schedule as sched
-from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
-from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
-from services.scheduler.dispatch import Dispatcher, Order
-from services.scheduler.settings import SchedulerSettings
 from shared.tools import BUILTIN_KNOWN, KnownTools
 
 _MAX_REQUEST_ID = 128
@@ -159,6 +159,28 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         async with self._engine.begin() as conn:
             counts = await store.delete_owner_data(conn, owner)
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
+
+    # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
+
+    async def ListWebhookEvents(
+        self,
+        request: pb.ListWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListWebhookEventsResponse:
+        events = await outbox.serve_list(
+            context, self._engine.connect(), store.webhook_outbox, request.page_size
+        )
+        return pb.ListWebhookEventsResponse(events=events)
+
+    async def AcknowledgeWebhookEvents(
+        self,
+        request: pb.AcknowledgeWebhookEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.AcknowledgeWebhookEventsResponse:
+        count = await outbox.serve_acknowledge(
+            context, self._engine.begin(), store.webhook_outbox, request.event_ids
+        )
+        return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def _set_status(self, owner: str, job_id: str, status: JobStatus) -> Job:
         async with self._engine.begin() as conn:

@@ -20,8 +20,6 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from shared.profiles import ExecutionProfile, parse_profile
-
 from services.scheduler.core import (
     CatchUpPolicy,
     ClaimPlan,
@@ -37,6 +35,8 @@ from services.scheduler.core import (
     new_id,
 )
 from services.scheduler.schedule import Schedule, ScheduleType
+from shared import outbox
+from shared.profiles import ExecutionProfile, parse_profile
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -110,6 +110,32 @@ runs = sa.Table(
     sa.Column("errors", _JSON),
     sa.Column("create_time", _TS),
 )
+
+# The webhook events of job runs ending (job_run.succeeded / job_run.failed), written in the
+# transaction that records the end (services/scheduler/dispatch.py).
+webhook_outbox = outbox.table(metadata)
+
+
+def job_run_ended_event(
+    run: JobRun, job: Job, *, failed: bool, now: datetime, orchestrator_run_id: str, error: str
+) -> outbox.Event:
+    """The webhook event of a job run that reached its final state."""
+    data: dict[str, Any] = {
+        "jobRunId": run.id,
+        "jobId": job.id,
+        "jobTitle": job.spec.title,
+        "state": "failed" if failed else "succeeded",
+        "trigger": run.trigger.value,
+        "scheduledSlot": run.scheduled_slot.isoformat().replace("+00:00", "Z"),
+        "attempt": run.attempt,
+        "finishTime": now.isoformat().replace("+00:00", "Z"),
+    }
+    if orchestrator_run_id:
+        data["runId"] = orchestrator_run_id
+    if error:
+        data["error"] = error[:1000]
+    kind = "job_run.failed" if failed else "job_run.succeeded"
+    return outbox.new_event(run.owner_id, kind, data, int(now.timestamp() * 1000))
 
 # Rows per multi-row statement (well below both databases' bound-parameter limits).
 _CHUNK = 1000
@@ -275,7 +301,11 @@ async def delete_owner_data(conn: AsyncConnection, owner_id: str) -> dict[str, i
     """Delete every job and job run of the owner; how many of each went."""
     gone_runs = await conn.execute(runs.delete().where(runs.c.owner_id == owner_id))
     gone_jobs = await conn.execute(jobs.delete().where(jobs.c.owner_id == owner_id))
-    return {"job_runs": int(gone_runs.rowcount or 0), "jobs": int(gone_jobs.rowcount or 0)}
+    return {
+        "job_runs": int(gone_runs.rowcount or 0),
+        "jobs": int(gone_jobs.rowcount or 0),
+        "webhookEvents": await outbox.delete_owner(conn, webhook_outbox, owner_id),
+    }
 
 async def set_once_job_failed(conn: AsyncConnection, job_id: str) -> None:
     """A once job whose only run failed for good is failed too."""

@@ -229,6 +229,7 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
         "memory",
         "history",
         "orchestrator",
+        "gateway",
     ]
     # The triggered automation run may still be in flight: history then waits for it.
     final = _wait_deletion(suite, owner, started["id"])
@@ -258,7 +259,7 @@ def test_an_owner_deletion_resumes_after_a_service_was_down(suite: Suite) -> Non
         assert resp.status_code == 202, resp.text
         body = resp.json()
         assert body["state"] == "running"
-        scheduler, memory, history, _events = body["steps"]
+        scheduler, memory, history, _events, _gateway = body["steps"]
         assert scheduler["done"] and not memory["done"] and not history["done"]
         assert memory["lastError"].startswith("UNAVAILABLE")
         assert history["attempts"] == 0  # later steps wait for the failed one

@@ -127,7 +127,9 @@ async def test_owner_data_waits_for_runs_in_flight_then_goes(history: History) -
 
     await finish(history, "r-live", [], state=pb.RUN_STATE_CANCELLED)
     gone = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
-    assert dict(gone.deleted_counts) == {"threads": 2, "messages": 4, "runs": 2, "tool_denials": 0}
+    assert dict(gone.deleted_counts) == {
+        "threads": 2, "messages": 4, "runs": 2, "tool_denials": 0, "webhookEvents": 2
+    }
     again = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
     assert set(again.deleted_counts.values()) == {0}
     listed = await history.stub.ListThreads(pb.ListThreadsRequest(), metadata=history.md())
@@ -143,7 +145,9 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
     started = await history.stub.StartOwnerDeletion(pb.StartOwnerDeletionRequest(), metadata=md)
     assert started.created
     d = started.deletion
-    assert [s.service for s in d.steps] == ["scheduler", "memory", "history", "orchestrator"]
+    assert [s.service for s in d.steps] == [
+        "scheduler", "memory", "history", "orchestrator", "gateway"
+    ]
     assert d.state == pb.DELETION_STATE_RUNNING
 
     # A second request while it runs gets the same deletion (one job per owner).
@@ -178,8 +182,11 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
         metadata=md,
     )
     assert last.deletion.state == pb.DELETION_STATE_RUNNING
-    last = await history.stub.RecordDeletionStep(
+    await history.stub.RecordDeletionStep(
         step(deletion_id=d.id, service="orchestrator", done=True), metadata=md
+    )
+    last = await history.stub.RecordDeletionStep(
+        step(deletion_id=d.id, service="gateway", done=True), metadata=md
     )
     final = last.deletion
     assert final.state == pb.DELETION_STATE_SUCCEEDED and final.HasField("finish_time")
@@ -188,6 +195,7 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
         ("memory", True, {"memories": 2}),
         ("history", True, {"threads": 3}),
         ("orchestrator", True, {}),
+        ("gateway", True, {}),
     ]
     assert final.steps[1].attempts == 2 and not final.steps[1].last_error
     # Finished: the next request starts a new deletion.

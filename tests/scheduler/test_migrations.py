@@ -68,6 +68,6 @@ async def test_migrating_twice_is_a_no_op(settings: Settings) -> None:
         await db.migrate(engine, MIGRATIONS, settings.schema_for("scheduler"))
         async with engine.connect() as conn:
             version = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalar_one()
-        assert version == "0003"
+        assert version == "0004_webhook_outbox"
     finally:
         await engine.dispose()

@@ -137,6 +137,16 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
                 _registered_method=True)
+        self.ListWebhookEvents = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/ListWebhookEvents',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsResponse.FromString,
+                _registered_method=True)
+        self.AcknowledgeWebhookEvents = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/AcknowledgeWebhookEvents',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -286,6 +296,21 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWebhookEvents(self, request, context):
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcknowledgeWebhookEvents(self, request, context):
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -388,6 +413,16 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.ListUnfinishedDeletions,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.SerializeToString,
+            ),
+            'ListWebhookEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhookEvents,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsResponse.SerializeToString,
+            ),
+            'AcknowledgeWebhookEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeWebhookEvents,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -933,6 +968,60 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/ListUnfinishedDeletions',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhookEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/ListWebhookEvents',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListWebhookEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcknowledgeWebhookEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/AcknowledgeWebhookEvents',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,6 +2,7 @@ import datetime
 
 from agentmesh.type.v1 import execution_profile_pb2 as _execution_profile_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from agentmesh.type.v1 import webhook_event_pb2 as _webhook_event_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -320,3 +321,27 @@ class DeleteOwnerDataResponse(_message.Message):
     DELETED_COUNTS_FIELD_NUMBER: _ClassVar[int]
     deleted_counts: _containers.ScalarMap[str, int]
     def __init__(self, deleted_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ListWebhookEventsRequest(_message.Message):
+    __slots__ = ("page_size",)
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    def __init__(self, page_size: _Optional[int] = ...) -> None: ...
+
+class ListWebhookEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_webhook_event_pb2.WebhookEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_webhook_event_pb2.WebhookEvent, _Mapping]]] = ...) -> None: ...
+
+class AcknowledgeWebhookEventsRequest(_message.Message):
+    __slots__ = ("event_ids",)
+    EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    event_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, event_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AcknowledgeWebhookEventsResponse(_message.Message):
+    __slots__ = ("acknowledged_count",)
+    ACKNOWLEDGED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    acknowledged_count: int
+    def __init__(self, acknowledged_count: _Optional[int] = ...) -> None: ...

@@ -91,6 +91,16 @@ class SchedulerServiceStub:
                 request_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.FromString,
                 _registered_method=True)
+        self.ListWebhookEvents = channel.unary_unary(
+                '/agentmesh.scheduler.v1.SchedulerService/ListWebhookEvents',
+                request_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsResponse.FromString,
+                _registered_method=True)
+        self.AcknowledgeWebhookEvents = channel.unary_unary(
+                '/agentmesh.scheduler.v1.SchedulerService/AcknowledgeWebhookEvents',
+                request_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -166,6 +176,21 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWebhookEvents(self, request, context):
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcknowledgeWebhookEvents(self, request, context):
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +248,16 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.DeleteOwnerData,
                     request_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.FromString,
                     response_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.SerializeToString,
+            ),
+            'ListWebhookEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhookEvents,
+                    request_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsRequest.FromString,
+                    response_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsResponse.SerializeToString,
+            ),
+            'AcknowledgeWebhookEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeWebhookEvents,
+                    request_deserializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsRequest.FromString,
+                    response_serializer=agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +559,60 @@ class SchedulerService:
             '/agentmesh.scheduler.v1.SchedulerService/DeleteOwnerData',
             agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataRequest.SerializeToString,
             agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DeleteOwnerDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhookEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.scheduler.v1.SchedulerService/ListWebhookEvents',
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsRequest.SerializeToString,
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWebhookEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcknowledgeWebhookEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.scheduler.v1.SchedulerService/AcknowledgeWebhookEvents',
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
+            agentmesh_dot_scheduler_dot_v1_dot_scheduler__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

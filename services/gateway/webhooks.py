@@ -1,0 +1,408 @@
+"""Webhooks, signed per the Standard Webhooks spec (standardwebhooks): the rules (endpoint
+validation, which endpoints an event goes to, the body, the retry schedule) and the
+deliverer, the gateway's background task that moves events from the services' outboxes
+(shared/outbox.py) to the endpoints.
+
+One deliverer per deployment is active: it holds a lease row in the gateway's store,
+renewed every poll, so any number of gateway replicas deliver each event once per endpoint
+(at least once: a delivery whose answer was lost is sent again, with the same webhook-id).
+A pass: for each service (history, memory, scheduler), list its unacknowledged events,
+record one delivery per matching endpoint (unique per endpoint and event), acknowledge the
+events; then send the deliveries that are due, concurrently, and record each attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import json
+import logging
+import secrets
+import socket
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from agentmesh.history.v1 import history_service_pb2 as history_pb
+from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
+from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
+from standardwebhooks import Webhook
+
+from services.gateway.clients import Clients, unary
+from services.gateway.errors import ApiError
+from services.gateway.webhook_store import (
+    FAILED,
+    PENDING,
+    SUCCEEDED,
+    Delivery,
+    Endpoint,
+    WebhookStore,
+    new_delivery_id,
+)
+from shared import outbox
+from shared.ids import is_identifier
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# The identity the deliverer calls the services with (admin scope): no owner's data.
+DELIVERER = "webhook-deliverer"
+LEASE = "webhook-deliverer"
+SOURCES = ("history", "memory", "scheduler")
+MAX_URL_CHARS = 2000
+MAX_ERROR_CHARS = 500
+SECRET_PREFIX = "whsec_"
+# Events taken from a service per page, and the most pages per pass (the sends wait).
+COLLECT_PAGE = 100
+COLLECT_PAGES = 10
+# How often the deliverer prunes the delivery log (AGENTMESH_WEBHOOK_DELIVERY_RETENTION_SECONDS).
+PRUNE_EVERY_MS = 60_000
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an endpoint: it must be http(s) with a host."""
+    if len(url) > MAX_URL_CHARS:
+        return f"must be at most {MAX_URL_CHARS} characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError for a port that is not a number
+    except ValueError:
+        return "must be an http or https URL with a host"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http or https URL with a host"
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return "must not contain spaces or control characters"
+    return None
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def private_host_problem(url: str) -> str | None:
+    """Why an owner may not use `url` when private addresses are not allowed: its host is
+    an IP address that is not public, or localhost. (Names are checked when sending.)"""
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return "must not be a local address"
+    try:
+        return None if _public(host) else "must not be a private or local address"
+    except ValueError:
+        return None  # a name: resolved and checked at each attempt
+
+
+async def resolves_to_private(url: str) -> bool:
+    """Whether the host of `url` resolves to any address that is not public."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return any(not _public(str(info[4][0])) for info in infos)
+
+
+def event_types_problem(types: Sequence[str]) -> str | None:
+    unknown = [t for t in types if t not in outbox.EVENT_TYPES]
+    if unknown:
+        return f"unknown event type {unknown[0]!r} (known: {', '.join(outbox.EVENT_TYPES)})"
+    if len(set(types)) != len(types):
+        return "must not repeat a type"
+    return None
+
+
+def new_secret() -> str:
+    """A signing secret: whsec_ and 24 random bytes in base64 (Standard Webhooks)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+class _DeploymentEndpointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
+
+    id: StrictStr = Field(min_length=1, max_length=64)
+    url: StrictStr
+    secret: StrictStr = Field(min_length=len(SECRET_PREFIX) + 1)
+    event_types: list[StrictStr] = Field(default_factory=list)
+
+
+_DEPLOYMENT_LIST = TypeAdapter(list[_DeploymentEndpointIn])
+
+
+def deployment_endpoints(settings: Settings) -> tuple[Endpoint, ...]:
+    """The deployment's endpoints (AGENTMESH_WEBHOOK_ENDPOINTS or _FILE); ValueError saying
+    what is wrong, at start-up."""
+    if settings.webhook_endpoints_file is not None:
+        raw = settings.webhook_endpoints_file.read_text(encoding="utf-8")
+        where = str(settings.webhook_endpoints_file)
+    else:
+        raw, where = settings.webhook_endpoints, "AGENTMESH_WEBHOOK_ENDPOINTS"
+    if not raw.strip():
+        return ()
+    try:
+        parsed = _DEPLOYMENT_LIST.validate_json(raw)
+    except ValidationError as err:
+        raise ValueError(f"{where}: {err}") from None
+    out: list[Endpoint] = []
+    for i, e in enumerate(parsed):
+        problem = (
+            None if is_identifier(e.id) and not e.id.startswith("whe_")
+            else "id must be an identifier not starting with whe_"
+        )
+        problem = problem or url_problem(e.url) or event_types_problem(e.event_types)
+        if problem is None:
+            try:
+                Webhook(e.secret)
+            except Exception:  # the library raises several kinds (binascii, its own)
+                problem = "secret must be whsec_ and base64"
+        if problem is not None:
+            raise ValueError(f"{where}: endpoint {i} ({e.id}): {problem}")
+        out.append(Endpoint(e.id, "", e.url, e.secret, event_types=tuple(e.event_types)))
+    if len({e.id for e in out}) != len(out):
+        raise ValueError(f"{where}: endpoint ids must be unique")
+    return tuple(out)
+
+
+def matches(endpoint: Endpoint, event: outbox.Event) -> bool:
+    """An event goes to the deployment's endpoints and to its owner's."""
+    if endpoint.owner_id not in ("", event.owner_id):
+        return False
+    return not endpoint.event_types or event.type in endpoint.event_types
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def body(event: outbox.Event) -> str:
+    """The request body (Standard Webhooks' type / timestamp / data), the same bytes on
+    every attempt of every endpoint."""
+    data = {"ownerId": event.owner_id, **event.data}
+    return json.dumps(
+        {"type": event.type, "timestamp": _iso(event.create_time_ms), "data": data},
+        separators=(",", ":"),
+    )
+
+
+def deliveries_for(
+    events: Iterable[outbox.Event], endpoints: Sequence[Endpoint], now_ms: int
+) -> list[Delivery]:
+    out = []
+    for event in events:
+        payload = body(event)
+        for endpoint in endpoints:
+            if matches(endpoint, event):
+                out.append(
+                    Delivery(
+                        id=new_delivery_id(),
+                        endpoint_id=endpoint.id,
+                        endpoint_owner_id=endpoint.owner_id,
+                        owner_id=event.owner_id,
+                        event_id=event.id,
+                        event_type=event.type,
+                        payload=payload,
+                        url=endpoint.url,
+                        state=PENDING,
+                        attempts=0,
+                        replays=0,
+                        next_attempt_ms=now_ms,
+                        last_attempt_ms=None,
+                        last_status_code=None,
+                        last_error="",
+                        create_time_ms=now_ms,
+                    )
+                )
+    return out
+
+
+def retry_delay_ms(attempts: int, settings: Settings) -> int:
+    """The wait after the `attempts`-th failed attempt: initial * 2**(attempts-1), capped."""
+    delay = settings.webhook_retry_initial_seconds * 2 ** max(attempts - 1, 0)
+    return int(min(delay, settings.webhook_retry_max_seconds) * 1000)
+
+
+def after_attempt(
+    attempts: int, ok: bool, now_ms: int, settings: Settings
+) -> tuple[str, int | None]:
+    """(state, next attempt time) after the `attempts`-th attempt (of this round)."""
+    if ok:
+        return SUCCEEDED, None
+    if attempts >= settings.webhook_max_attempts:
+        return FAILED, None
+    return PENDING, now_ms + retry_delay_ms(attempts, settings)
+
+
+def signed_headers(secret: str, event_id: str, payload: str, at: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt (its timestamp is the attempt's)."""
+    return {
+        "content-type": "application/json",
+        "webhook-id": event_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": Webhook(secret).sign(event_id, at, payload),
+        "user-agent": "agentmesh-webhooks",
+    }
+
+
+# The request messages of each service's outbox RPCs (the same shape in each).
+_MESSAGES: dict[str, Any] = {
+    "history": history_pb,
+    "memory": memory_pb,
+    "scheduler": scheduler_pb,
+}
+
+
+class _Refused(Exception):
+    """An attempt not made (and counted as failed)."""
+
+
+class Deliverer:
+    def __init__(
+        self,
+        clients: Clients,
+        store: WebhookStore,
+        settings: Settings,
+        *,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._clients = clients
+        self._store = store
+        self._settings = settings
+        self._deployment = {e.id: e for e in deployment_endpoints(settings)}
+        self._http = http or httpx.AsyncClient(
+            timeout=settings.webhook_timeout_seconds, follow_redirects=False
+        )
+        self._own_http = http is None
+        self.holder = uuid.uuid4().hex
+        self._pruned_ms = 0
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.pass_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("webhook delivery pass failed")
+            await asyncio.sleep(self._settings.webhook_poll_seconds)
+
+    async def pass_once(self) -> bool:
+        """One pass if this replica holds (or takes) the lease; whether it did."""
+        now = outbox.now_ms()
+        until = now + int(self._settings.webhook_lease_seconds * 1000)
+        if not await self._store.take_lease(LEASE, self.holder, now, until):
+            return False
+        for service in SOURCES:
+            try:
+                for _ in range(COLLECT_PAGES):
+                    if await self.collect(service) < COLLECT_PAGE:
+                        break
+            except ApiError as err:  # the service is away: its events wait in its outbox
+                log.warning("webhook events of %s not collected: %s", service, err.code)
+        await self.send_due()
+        retention_ms = self._settings.webhook_delivery_retention_seconds * 1000
+        if retention_ms and now - self._pruned_ms >= PRUNE_EVERY_MS:
+            self._pruned_ms = now
+            await self._store.prune_deliveries(now - retention_ms)
+        return True
+
+    async def collect(self, service: str) -> int:
+        """Record the deliveries of one page of `service`'s events, then acknowledge them;
+        how many events the page had."""
+        timeout = self._settings.rpc_timeout_seconds
+        stub, messages = getattr(self._clients, service), _MESSAGES[service]
+        listed = await unary(
+            stub.ListWebhookEvents, messages.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
+            owner=DELIVERER, service=service, timeout=timeout, admin=True,
+        )
+        events = [outbox.from_pb(e) for e in listed.events]
+        if not events:
+            return 0
+        owners = sorted({e.owner_id for e in events})
+        endpoints = [*self._deployment.values(), *await self._store.endpoints_of(owners)]
+        await self._store.insert_deliveries(deliveries_for(events, endpoints, outbox.now_ms()))
+        await unary(
+            stub.AcknowledgeWebhookEvents,
+            messages.AcknowledgeWebhookEventsRequest(event_ids=[e.id for e in events]),
+            owner=DELIVERER, service=service, timeout=timeout, admin=True,
+        )
+        return len(events)
+
+    async def send_due(self) -> int:
+        """Send the deliveries due now (at most a few rounds of the concurrency); how many."""
+        s = self._settings
+        now = outbox.now_ms()
+        # Claimed for longer than a send can take, so no other deliverer sends it meanwhile.
+        until = now + int((s.webhook_timeout_seconds * 2 + s.webhook_lease_seconds) * 1000)
+        due = await self._store.claim_due(now, until, s.webhook_concurrency * 4)
+        slots = asyncio.Semaphore(s.webhook_concurrency)
+
+        async def one(d: Delivery) -> None:
+            async with slots:
+                await self._send(d)
+
+        await asyncio.gather(*(one(d) for d in due))
+        return len(due)
+
+    async def _endpoint(self, d: Delivery) -> Endpoint | None:
+        if not d.endpoint_owner_id:
+            return self._deployment.get(d.endpoint_id)
+        return await self._store.endpoint(d.endpoint_owner_id, d.endpoint_id)
+
+    async def _send(self, d: Delivery) -> None:
+        endpoint = await self._endpoint(d)
+        at = datetime.now(UTC)
+        if endpoint is None:
+            await self._store.record_attempt(
+                d.id, state=FAILED, next_attempt_ms=None, at_ms=outbox.now_ms(), status_code=None,
+                error="the endpoint was deleted",
+            )
+            return
+        code: int | None = None
+        error = ""
+        try:
+            if (
+                endpoint.owner_id
+                and not self._settings.webhook_allow_private_addresses
+                and await resolves_to_private(endpoint.url)
+            ):
+                raise _Refused("the endpoint's host resolves to a private or local address")
+            reply = await self._http.post(
+                endpoint.url,
+                content=d.payload.encode(),
+                headers=signed_headers(endpoint.secret, d.event_id, d.payload, at),
+            )
+            code = reply.status_code
+            if not 200 <= code < 300:
+                error = f"HTTP {code}: {reply.text[:200]}"
+        except _Refused as err:
+            error = str(err)
+        except (httpx.HTTPError, OSError) as err:  # OSError: the name did not resolve
+            error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        now = outbox.now_ms()
+        state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)
+        await self._store.record_attempt(
+            d.id, state=state, next_attempt_ms=next_ms, at_ms=now, status_code=code,
+            error=error[:MAX_ERROR_CHARS],
+        )
+        log.info(
+            "webhook attempt",
+            extra={
+                "fields": {
+                    "delivery_id": d.id,
+                    "webhook_id": d.event_id,
+                    "attempt": d.attempts + 1,
+                    "status": code,
+                    "state": state,
+                }
+            },
+        )
