@@ -176,8 +176,8 @@ UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEAD
 
 def from_rpc_error(err: grpc.RpcError) -> DomainError:
     """Rebuild the DomainError a peer raised (reason and field violations included)."""
-    code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
-    message: str = err.details() or code.name  # type: ignore[attr-defined]
+    code: grpc.StatusCode = err.code()
+    message: str = err.details() or code.name
     cls = _BY_CODE.get(code, Internal)
     reason = cls.default_reason
     violations: list[tuple[str, str]] = []

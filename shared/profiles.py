@@ -147,7 +147,11 @@ class ExecutionProfile(BaseModel):
         # run, so that case gets its own message.
         if isinstance(data, dict) and data.get("executor") in (None, ""):
             if data.get("enable_router") is False:
-                raise _Missing("executor", "is required when the router is off (a run needs an executor): worker or memory")
+                raise _Missing(
+                    "executor",
+                    "is required when the router is off (a run needs an executor): "
+                    "worker or memory",
+                )
             raise _Missing("executor", "is required: worker or memory")
         return data
 
@@ -297,7 +301,7 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
         {
             "name": pb.name or "custom",
             "enable_router": pb.enable_router,
-            "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
+            "executor": EXECUTOR_FROM_PB[pb.executor].value,
             "tool_policy": {
                 "allowlist": list(pb.tool_policy.allowlist),
                 "requires_approval": list(pb.tool_policy.requires_approval),
@@ -364,7 +368,8 @@ class ProfileRegistry:
                 raise ProfileFileError(f"{path}: profiles[{i}].{problem}")
             if profile.name in BUILT_INS:
                 raise ProfileFileError(
-                    f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; use another name"
+                    f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; "
+                    "use another name"
                 )
             if profile.name in profiles:
                 raise ProfileFileError(f"{path}: profiles[{i}].name: {profile.name!r} is defined twice")

@@ -218,7 +218,7 @@ class GatewayStore:
 
 
 def _key(row: object) -> ApiKey:
-    r = tuple(row)  # type: ignore[call-overload]  # a SQLAlchemy Row is a tuple
+    r = tuple(row)  # a SQLAlchemy Row is a tuple
     return ApiKey(
         id=r[0],
         owner_id=r[1],

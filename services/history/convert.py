@@ -163,7 +163,7 @@ def message_to_pb(m: Message) -> message_pb2.Message:
     # One constructor call with nested dicts: this runs for every message of every page.
     out = message_pb2.Message(
         id=m.id,
-        role=ROLE_TO_PB[m.role],  # type: ignore[arg-type]
+        role=ROLE_TO_PB[m.role],
         name=m.name,
         content=[_block(b) for b in m.content],
         metadata={
@@ -282,7 +282,7 @@ def new_denials(
     """(call id, tool, digest, reason) of FinishRun's tool_denials, validated."""
     out = []
     for i, d in enumerate(items):
-        reason = DENIAL_REASON_FROM_PB.get(d.reason, "")  # type: ignore[call-overload]
+        reason = DENIAL_REASON_FROM_PB.get(d.reason, "")
         core.check_denial(d.tool_call_id, d.tool_name, d.arguments_sha256, reason, f"{field}[{i}]")
         out.append((d.tool_call_id, d.tool_name, d.arguments_sha256, reason))
     return out
@@ -293,7 +293,7 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
         tool_call_id=d.tool_call_id,
         tool_name=d.tool_name,
         arguments_sha256=d.arguments_sha256,
-        reason=DENIAL_REASON_TO_PB[d.reason],  # type: ignore[arg-type]
+        reason=DENIAL_REASON_TO_PB[d.reason],
         owner_id=d.owner_id,
         run_id=d.run_id,
         thread_id=d.thread_id,

@@ -76,8 +76,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
                 ) from None
             yield [_lost_stream_end(active).SerializeToString()]
 
-    async def StartRun(  # type: ignore[override]
-        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
+    async def StartRun(
+        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.StartRunResponse]:
         owner = owner_id(context)
         plan = convert.plan_from_pb(
@@ -107,8 +107,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
                 for data in batch:
                     yield pb.StartRunResponse.FromString(wire.repeated(field, [data]))
 
-    async def StreamRun(  # type: ignore[override]
-        self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext
+    async def StreamRun(
+        self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.StreamRunResponse]:
         owner = owner_id(context)
         run_id = core.check_identifier(request.run_id, "run_id")
@@ -118,16 +118,16 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             for data in batch:
                 yield pb.StreamRunResponse.FromString(wire.repeated(_EVENT, [data]))
 
-    async def CancelRun(  # type: ignore[override]
-        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CancelRunResponse:
         owner = owner_id(context)
         run_id = core.check_identifier(request.run_id, "run_id")
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
-    async def ListTools(  # type: ignore[override]
-        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    async def ListTools(
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListToolsResponse:
         owner = owner_id(context)
         profile = core.resolve_profile(RuntimeMode.CHAT, request.profile_name, None, self.profiles)
@@ -143,8 +143,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         )
 
 
-    async def DeleteRunEvents(  # type: ignore[override]
-        self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext
+    async def DeleteRunEvents(
+        self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteRunEventsResponse:
         owner = owner_id(context)
         if len(request.run_ids) > MAX_PAGE_SIZE:
@@ -155,8 +155,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         ]
         return pb.DeleteRunEventsResponse(deleted_count=await self.event_log.delete(keys))
 
-    async def DeleteOwnerData(  # type: ignore[override]
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         # Keys are "<owner>/<run id>" and owner ids hold no "/": this prefix is the owner's.

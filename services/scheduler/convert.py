@@ -67,7 +67,7 @@ def spec_from_pb(job: pb.Job) -> JobSpec:
     """The owner-chosen part of a Job message (validated later by core.validate_spec)."""
     if job.schedule.type not in SCHEDULE_TYPE_FROM_PB:
         raise InvalidArgument("job.schedule.type", "must be once, daily, weekly or cron")
-    kind = SCHEDULE_TYPE_FROM_PB[job.schedule.type]  # type: ignore[index]
+    kind = SCHEDULE_TYPE_FROM_PB[job.schedule.type]
     run_at = (
         timestamps.from_pb(job.schedule.run_at, "job.schedule.run_at")
         if job.schedule.HasField("run_at")
@@ -76,7 +76,7 @@ def spec_from_pb(job: pb.Job) -> JobSpec:
     if job.catch_up_policy == pb.CATCH_UP_POLICY_UNSPECIFIED:
         policy = CatchUpPolicy.LATEST
     elif job.catch_up_policy in CATCH_UP_FROM_PB:
-        policy = CATCH_UP_FROM_PB[job.catch_up_policy]  # type: ignore[index]
+        policy = CATCH_UP_FROM_PB[job.catch_up_policy]
     else:
         raise InvalidArgument("job.catch_up_policy", "must be latest, skip or all")
     # A job without a profile gets the automation default snapshot (the same value the data

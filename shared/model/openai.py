@@ -255,7 +255,7 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-# ---- the model ------------------------------------------------------------------------------------
+# ---- the model ----------------------------------------------------------------------------------
 
 
 class _StreamError(Exception):
