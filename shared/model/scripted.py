@@ -14,10 +14,10 @@ What it does, decided from the conversation in this order (`respond` is the pure
    "forget": [{"memory", "user_request"}]} of the facts `extract_facts` finds in the user
    messages (any other output_schema: "{}"). A system message containing MEMORY_MARKER
    (MEMORY_PROMPT has it) with memory_write and/or memory_forget offered: the facts
-   `extract_facts` finds in the user messages become one tool call each, in order: memory_write {"content", "kind"} for
-   preference/dislike/name/place, memory_forget {"content_query"} for forget. No facts: the
-   reply "NO_MEMORIES: no durable facts found." After the tool results: a summary ("Saved 2
-   memories, forgot 0.").
+   `extract_facts` finds in the user messages become one tool call each, in order:
+   memory_write {"content", "kind"} for preference/dislike/name/place, memory_forget
+   {"content_query"} for forget. No facts: the reply "NO_MEMORIES: no durable facts
+   found." After the tool results: a summary ("Saved 2 memories, forgot 0.").
 3. Call tools. The last user message asks for a tool with
        (use|call|run|invoke) [the] <name> tool [with|using|:] [<JSON object>]
        (使用|调用) <name> 工具 [<JSON object>]
