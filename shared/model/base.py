@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ class ChatModel(Protocol):
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         """Stream the model's response to `messages`, offering `tools`. `options` are
         per-call parameters, checked against the model card (ValueError naming the option).
         `output_schema`: the answer is one JSON document of that schema, streamed as text."""

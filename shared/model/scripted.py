@@ -48,7 +48,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -447,7 +447,7 @@ class ScriptedModel:
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         params = self._params(options)
         latency = self.token_latency if params.token_latency is None else params.token_latency
         reply = respond(messages, tools, thinking=params.thinking, output_schema=output_schema)
