@@ -69,6 +69,10 @@ class ModelError(Exception):
     message says "try again"); the others are FailedPrecondition's: retrying the same call
     would fail the same way, so nothing retries them and their message says what to change."""
 
+    # The kinds below are DomainErrors, which set their own; a provider's bare ModelError
+    # still has one for the callers that log it.
+    reason: str = "MODEL_ERROR"
+
 
 class ModelUnavailable(ModelError, Unavailable):
     """The endpoint could not be reached or kept failing (5xx) past the retries."""
