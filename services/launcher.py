@@ -35,7 +35,7 @@ from pathlib import Path
 # code -6 while starting". Read by gRPC when it initialises, so set before it is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-import grpc  # noqa: E402 (after the fork-support setting above)
+import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 

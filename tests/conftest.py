@@ -13,7 +13,7 @@ import os
 # this, gRPC's fork handlers can abort the child before its exec (services/launcher.py).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-import uuid  # noqa: E402
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path

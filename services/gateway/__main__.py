@@ -51,7 +51,7 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     from services.gateway.protocol import http_protocol
 
     try:
-        import uvloop  # noqa: F401
+        import uvloop
 
         loop = "uvloop"
     except ImportError:  # uvloop is optional (not on every platform)

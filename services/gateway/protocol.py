@@ -73,7 +73,7 @@ class JsonErrorH11Protocol(H11Protocol):
 def http_protocol() -> type[HttpToolsProtocol] | type[H11Protocol]:
     """What uvicorn's "auto" would choose (httptools when installed), with the JSON 400."""
     try:
-        import httptools  # noqa: F401
+        import httptools
     except ImportError:  # pragma: no cover - httptools is a pinned dependency
         return JsonErrorH11Protocol
     return JsonErrorHttpToolsProtocol

@@ -7,10 +7,6 @@ from datetime import UTC, datetime
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from google.protobuf import timestamp_pb2
 
-from shared import timestamps
-from shared.errors import InvalidArgument
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_from_pb, profile_to_pb
-
 from services.scheduler.core import (
     CatchUpPolicy,
     Job,
@@ -22,6 +18,9 @@ from services.scheduler.core import (
     RunTrigger,
 )
 from services.scheduler.schedule import Schedule, ScheduleType
+from shared import timestamps
+from shared.errors import InvalidArgument
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_from_pb, profile_to_pb
 
 SCHEDULE_TYPE_FROM_PB = {
     pb.SCHEDULE_TYPE_ONCE: ScheduleType.ONCE,

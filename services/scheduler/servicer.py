@@ -12,6 +12,12 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.scheduler import core, store
+from services.scheduler import schedule as sched
+from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
+from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
+from services.scheduler.dispatch import Dispatcher, Order
+from services.scheduler.settings import SchedulerSettings
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id
 from shared.ids import check_identifier
@@ -23,13 +29,6 @@ from shared.pagination import (
     position_time,
 )
 from shared.settings import Settings
-
-from services.scheduler import core, store
-from services.scheduler import schedule as sched
-from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
-from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
-from services.scheduler.dispatch import Dispatcher, Order
-from services.scheduler.settings import SchedulerSettings
 from shared.tools import BUILTIN_KNOWN, KnownTools
 
 _MAX_REQUEST_ID = 128

@@ -49,7 +49,7 @@ async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
     gw_settings: Settings, clients: Clients, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Broken:
-        async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("secret internal detail")
 
     broken = Clients(

@@ -16,7 +16,7 @@ from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, bearer
-from tests.gateway.real_scheduler import gw_settings, scheduler_addr  # noqa: F401 - fixtures
+from tests.gateway.real_scheduler import gw_settings, scheduler_addr
 
 JOBS = "/api/v1/automation/jobs"
 

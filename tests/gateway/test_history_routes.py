@@ -83,7 +83,7 @@ async def test_history_of_another_owners_thread_is_404_like_a_missing_one(
     assert other.status_code == missing.status_code == 404
     strip = lambda r: {
         k: v for k, v in r.json()["error"].items() if k not in ("requestId", "message")
-    }  # noqa: E731
+    }
     assert strip(other) == strip(missing) == {"code": "NOT_FOUND"}
     assert "omar" not in other.text
 

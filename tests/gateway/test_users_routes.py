@@ -14,7 +14,7 @@ import pytest
 
 from shared.settings import Settings
 from tests.gateway.conftest import bearer
-from tests.gateway.real_scheduler import gw_settings, scheduler_addr  # noqa: F401 - fixtures
+from tests.gateway.real_scheduler import gw_settings, scheduler_addr
 
 USERS = "/api/v1/users"
 JOBS = "/api/v1/automation/jobs"

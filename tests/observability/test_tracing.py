@@ -132,7 +132,7 @@ async def test_server_span_continues_the_callers_traceparent(
     assert attrs[telemetry.OWNER_HASH] == telemetry.owner_hash("bob") != "bob"
 
 
-class pytest_raises_rpc:  # noqa: N801 - reads like pytest.raises
+class pytest_raises_rpc:
     def __init__(self, code: grpc.StatusCode) -> None:
         self.code = code
 

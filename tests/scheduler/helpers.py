@@ -27,17 +27,16 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared import db
-from shared.identity import OWNER_KEY
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT
-from shared.settings import Settings
-
 from services.scheduler import core, store
 from services.scheduler.core import Job, JobConfig, JobSpec, JobStatus
 from services.scheduler.dispatch import ClaimLoop, Dispatcher
 from services.scheduler.schedule import Schedule, ScheduleType
 from services.scheduler.service import MIGRATIONS
 from services.scheduler.settings import SchedulerSettings
+from shared import db
+from shared.identity import OWNER_KEY
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT
+from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,12 +13,11 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
+from services.scheduler import core
+from services.scheduler.service import build
 from shared.errors import from_rpc_error
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
 from shared.settings import Settings
-
-from services.scheduler import core
-from services.scheduler.service import build
 from tests.grpc_helpers import channel, owner_md, running_service
 from tests.scheduler.helpers import FakeOrchestrator, fake_orchestrator, fast_cfg
 

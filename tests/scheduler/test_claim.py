@@ -4,29 +4,26 @@ retries with backoff, lease fencing, takeover of a dead replica's run, and the o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncio
-
 import grpc
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from agentmesh.history.v1 import history_service_pb2 as hist_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
-
-from shared.profiles import CHAT_DEFAULT
-from shared.settings import Settings
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.scheduler import core, store
 from services.scheduler.core import CatchUpPolicy
 from services.scheduler.dispatch import start_request
 from services.scheduler.schedule import fire_time, zone
 from services.scheduler.schedule import next_slot as sched_next_slot
+from shared.profiles import CHAT_DEFAULT
+from shared.settings import Settings
 from tests.scheduler.helpers import (
     FakeOrchestrator,
     daily_spec,
