@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2
@@ -80,7 +80,8 @@ def _with_ids(ev: run_event_pb2.RunEvent, thread_id: str, run_id: str) -> run_ev
     return ev
 
 
-Call = grpc.aio.UnaryStreamCall
+# A run's event stream (StartRun's or StreamRun's call).
+Call: TypeAlias = "grpc.aio.UnaryStreamCall[Any, Any]"
 
 
 def _events_of(response: Any) -> Sequence[run_event_pb2.RunEvent]:
@@ -114,8 +115,8 @@ async def _events(
     if on_end is not None:
         on_end.begin()
     try:
-        for event in prefix or ():
-            yield sse.frame(event)
+        for ahead in prefix or ():
+            yield sse.frame(ahead)
         while True:
             if isinstance(response, asyncio.Future):
                 while not (await asyncio.wait({response}, timeout=heartbeat))[0]:
