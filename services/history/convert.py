@@ -161,18 +161,19 @@ def _ts(value: datetime) -> timestamp_pb2.Timestamp:
 
 def message_to_pb(m: Message) -> message_pb2.Message:
     # One constructor call with nested dicts: this runs for every message of every page.
+    # (protobuf takes a dict for a message field; its stubs name only the message type.)
     out = message_pb2.Message(
         id=m.id,
         role=ROLE_TO_PB[m.role],
         name=m.name,
         content=[_block(b) for b in m.content],
-        metadata={
+        metadata={  # type: ignore[arg-type]
             "hidden_from_user": m.hidden_from_user,
             "origin": RUNTIME_MODE_TO_PB[m.origin],
             "executor": EXECUTOR_TO_PB[m.executor] if m.executor else 0,
             "execution_profile_name": m.execution_profile_name,
         },
-        created_at={
+        created_at={  # type: ignore[arg-type]
             "seconds": calendar.timegm(m.created_at.utctimetuple()),
             "nanos": m.created_at.microsecond * 1000,
         },

@@ -153,7 +153,7 @@ IN_CONTEXT = _mask_has(CONTEXT_ASSEMBLY)
 # --- row mapping ------------------------------------------------------------------------
 
 
-def _thread(row: Row[Any]) -> Thread:
+def _thread(row: Row[Any] | SimpleNamespace) -> Thread:
     return Thread(
         owner_id=row.owner_id,
         id=row.id,
@@ -172,7 +172,7 @@ _EXECUTORS: dict[str, ExecutorKind | None] = {e.value: e for e in ExecutorKind}
 _EXECUTORS[""] = None
 
 
-def _message(row: Row[Any]) -> Message:
+def _message(row: Sequence[Any]) -> Message:
     # Positional unpacking and dict lookups: this runs for every row of every page.
     (
         owner_id, id_, thread_id, position, run_id, role, kind, mask, name, content, meta,
@@ -234,7 +234,7 @@ def message_row(m: Message, wire: bytes) -> dict[str, Any]:
     }
 
 
-def _run(row: Row[Any]) -> Run:
+def _run(row: Row[Any] | SimpleNamespace) -> Run:
     return Run(
         owner_id=row.owner_id,
         id=row.id,
