@@ -24,8 +24,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from shared import heap, inproc, logs, metrics, telemetry
 from shared.server import Builder, GrpcServer
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(err))
     settings = get_settings()
     logs.configure(label(targets), settings.log_level, contents=settings.log_contents)
-    runner: Callable[[Awaitable[None]], None] = asyncio.run  # type: ignore[assignment]
+    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
         import uvloop
 

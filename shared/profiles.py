@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import yaml
 from agentmesh.type.v1 import execution_profile_pb2
@@ -197,10 +197,17 @@ def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
     return InvalidArgument(field, first["msg"])
 
 
+@runtime_checkable
+class KnowsTools(Protocol):
+    """The deployment's tools as shared.tools.KnownTools knows them: names and patterns."""
+
+    def knows(self, entry: str) -> bool: ...
+
+
 def parse_profile(
     data: object,
     *,
-    registered_tools: Iterable[str] | None = None,
+    registered_tools: Iterable[str] | KnowsTools | None = None,
     field: str = "execution_profile",
     allow_agent: bool = False,
 ) -> ExecutionProfile:
@@ -221,10 +228,11 @@ def parse_profile(
         raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
         # Names, or the deployment's KnownTools (shared.tools), which also knows patterns.
-        knows = getattr(registered_tools, "knows", None)
-        if knows is None:
-            names = set(registered_tools)
-            knows = names.__contains__
+        knows: Callable[[str], bool]
+        if isinstance(registered_tools, KnowsTools):
+            knows = registered_tools.knows
+        else:
+            knows = set(registered_tools).__contains__
         unknown = [t for t in profile.tool_policy.allowlist if not knows(t)]
         if unknown:
             raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
@@ -335,7 +343,7 @@ class ProfileRegistry:
     def load(
         cls,
         path: Path | None,
-        registered_tools: Iterable[str],
+        registered_tools: Iterable[str] | KnowsTools,
         check_agent: Callable[[AgentConfig], str] | None = None,
     ) -> ProfileRegistry:
         """`check_agent` says what is wrong with an entry's agent against the model cards
@@ -343,7 +351,11 @@ class ProfileRegistry:
         profiles = dict(BUILT_INS)
         if path is None:
             return cls(profiles)
-        tools = registered_tools if hasattr(registered_tools, "knows") else list(registered_tools)
+        tools = (
+            registered_tools
+            if isinstance(registered_tools, KnowsTools)
+            else list(registered_tools)
+        )
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as err:

@@ -19,6 +19,7 @@ from shared.domain import RuntimeMode
 from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
+from shared.ids import check_identifier
 from shared.pagination import MAX_PAGE_SIZE
 from shared.profiles import ProfileRegistry
 from shared.settings import Settings
@@ -111,7 +112,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.StreamRunResponse]:
         owner = owner_id(context)
-        run_id = core.check_identifier(request.run_id, "run_id")
+        run_id = check_identifier(request.run_id, "run_id")
         if request.after_sequence > core.MAX_SEQUENCE:
             raise InvalidArgument("after_sequence", f"must be at most {core.MAX_SEQUENCE}")
         async for batch in self._follow(owner, run_id, request.after_sequence):
@@ -122,7 +123,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CancelRunResponse:
         owner = owner_id(context)
-        run_id = core.check_identifier(request.run_id, "run_id")
+        run_id = check_identifier(request.run_id, "run_id")
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
@@ -150,7 +151,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         if len(request.run_ids) > MAX_PAGE_SIZE:
             raise InvalidArgument("run_ids", f"must hold at most {MAX_PAGE_SIZE} ids")
         keys = [
-            core.event_log_key(owner, core.check_identifier(run_id, f"run_ids[{i}]"))
+            core.event_log_key(owner, check_identifier(run_id, f"run_ids[{i}]"))
             for i, run_id in enumerate(request.run_ids)
         ]
         return pb.DeleteRunEventsResponse(deleted_count=await self.event_log.delete(keys))
