@@ -77,7 +77,7 @@ async def test_max_tokens_cuts_the_reply_with_finished_reason_length() -> None:
 
 async def test_unknown_option_is_refused_by_the_card() -> None:
     model = ScriptedModel(card=load_card("scripted"))
-    with pytest.raises(ValueError, match="options.temperature: not a parameter"):
+    with pytest.raises(ValueError, match=r"options\.temperature: not a parameter"):
         await chunks(model, [user("hi")], options={"temperature": 1})
 
 

@@ -4,8 +4,9 @@ A newer client may set fields this server does not know (they arrive as unknown 
 enum values added after this server was built (they arrive as plain numbers: the server
 interceptor reads them as UNSPECIFIED inside a message's data and refuses them elsewhere:
 shared/compat.py). Each service must then answer normally or with a clean INVALID_ARGUMENT
-naming the field: never INTERNAL, never a crash. Requests go through a raw generic call, bytes in and bytes out, so the
-unknown tags reach the server exactly as a newer peer would send them.
+naming the field: never INTERNAL, never a crash. Requests go through a raw generic call,
+bytes in and bytes out, so the unknown tags reach the server exactly as a newer peer would
+send them.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ async def test_three_days_down_applies_the_catch_up_policy(env, policy: CatchUpP
 
 
 async def test_skip_still_runs_an_on_time_slot(env) -> None:
-    engine, fake, address, settings = env
+    engine, _, address, settings = env
     now = await db_now(engine)
     spec = daily_spec(catch_up_policy=CatchUpPolicy.SKIP)
     job = due_job("alice", spec, now - timedelta(seconds=5), now)  # due 5 s ago, within grace
@@ -328,7 +328,9 @@ async def test_a_run_history_recorded_failed_moves_the_slot_to_its_next_run_id(e
     assert list(fake.starts) == [second_id]
 
 
-async def test_a_run_that_failed_while_watched_is_the_attempts_failure_and_the_retry_uses_the_next_id(env) -> None:
+async def test_a_run_failed_while_watched_fails_the_attempt_and_the_retry_uses_the_next_id(
+    env,
+) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])

@@ -91,14 +91,16 @@ def test_the_profiles_file_checks_each_agent_against_the_model_cards(tmp_path: P
     settings = Settings()
     path = tmp_path / "profiles.yaml"
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {model_card: nope}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker, agent: {model_card: nope}}\n"
     )
     with pytest.raises(
         ProfileFileError, match=r"profiles\[0\]\.agent\.model_card: model card nope"
     ):
         ProfileRegistry.load(path, REGISTERED_TOOLS, lambda agent: agent_problem(settings, agent))
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {temperature: 0.5}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker, agent: {temperature: 0.5}}\n"
     )
     # The scripted card has no temperature parameter.
     with pytest.raises(
@@ -106,7 +108,9 @@ def test_the_profiles_file_checks_each_agent_against_the_model_cards(tmp_path: P
     ):
         ProfileRegistry.load(path, REGISTERED_TOOLS, lambda agent: agent_problem(settings, agent))
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {max_tokens: 100, system_prompt: 'Be brief.'}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker,\n"
+        "     agent: {max_tokens: 100, system_prompt: 'Be brief.'}}\n"
     )
     assert ProfileRegistry.load(path, REGISTERED_TOOLS, lambda a: agent_problem(settings, a)).get(
         "a"

@@ -79,7 +79,7 @@ def test_metadata_rejects_values_json_cannot_hold() -> None:
 
 
 def test_metadata_rejects_unknown_origin() -> None:
-    with pytest.raises(ValueError, match="metadata.origin: must be chat or automation"):
+    with pytest.raises(ValueError, match=r"metadata\.origin: must be chat or automation"):
         user("x", metadata={"origin": "batch"})
 
 
