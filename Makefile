@@ -118,8 +118,8 @@ buf-breaking: tools
 ## (the generated bindings typed by their stubs), buf lint; zero findings.
 lint: install buf-lint protos-check
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
 	$(BIN)/mypy services shared agentmesh_client
+	$(BIN)/ruff format --check .
 
 ## The whole suite: once on the embedded default, once on real PostgreSQL + Redis, then
 ## the real-model tier against the local model server. The end-to-end tests start the suite
