@@ -167,10 +167,10 @@ async def serve(targets: Sequence[str], settings: Settings) -> None:
             "serving targets",
             extra={"fields": {"targets": list(host.targets), "pid": os.getpid()}},
         )
-        waits = [asyncio.create_task(stop.wait())]
+        waits: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
         gateway = host.gateway_stopped()
         if gateway is not None:
-            waits.append(gateway)  # type: ignore[arg-type]
+            waits.append(gateway)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         log.info("shutting down", extra={"fields": {"grace_seconds": settings.grace_seconds}})
     finally:

@@ -184,6 +184,7 @@ def from_rpc_error(err: grpc.RpcError) -> DomainError:
     metadata: dict[str, str] = {}
     status = None
     try:
+        # An aio error has the Call methods from_call reads (code, details, trailing metadata).
         status = rpc_status.from_call(err)  # type: ignore[arg-type]
     except (ValueError, AttributeError):
         status = None

@@ -297,6 +297,7 @@ class InProcessServer:
         continuation = self._lookup
         for interceptor in reversed(self._interceptors):
             continuation = _chained(interceptor, continuation)
+        # The protocol of the grpc stubs has settable members; the details are read only.
         handler = await continuation(_HandlerCallDetails(method, metadata))  # type: ignore[arg-type]
         if handler is None:
             raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
@@ -780,7 +781,7 @@ class _MultiCallable:
         method: str,
         request_serializer: Serializer,
         response_deserializer: Deserializer,
-        call_class: type[_Call],
+        call_class: Callable[[_Invocation, Any], _Call],
     ) -> None:
         self._channel = channel
         self._method = method
@@ -806,10 +807,10 @@ class _MultiCallable:
             timeout,
             metadata,
         )
-        return self._call_class(invocation, request)  # type: ignore[call-arg]
+        return self._call_class(invocation, request)
 
 
-def _opener(call_class: type[_Call]) -> Callable[..., _MultiCallable]:
+def _opener(call_class: Callable[[_Invocation, Any], _Call]) -> Callable[..., _MultiCallable]:
     def open_call(
         channel: InProcessChannel,
         method: str,

@@ -56,7 +56,7 @@ RUN_STATE_TO_PB = {
     RunState.CANCELLED: pb.RUN_STATE_CANCELLED,
     RunState.INTERRUPTED: pb.RUN_STATE_INTERRUPTED,
 }
-RUN_STATE_FROM_PB = {v: k for k, v in RUN_STATE_TO_PB.items()}
+RUN_STATE_FROM_PB: dict[int, RunState] = {v: k for k, v in RUN_STATE_TO_PB.items()}
 
 
 # --- validation of scalar fields ----------------------------------------------------------
@@ -70,7 +70,7 @@ def optional_mode(value: int, field: str) -> RuntimeMode | None:
     if value == message_pb2.RUNTIME_MODE_UNSPECIFIED:
         return None
     try:
-        return RUNTIME_MODE_FROM_PB[value]  # type: ignore[index]
+        return RUNTIME_MODE_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be chat or automation") from None
 
@@ -79,14 +79,14 @@ def optional_executor(value: int, field: str) -> ExecutorKind | None:
     if value == 0:
         return None
     try:
-        return EXECUTOR_FROM_PB[value]  # type: ignore[index]
+        return EXECUTOR_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be worker or memory") from None
 
 
 def run_state(value: int, field: str = "state") -> RunState:
     try:
-        return RUN_STATE_FROM_PB[value]  # type: ignore[index]
+        return RUN_STATE_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be a RunState value") from None
 
@@ -253,7 +253,7 @@ def run_to_pb(r: Run) -> pb.Run:
     return out
 
 
-STRATEGY_FROM_PB = {
+STRATEGY_FROM_PB: dict[int, MultitaskStrategy] = {
     pb.MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy.ENQUEUE,
     pb.MULTITASK_STRATEGY_REJECT: MultitaskStrategy.REJECT,
     pb.MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy.ENQUEUE,
@@ -264,7 +264,7 @@ STRATEGY_FROM_PB = {
 
 def multitask_strategy(value: int, field: str = "multitask_strategy") -> MultitaskStrategy:
     try:
-        return STRATEGY_FROM_PB[value]  # type: ignore[index]
+        return STRATEGY_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK") from None
 

@@ -142,7 +142,8 @@ tool_denials = sa.Table(
 
 def _mask_has(bit: int) -> sa.ColumnElement[bool]:
     # Literal constants, exactly as the partial indexes' predicates: a bound parameter
-    # would keep PostgreSQL's planner from proving the index applies.
+    # would keep PostgreSQL's planner from proving the index applies. (A boolean SQL text,
+    # which SQLAlchemy's stubs do not type as the column element every caller combines.)
     return sa.text(f"(messages.visibility_mask & {int(bit)}) <> 0")  # type: ignore[return-value]
 
 

@@ -401,14 +401,14 @@ class MemoryAgent:
         self,
         model_call: agent_config.CallSetup,
         conversation: Sequence[Msg],
-        offered: Sequence[object],
+        offered: Sequence[ToolSpec],
         message_id: str,
         turn: TurnOutput,
         tracker: ToolCallTracker,
         output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[StepItem]:
         text_open = False
-        stream_of = model_call.stream(conversation, offered, output_schema)  # type: ignore[arg-type]
+        stream_of = model_call.stream(conversation, offered, output_schema)
         async with aclosing(stream_of) as stream:
             async for chunk in stream:
                 for block in chunk.content:
