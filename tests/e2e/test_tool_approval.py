@@ -48,7 +48,7 @@ def post(suite: Suite, owner: str, thread: str, text: str, **extra: Any) -> http
 
 def events(resp: httpx.Response) -> list[dict[str, Any]]:
     assert resp.status_code == 200, resp.text
-    return parse_sse(resp.content)  # type: ignore[return-value]
+    return parse_sse(resp.content)
 
 
 def history(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:

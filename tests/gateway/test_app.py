@@ -54,7 +54,7 @@ async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
 
     broken = Clients(
         clients.orchestrator, Broken(), clients.memory, clients.scheduler
-    )  # type: ignore[arg-type]
+    )
     async with serve_app(
         create_app(gw_settings, broken)
     ) as url, httpx.AsyncClient(base_url=url) as c:

@@ -359,7 +359,7 @@ def _request_with(**fields: object) -> pb.StartRunRequest:
     for name, value in fields.items():
         if name == "messages":
             del request.messages[:]
-            request.messages.extend(value)  # type: ignore[arg-type]
+            request.messages.extend(value)
         else:
             setattr(request, name, value)
     return request

@@ -43,7 +43,7 @@ def job_pb(**kw: object) -> pb.Job:
         "execution_profile": profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
     }
     values.update(kw)
-    return pb.Job(**values)  # type: ignore[arg-type]
+    return pb.Job(**values)
 
 
 async def create(stub: pb_grpc.SchedulerServiceStub, md: object = ALICE, **kw: object) -> pb.Job:

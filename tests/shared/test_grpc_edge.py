@@ -218,7 +218,7 @@ def _history_rows() -> list[Row]:
             svc + "ListHistory",
             _raw(history_pb.ListHistoryRequest(thread_id="t-1", direction=UNKNOWN_ENUM)),
             "direction",
-        ),  # type: ignore[arg-type]
+        ),
         Row(
             "BeginRun multitask_strategy 99",
             svc + "BeginRun",
@@ -238,7 +238,7 @@ def _history_rows() -> list[Row]:
                 history_pb.ListAuditRequest(
                     owner_id="alice", filter=history_pb.AuditFilter(origin=UNKNOWN_ENUM)
                 )
-            ),  # type: ignore[arg-type]
+            ),
             "filter.origin",
             metadata=ADMIN,
         ),
@@ -249,7 +249,7 @@ def _history_rows() -> list[Row]:
                 history_pb.ListAuditRequest(
                     owner_id="alice", filter=history_pb.AuditFilter(executor=UNKNOWN_ENUM)
                 )
-            ),  # type: ignore[arg-type]
+            ),
             "filter.executor",
             metadata=ADMIN,
         ),
