@@ -54,6 +54,7 @@ def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: ob
         "quota_tokens_per_day": 0,
     }
     values.update(overrides)
+    # Test settings from keyword values; pydantic validates them.
     return Settings(**values)  # type: ignore[arg-type]
 
 

@@ -228,6 +228,7 @@ def test_every_kind_of_forbidden_call_is_refused_audited_and_never_runs(
     # An automation worker job whose profile allows memory_write but which declares only
     # memory_search, asked for memory_write (not declared) and rm_rf (not registered).
     worker_job = ExecutionProfile(
+        # pydantic reads the executor's name as its enum.
         name="job_worker_tools", enable_router=False, executor="worker",  # type: ignore[arg-type]
         tool_policy=ToolPolicy(allowlist=("memory_write", "memory_search")),
     )

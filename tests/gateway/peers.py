@@ -218,12 +218,14 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
         self.threads[(owner, thread_id)] = thread
         self.messages[(owner, thread_id)] = messages
 
+    # A double: answers whatever request of the method it gets.
     async def ListThreads(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         owner = owner_id(context)
         mine = [t for (o, _), t in sorted(self.threads.items()) if o == owner]
         return history_service_pb2.ListThreadsResponse(threads=mine)
 
+    # A double (as above).
     async def ListHistory(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         owner = owner_id(context)
@@ -241,6 +243,7 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
             messages=visible[start : start + size], next_page_token=token
         )
 
+    # A double (as above).
     async def GetRun(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         run = self.runs.get((owner_id(context), request.run_id))
@@ -248,6 +251,7 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
             raise NotFound(f"run {request.run_id} not found")
         return history_service_pb2.GetRunResponse(run=run)
 
+    # A double (as above).
     async def ListAudit(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         owner_id(context)
@@ -270,17 +274,20 @@ class FakeMemory(memory_service_pb2_grpc.MemoryServiceServicer):
         m.update_time.FromSeconds(1_700_000_000)
         self.memories.setdefault(owner, {})[mid] = m
 
+    # A double (as above).
     async def ListMemories(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         mine = self.memories.get(owner_id(context), {})
         return memory_service_pb2.ListMemoriesResponse(memories=list(mine.values()))
 
+    # A double (as above).
     async def SearchMemories(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         mine = self.memories.get(owner_id(context), {})
         hits = [m for m in mine.values() if request.query.lower() in m.content.lower()]
         return memory_service_pb2.SearchMemoriesResponse(memories=hits)
 
+    # A double (as above).
     async def ForgetMemory(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         mine = self.memories.get(owner_id(context), {})

@@ -60,8 +60,10 @@ def text_msg(
     return message_pb2.Message(
         id=mid,
         role=role,
+        # Kinds and fields given as plain values; the constructor checks them.
         kind=kind,  # type: ignore[arg-type]
         content=[content_pb2.ContentBlock(text=content_pb2.TextBlock(text=text or mid))],
+        # (as above)
         **fields,  # type: ignore[arg-type]
     )
 
@@ -153,4 +155,5 @@ async def append(
 
 
 def ids(messages: object) -> list[str]:
+    # Messages given as protobuf or domain objects: both have an id.
     return [m.id for m in messages]  # type: ignore[attr-defined]

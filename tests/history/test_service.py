@@ -52,6 +52,7 @@ async def context_of(
 
 async def rpc_error(call: object) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
+        # The call object of an aio stub is awaitable.
         await call  # type: ignore[misc]
     return err.value
 

@@ -222,6 +222,7 @@ def _job(**fields: Any) -> scheduler_pb.Job:
 async def test_scheduler_tolerates_unknown_fields_and_enum_values(settings: Settings) -> None:
     svc = "/agentmesh.scheduler.v1.SchedulerService/"
     profile = profile_to_pb(AUTOMATION_MEMORY_DEFAULT)
+    # Deliberately a value this build does not know.
     profile.executor = FUTURE_ENUM  # type: ignore[assignment]
     cases = [
         Case(
@@ -354,6 +355,7 @@ def _start(**fields: Any) -> orchestrator_pb.StartRunRequest:
 async def test_orchestrator_tolerates_unknown_fields_and_enum_values(settings: Settings) -> None:
     svc = "/agentmesh.orchestrator.v1.OrchestratorService/"
     automation = profile_to_pb(AUTOMATION_MEMORY_DEFAULT)
+    # Deliberately a value this build does not know.
     automation.executor = FUTURE_ENUM  # type: ignore[assignment]
     cases = [
         Case("StartRun", svc + "StartRun", _start, orchestrator_pb.StartRunResponse, streaming=True),

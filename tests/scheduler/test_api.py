@@ -53,6 +53,7 @@ async def create(stub: pb_grpc.SchedulerServiceStub, md: object = ALICE, **kw: o
 
 async def expect_code(call: object, code: grpc.StatusCode) -> object:
     with pytest.raises(grpc.aio.AioRpcError) as info:
+        # The call object of an aio stub is awaitable.
         await call  # type: ignore[misc]
     assert info.value.code() == code
     return from_rpc_error(info.value)
@@ -122,6 +123,7 @@ async def test_invalid_job_is_rejected_naming_the_field(api, overrides: dict[str
     stub, _ = api
     err = await expect_code(stub.CreateJob(pb.CreateJobRequest(job=job_pb(**overrides)), metadata=ALICE),
                             grpc.StatusCode.INVALID_ARGUMENT)
+    # The error the helper raises carries the violations.
     assert err.violations[0][0] == field  # type: ignore[attr-defined]
 
 
@@ -288,6 +290,7 @@ async def test_default_job_with_a_bad_timezone_is_invalid(api) -> None:
     stub, _ = api
     err = await expect_code(stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(timezone="Nowhere/City"), metadata=ALICE),
                             grpc.StatusCode.INVALID_ARGUMENT)
+    # The error the helper raises carries the violations.
     assert err.violations[0][0] == "timezone"  # type: ignore[attr-defined]
 
 

@@ -122,10 +122,12 @@ async def test_the_worker_uses_the_profiles_prompt_model_and_options() -> None:
     chosen_options: list[object] = []
     original = chosen.stream
 
+    # A stand-in for the card's stream.
     def stream(messages, *, tools=(), options=None):  # type: ignore[no-untyped-def]
         chosen_options.append(options)
         return original(messages, tools=tools, options=options)
 
+    # Replaced for this test only.
     chosen.stream = stream  # type: ignore[method-assign]
     agent = WorkerAgent(
         default,

@@ -150,6 +150,7 @@ def _begin(**fields: Any) -> history_pb.BeginRunRequest:
 
 def _tool_policy_mode(mode: int) -> execution_profile_pb2.ExecutionProfile:
     profile = _profile()
+    # Deliberately any mode value.
     profile.tool_policy.mode = mode  # type: ignore[assignment]
     return profile
 

@@ -50,6 +50,7 @@ def test_data_block_needs_exactly_one_source() -> None:
 
 def test_tool_result_output_holds_only_text_and_data() -> None:
     with pytest.raises(ValueError, match="text or data blocks"):
+        # Deliberately a block a tool result may not hold.
         ToolResultBlock(id="c1", name="t", output=(ThinkingBlock("no"),))  # type: ignore[arg-type]
 
 
