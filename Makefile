@@ -97,9 +97,13 @@ run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
 token: install
 	@$(BIN)/python -m services.gateway token --sub $(or $(SUB),dev-user) $(if $(ADMIN),--admin)
 
-## Regenerate the Python bindings of protos/ (never edit them by hand).
+## Regenerate the Python bindings of protos/ and their type stubs (never edit them by hand).
 protos: install
 	$(BIN)/python tools/gen_protos.py
+
+## Fails when the committed bindings or stubs differ from what `make protos` generates.
+protos-check: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/shared/test_generated_code.py
 
 buf-lint: tools
 	tools/node/node_modules/.bin/buf lint
@@ -110,13 +114,18 @@ buf-breaking: tools
 		tools/node/node_modules/.bin/buf breaking --against '.git#branch=main'; \
 	else echo "no main branch to compare with"; fi
 
-lint: buf-lint
+## The gate (make test runs it first): ruff's rules and format, mypy strict over our code
+## (the generated bindings typed by their stubs), buf lint; zero findings.
+lint: install buf-lint protos-check
+	$(BIN)/ruff check .
+	$(BIN)/mypy services shared agentmesh_client
+	$(BIN)/ruff format --check .
 
 ## The whole suite: once on the embedded default, once on real PostgreSQL + Redis, then
 ## the real-model tier against the local model server. The end-to-end tests start the suite
 ## in one process (target all) on the embedded pass and one process per service on the
 ## postgres pass (AGENTMESH_TEST_SHAPE): both shapes, without running the tier twice each.
-test: install tools chromium buf-lint buf-breaking test-embedded test-postgres test-realmodel
+test: install tools chromium lint buf-breaking test-embedded test-postgres test-realmodel
 
 test-embedded: install tools chromium
 	AGENTMESH_TEST_BACKEND=embedded AGENTMESH_TEST_SHAPE=all $(BIN)/python -m pytest -q

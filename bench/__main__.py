@@ -101,7 +101,8 @@ def skeleton_lines(results: dict[str, Any]) -> list[str]:
         "`python -m bench.skeleton`), driven by the same clients: the ceiling of this "
         "architecture on this machine.",
         "",
-        "| concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | CPU ms per run, all 5 processes | by process |",
+        "| concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) "
+        "| CPU ms per run, all 5 processes | by process |",
         "|---|---|---|---|---|---|",
     ]
     for lv in results["skeleton"]:
@@ -258,33 +259,45 @@ def floor_cpu_lines(fl: dict[str, Any], cores: int) -> list[str]:
 
 def markdown(results: dict[str, Any]) -> str:
     fl = results["floor"]
+    medians = {key: value["median"] for key, value in fl.items() if isinstance(value, dict)}
     lines = [
         f"Machine: {results['machine']['cpus']} cores ({results['machine']['cpu']}), "
         f"{results['machine']['memory_gb']} GB, Python {results['machine']['python']}. "
         f"Command: `{results['command']}`. Medians of {results['repeats']} runs (min–max).",
         "",
         f"Floor: bare gRPC unary round trip p50 {fl['grpc_unary_rtt_p50_ms']['median']} ms, "
-        f"{fl['grpc_unary_rps_c32']['median']} calls/s at c=32, server stream {fl['grpc_stream_msgs_per_s']['median']} msgs/s; "
-        f"bare SSE {fl['sse_events_per_s']['median']} events/s, first event p50 {fl['sse_first_event_p50_ms']['median']} ms.",
+        f"{medians['grpc_unary_rps_c32']} calls/s at c=32, "
+        f"server stream {medians['grpc_stream_msgs_per_s']} msgs/s; "
+        f"bare SSE {medians['sse_events_per_s']} events/s, "
+        f"first event p50 {medians['sse_first_event_p50_ms']} ms.",
         *floor_cpu_lines(fl, results["machine"]["cpus"]),
         *skeleton_lines(results),
         *targets_lines(results),
         "",
-        "| backend | concurrency | runs/s | first event p50 / p99 (ms) | RUN_FINISHED p50 / p99 (ms) | per-run cost in bare gRPC round trips | errors |",
+        "| backend | concurrency | runs/s | first event p50 / p99 (ms) "
+        "| RUN_FINISHED p50 / p99 (ms) | per-run cost in bare gRPC round trips | errors |",
         "|---|---|---|---|---|---|---|",
     ]
     rtt = fl["grpc_unary_rtt_p50_ms"]["median"]
     for b in results["backends"]:
         for lv in b["levels"]:
             rps = lv["runs_per_s"]
+            finished = lv["run_finished_p50_ms"]["median"]
+            round_trips = round(finished / rtt, 1) if lv["concurrency"] == 1 else ""
             lines.append(
-                f"| {b['backend']} | {lv['concurrency']} | {rps['median']} ({rps['min']}–{rps['max']}) "
+                f"| {b['backend']} | {lv['concurrency']} "
+                f"| {rps['median']} ({rps['min']}–{rps['max']}) "
                 f"| {lv['first_event_p50_ms']['median']} / {lv['first_event_p99_ms']['median']} "
-                f"| {lv['run_finished_p50_ms']['median']} / {lv['run_finished_p99_ms']['median']} "
-                f"| {round(lv['run_finished_p50_ms']['median'] / rtt, 1) if lv['concurrency'] == 1 else ''} "
+                f"| {finished} / {lv['run_finished_p99_ms']['median']} "
+                f"| {round_trips} "
                 f"| {lv['errors']} |"
             )
-    lines += ["", "| backend | long stream events/s (ratio to bare SSE) | idle RSS MB (max service) | RSS growth after runs |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| backend | long stream events/s (ratio to bare SSE) | idle RSS MB (max service) "
+        "| RSS growth after runs |",
+        "|---|---|---|---|",
+    ]
     for b in results["backends"]:
         ls = b["long_stream"]["events_per_s"]
         growth = b.get("rss_growth", {})
@@ -292,7 +305,8 @@ def markdown(results: dict[str, Any]) -> str:
         idle = max(b["rss_idle_mb"].items(), key=lambda kv: kv[1])
         growth_text = f"{worst[1]}% ({worst[0]}) after {growth['runs']} runs" if growth else ""
         lines.append(
-            f"| {b['backend']} | {ls['median']} ({round(ls['median'] / fl['sse_events_per_s']['median'], 2)}) "
+            f"| {b['backend']} "
+            f"| {ls['median']} ({round(ls['median'] / medians['sse_events_per_s'], 2)}) "
             f"| {idle[1]} ({idle[0]}) | {growth_text} |"
         )
     for shed in results.get("shedding", []):

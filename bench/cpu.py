@@ -155,7 +155,8 @@ def main() -> None:
         print(
             f"{b['backend']} c={b['concurrency']}: {b['runs_per_s']} runs/s; CPU ms per run: "
             + ", ".join(f"{k} {v}" for k, v in b["cpu_ms_per_run"].items())
-            + f"; suite {b['suite_cpu_ms_per_run']}, load clients {b['load_clients_cpu_ms_per_run']}"
+            + f"; suite {b['suite_cpu_ms_per_run']}, "
+            + f"load clients {b['load_clients_cpu_ms_per_run']}"
             + f" ({b['load_clients_cpu_ms_per_run_in_window']} in the load window)"
         )
 

@@ -38,6 +38,7 @@ async def _serve_grpc(port: int) -> None:
     async def unary(request: bytes, _ctx: grpc.aio.ServicerContext) -> bytes:
         return request
 
+    # A bare bytes handler: the floor measures gRPC without message types.
     async def stream(request: bytes, _ctx: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
         count = int(request.decode())
         payload = b"x" * 32
@@ -71,6 +72,7 @@ def _serve_sse(port: int) -> None:
     async def events(request: Request) -> StreamingResponse:
         count = int(request.query_params.get("n", "1"))
 
+        # A bare SSE body generator, as Starlette takes it.
         async def body():  # type: ignore[no-untyped-def]
             for i in range(count):
                 yield f'data: {{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"w{i} "}}\n\n'

@@ -326,18 +326,22 @@ async def main() -> None:
 
         # Check what the calls return before timing them.
         req, who = context_req()
+        # _Context stands in for the servicer context: the owner metadata is all it reads.
         got = await servicer.LoadContext(req, _Context(who))  # type: ignore[arg-type]
         assert len(got.messages) == BIG, len(got.messages)
         req, who = history_req()
+        # _Context stands in for the servicer context (as above).
         got_h = await servicer.ListHistory(req, _Context(who))  # type: ignore[arg-type]
         assert len(got_h.messages) == 50 and got_h.next_page_token
 
         async def direct_history() -> None:
             r, w = history_req()
+            # _Context stands in for the servicer context (as above).
             await servicer.ListHistory(r, _Context(w))  # type: ignore[arg-type]
 
         async def direct_context() -> None:
             r, w = context_req()
+            # _Context stands in for the servicer context (as above).
             await servicer.LoadContext(r, _Context(w))  # type: ignore[arg-type]
 
         n, warm = args.iterations, min(200, args.iterations)
@@ -356,6 +360,7 @@ async def main() -> None:
             last.append((query, params))
             return await direct_fetch(self, query, *params, **kw)
 
+        # Patched for the measurement, restored below.
         asyncpg.connection.Connection.fetch = capturing_fetch  # type: ignore[method-assign]
         try:
             last.clear()
@@ -369,6 +374,7 @@ async def main() -> None:
                 x for x in last if "visibility_mask & 2" in x[0]
             )
         finally:
+            # Restores the method patched above.
             asyncpg.connection.Connection.fetch = direct_fetch  # type: ignore[method-assign]
 
         def register(server: grpc.aio.Server) -> None:

@@ -189,7 +189,7 @@ def generated(n: int, rng: random.Random) -> list[str]:
         else:
             texts.add(
                 f"{rng.choice(_ZH_PEOPLE)}{rng.choice(_ZH_NAMES)}{rng.choice(_ZH_WHEN)}"
-                f"{rng.choice(_ZH_VERBS)}{rng.choice(_ZH_THINGS)}（记录{i}）"  # noqa: RUF001
+                f"{rng.choice(_ZH_VERBS)}{rng.choice(_ZH_THINGS)}（记录{i}）"
             )
     return sorted(texts)
 
@@ -204,7 +204,7 @@ async def fill(
     """Adds generated memories (with vectors) until the owner holds `total`; seconds taken."""
     started = time.perf_counter()
     texts = generated(total - existing, rng)
-    templates = [t.rsplit(" (note", 1)[0].rsplit("（记录", 1)[0] for t in rng.sample(texts, 256)]  # noqa: RUF001
+    templates = [t.rsplit(" (note", 1)[0].rsplit("（记录", 1)[0] for t in rng.sample(texts, 256)]
     template_vectors = np.asarray(await client.embed(templates, query=False), dtype=np.float32)
     np_rng = np.random.default_rng(7)
     base = datetime(2026, 1, 1, tzinfo=UTC)

@@ -44,6 +44,7 @@ GREEDY = {"temperature": {"default": 0}, "seed": {"default": 7}}
 
 def _chat_tools() -> list[ToolSpec]:
     """The tools a chat_default run offers (memory_search), as the worker offers them."""
+    # Only the tools' specs are read: no memory client is needed.
     tools = {t.name: t for t in memory_tools(None)}  # type: ignore[arg-type]
     t = tools["memory_search"]
     return [ToolSpec(t.name, t.description, t.parameters)]

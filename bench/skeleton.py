@@ -225,10 +225,12 @@ def measure(concurrency: list[int], duration: float, processes: int) -> dict[str
     skeleton = Skeleton()
     skeleton.start()
     try:
+        # The skeleton serves the same HTTP as the suite the load function drives.
         load(skeleton, 8, 2, processes)  # type: ignore[arg-type]  # warm-up
         results = []
         for c in concurrency:
             before = skeleton.cpu()
+            # The skeleton serves the same HTTP as the suite (as above).
             result = load(skeleton, c, duration, processes)  # type: ignore[arg-type]
             after = skeleton.cpu()
             runs = max(result["runs"], 1)

@@ -131,7 +131,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, sink: list[Span]) -> None:
         self.sink = sink
 
-    async def Export(  # type: ignore[override]
+    async def Export(
         self,
         request: trace_service_pb2.ExportTraceServiceRequest,
         context: grpc.aio.ServicerContext,

@@ -35,7 +35,7 @@ from pathlib import Path
 # code -6 while starting". Read by gRPC when it initialises, so set before it is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-import grpc  # noqa: E402 (after the fork-support setting above)
+import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -230,7 +230,8 @@ class Suite:
                 return False
         with grpc.insecure_channel(self.address(name)) as ch:
             try:
-                resp = health_pb2_grpc.HealthStub(ch).Check(
+                # types-grpcio-health-checking declares HealthStub without its methods.
+                resp = health_pb2_grpc.HealthStub(ch).Check(  # type: ignore[attr-defined]
                     health_pb2.HealthCheckRequest(service=""), timeout=1.0
                 )
             except grpc.RpcError:
@@ -517,7 +518,8 @@ def main(argv: list[str] | None = None) -> None:
         "try:\n"
         f"  curl -N {suite.gateway_url}/api/v1/agent/runs -H 'Authorization: Bearer {token}' \\\n"
         "    -H 'Content-Type: application/json' \\\n"
-        "    -d '{\"threadId\":\"t1\",\"runId\":\"r1\",\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n"
+        "    -d '{\"threadId\":\"t1\",\"runId\":\"r1\",\"messages\":"
+        "[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n"
         "Ctrl-C stops everything.",
         flush=True,
     )

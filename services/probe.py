@@ -38,7 +38,10 @@ def check_grpc(
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+            # types-grpcio-health-checking declares HealthStub without its methods.
+            reply = stub.Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
         except grpc.RpcError as exc:
             code = exc.code()
             name = code.name if code is not None else "UNKNOWN"

@@ -24,8 +24,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from shared import heap, inproc, logs, metrics, telemetry
 from shared.server import Builder, GrpcServer
@@ -167,10 +167,10 @@ async def serve(targets: Sequence[str], settings: Settings) -> None:
             "serving targets",
             extra={"fields": {"targets": list(host.targets), "pid": os.getpid()}},
         )
-        waits = [asyncio.create_task(stop.wait())]
+        waits: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
         gateway = host.gateway_stopped()
         if gateway is not None:
-            waits.append(gateway)  # type: ignore[arg-type]
+            waits.append(gateway)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         log.info("shutting down", extra={"fields": {"grace_seconds": settings.grace_seconds}})
     finally:
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(err))
     settings = get_settings()
     logs.configure(label(targets), settings.log_level, contents=settings.log_contents)
-    runner: Callable[[Awaitable[None]], None] = asyncio.run  # type: ignore[assignment]
+    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
         import uvloop
 

@@ -1,1 +1,2 @@
-"""What every agentmesh service shares: bootstrap, errors, settings, storage, event log, domain rules."""
+"""What every agentmesh service shares: bootstrap, errors, settings, storage, event log,
+domain rules."""

@@ -56,6 +56,8 @@ def open_channel(
     nothing is retried: an UNAVAILABLE there is the peer's own answer, not a lost packet).
     """
     if peer and inproc.hosted(peer):
+        # Duck-typed: it has the multi-callables the generated stubs open, not the whole
+        # surface of grpc.aio.Channel.
         return inproc.InProcessChannel(peer)  # type: ignore[return-value]
     target = address if "://" in address or address.startswith("dns:") else f"dns:///{address}"
     return grpc.aio.insecure_channel(

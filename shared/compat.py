@@ -37,7 +37,12 @@ def _has_enums(descriptor: Descriptor, visiting: frozenset[str] = frozenset()) -
         return False  # the cycle adds nothing the other paths do not find
     inner = visiting | {name}
     found = any(
-        fd.type == _ENUM or (fd.type == _MESSAGE and _has_enums(fd.message_type, inner))
+        fd.type == _ENUM
+        or (
+            fd.type == _MESSAGE
+            and fd.message_type is not None
+            and _has_enums(fd.message_type, inner)
+        )
         for fd in descriptor.fields
     )
     if found or not visiting:
@@ -55,7 +60,7 @@ class EnumCheck:
 
 def is_known(fd: FieldDescriptor, value: int) -> bool:
     """Whether `value` is a number of the enum of field `fd`."""
-    return value in fd.enum_type.values_by_number
+    return fd.enum_type is not None and value in fd.enum_type.values_by_number
 
 
 def check_enums(message: Any, prefix: str = "", *, data: bool = False) -> EnumCheck:

@@ -65,7 +65,8 @@ RUNTIME_MODE_TO_PB = {
     RuntimeMode.CHAT: message_pb2.RUNTIME_MODE_CHAT,
     RuntimeMode.AUTOMATION: message_pb2.RUNTIME_MODE_AUTOMATION,
 }
-RUNTIME_MODE_FROM_PB = {v: k for k, v in RUNTIME_MODE_TO_PB.items()}
+# Keyed by plain int: a request field read from the wire is any number.
+RUNTIME_MODE_FROM_PB: dict[int, RuntimeMode] = {v: k for k, v in RUNTIME_MODE_TO_PB.items()}
 
 MESSAGE_KIND_TO_PB = {
     MessageKind.USER_MESSAGE: message_pb2.MESSAGE_KIND_USER_MESSAGE,
@@ -74,13 +75,13 @@ MESSAGE_KIND_TO_PB = {
     MessageKind.TOOL_RESULT: message_pb2.MESSAGE_KIND_TOOL_RESULT,
     MessageKind.MEMORY_RECALL: message_pb2.MESSAGE_KIND_MEMORY_RECALL,
 }
-MESSAGE_KIND_FROM_PB = {v: k for k, v in MESSAGE_KIND_TO_PB.items()}
+MESSAGE_KIND_FROM_PB: dict[int, MessageKind] = {v: k for k, v in MESSAGE_KIND_TO_PB.items()}
 
 EXECUTOR_TO_PB = {
     ExecutorKind.WORKER: execution_profile_pb2.EXECUTOR_WORKER,
     ExecutorKind.MEMORY: execution_profile_pb2.EXECUTOR_MEMORY,
 }
-EXECUTOR_FROM_PB = {v: k for k, v in EXECUTOR_TO_PB.items()}
+EXECUTOR_FROM_PB: dict[int, ExecutorKind] = {v: k for k, v in EXECUTOR_TO_PB.items()}
 
 RUN_STATE_TO_PB = {
     RunState.QUEUED: history_service_pb2.RUN_STATE_QUEUED,
@@ -95,14 +96,14 @@ RUN_STATE_FROM_PB: dict[int, RunState] = {v: k for k, v in RUN_STATE_TO_PB.items
 
 def runtime_mode_from_pb(value: int, field: str) -> RuntimeMode:
     try:
-        return RUNTIME_MODE_FROM_PB[value]  # type: ignore[index]
+        return RUNTIME_MODE_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be chat or automation") from None
 
 
 def message_kind_from_pb(value: int, field: str) -> MessageKind:
     try:
-        return MESSAGE_KIND_FROM_PB[value]  # type: ignore[index]
+        return MESSAGE_KIND_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(
             field, "must be user_message, agent_reply, tool_call or tool_result"

@@ -176,14 +176,15 @@ UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEAD
 
 def from_rpc_error(err: grpc.RpcError) -> DomainError:
     """Rebuild the DomainError a peer raised (reason and field violations included)."""
-    code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
-    message: str = err.details() or code.name  # type: ignore[attr-defined]
+    code: grpc.StatusCode = err.code()
+    message: str = err.details() or code.name
     cls = _BY_CODE.get(code, Internal)
     reason = cls.default_reason
     violations: list[tuple[str, str]] = []
     metadata: dict[str, str] = {}
     status = None
     try:
+        # An aio error has the Call methods from_call reads (code, details, trailing metadata).
         status = rpc_status.from_call(err)  # type: ignore[arg-type]
     except (ValueError, AttributeError):
         status = None

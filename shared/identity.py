@@ -7,6 +7,7 @@ other services inside the deployment can reach them.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import grpc
 
@@ -18,11 +19,11 @@ SCOPE_KEY = "x-agentmesh-scope"
 REQUEST_ID_KEY = "x-request-id"
 ADMIN_SCOPE = "admin"
 
-def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-def owner_id(context: grpc.aio.ServicerContext) -> str:
+def owner_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """The caller's owner id; UNAUTHENTICATED when absent or malformed."""
     value = _metadata(context).get(OWNER_KEY, "")
     if not is_owner_id(value):
@@ -30,12 +31,12 @@ def owner_id(context: grpc.aio.ServicerContext) -> str:
     return value
 
 
-def require_admin(context: grpc.aio.ServicerContext) -> None:
+def require_admin(context: grpc.aio.ServicerContext[Any, Any]) -> None:
     if _metadata(context).get(SCOPE_KEY) != ADMIN_SCOPE:
         raise PermissionDenied("this call needs the admin scope")
 
 
-def request_id(context: grpc.aio.ServicerContext) -> str:
+def request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     return _metadata(context).get(REQUEST_ID_KEY) or uuid.uuid4().hex
 
 

@@ -32,12 +32,16 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import grpc
 
 from shared import telemetry
+
+if TYPE_CHECKING:
+    # Generic only in the grpc stubs (the handlers of every method and shape are held alike).
+    _Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
 
 # How many stream messages a handler may produce ahead of its reader (HTTP/2's flow control
 # window plays this part over the network): a reader that stops, stops the handler.
@@ -98,7 +102,7 @@ def _check_size(raw: bytes, direction: str) -> None:
 
 
 def _encode(serializer: Serializer, message: Any) -> bytes:
-    return message if serializer is None else serializer(message)  # type: ignore[no-any-return]
+    return message if serializer is None else serializer(message)
 
 
 def _decode(deserializer: Deserializer, raw: bytes) -> Any:
@@ -106,7 +110,7 @@ def _decode(deserializer: Deserializer, raw: bytes) -> Any:
 
 
 class _Context:
-    """The grpc.aio.ServicerContext of one in-process call (what the handlers and
+    """The grpc.aio.ServicerContext[Any, Any] of one in-process call (what the handlers and
     shared.interceptors use of it)."""
 
     def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None):
@@ -229,7 +233,7 @@ class InProcessServer:
     def __init__(self, name: str, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()):
         self.name = name
         self._interceptors = tuple(interceptors)
-        self._registered: dict[str, grpc.RpcMethodHandler] = {}
+        self._registered: dict[str, _Handler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
         self._open = False
         self._ready = asyncio.Event()
@@ -240,7 +244,7 @@ class InProcessServer:
         self._generic.extend(handlers)
 
     def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+        self, service: str, handlers: dict[str, _Handler]
     ) -> None:
         for method, handler in handlers.items():
             self._registered[f"/{service}/{method}"] = handler
@@ -271,8 +275,8 @@ class InProcessServer:
             await asyncio.wait(calls)
 
     # -- dispatch
-    async def _lookup(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        method: str = details.method  # type: ignore[attr-defined]
+    async def _lookup(self, details: grpc.HandlerCallDetails) -> _Handler | None:
+        method: str = details.method
         found = self._registered.get(method)
         if found is not None:
             return found
@@ -284,26 +288,24 @@ class InProcessServer:
 
     async def handler(
         self, method: str, metadata: tuple[tuple[str, str | bytes], ...]
-    ) -> grpc.RpcMethodHandler:
+    ) -> _Handler:
         if not self._open:
             raise _Failed(
                 _Status(grpc.StatusCode.UNAVAILABLE, f"{self.name} is not serving in process", ())
             )
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]]
         continuation = self._lookup
         for interceptor in reversed(self._interceptors):
             continuation = _chained(interceptor, continuation)
+        # The protocol of the grpc stubs has settable members; the details are read only.
         handler = await continuation(_HandlerCallDetails(method, metadata))  # type: ignore[arg-type]
         if handler is None:
             raise _Failed(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!", ()))
         return handler
 
-    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """The handler's task, in a fresh context (nothing of the caller's leaks in)."""
-        task = asyncio.get_running_loop().create_task(
-            coro,  # type: ignore[arg-type]
-            context=contextvars.Context(),
-        )
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
         return task
@@ -311,10 +313,10 @@ class InProcessServer:
 
 def _chained(
     interceptor: grpc.aio.ServerInterceptor,
-    inner: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-) -> Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]:
-    async def call(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        return await interceptor.intercept_service(inner, details)  # type: ignore[arg-type]
+    inner: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+) -> Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]]:
+    async def call(details: grpc.HandlerCallDetails) -> _Handler | None:
+        return await interceptor.intercept_service(inner, details)
 
     return call
 
@@ -498,7 +500,7 @@ class _Call:
         return "" if self._status is None else f"in-process: {self._status.code.name}"
 
     # -- the server half
-    async def _handler(self) -> grpc.RpcMethodHandler:
+    async def _handler(self) -> _Handler:
         return await self._inv.channel.server().handler(self._inv.method, self._inv.metadata)
 
     def _start(self, body: Callable[[], Awaitable[None]]) -> None:
@@ -543,7 +545,7 @@ class _Call:
             if not context.done():
                 context._finish()
 
-    def _decode_request(self, handler: grpc.RpcMethodHandler, raw: bytes) -> Any:
+    def _decode_request(self, handler: _Handler, raw: bytes) -> Any:
         try:
             return _decode(handler.request_deserializer, raw)
         except Exception:
@@ -551,7 +553,7 @@ class _Call:
                 _Status(grpc.StatusCode.INTERNAL, "Exception deserializing request!", ())
             ) from None
 
-    def _respond(self, handler: grpc.RpcMethodHandler, response: Any) -> Any:
+    def _respond(self, handler: _Handler, response: Any) -> Any:
         """A response as the caller receives it: serialized by the handler, size-checked,
         parsed by the stub."""
         try:
@@ -564,7 +566,7 @@ class _Call:
         return _decode(self._inv.response_deserializer, raw)
 
 
-def _behaviour(handler: grpc.RpcMethodHandler, shape: str) -> Any:
+def _behaviour(handler: _Handler, shape: str) -> Any:
     """The handler's function of the call's shape (UNIMPLEMENTED for another shape)."""
     found = getattr(handler, shape)
     if found is None:
@@ -634,7 +636,7 @@ class _StreamResponseCall(_Call):
     def _on_settled(self) -> None:
         self._responses.put_nowait(_END)
 
-    async def _produce(self, handler: grpc.RpcMethodHandler, responses: Any) -> None:
+    async def _produce(self, handler: _Handler, responses: Any) -> None:
         try:
             async for response in responses:
                 message = self._respond(handler, response)
@@ -716,7 +718,7 @@ class _Requests:
     async def done_writing(self) -> None:
         await self._queue.put(_END)
 
-    async def decoded(self, handler: grpc.RpcMethodHandler) -> AsyncIterator[Any]:
+    async def decoded(self, handler: _Handler) -> AsyncIterator[Any]:
         while True:
             raw = await self._queue.get()
             if isinstance(raw, _End):
@@ -779,7 +781,7 @@ class _MultiCallable:
         method: str,
         request_serializer: Serializer,
         response_deserializer: Deserializer,
-        call_class: type[_Call],
+        call_class: Callable[[_Invocation, Any], _Call],
     ) -> None:
         self._channel = channel
         self._method = method
@@ -805,10 +807,10 @@ class _MultiCallable:
             timeout,
             metadata,
         )
-        return self._call_class(invocation, request)  # type: ignore[call-arg]
+        return self._call_class(invocation, request)
 
 
-def _opener(call_class: type[_Call]) -> Callable[..., _MultiCallable]:
+def _opener(call_class: Callable[[_Invocation, Any], _Call]) -> Callable[..., _MultiCallable]:
     def open_call(
         channel: InProcessChannel,
         method: str,

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar, Token
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -33,12 +33,22 @@ log = logging.getLogger("agentmesh.rpc")
 VERSION_KEY = "x-agentmesh-version"
 
 _QUIET_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+# A grpc.aio server takes the same RpcMethodHandler as a sync one, with coroutine functions
+# and async generators as its behaviours; the grpc stubs type the behaviours of the sync
+# server only, so the wrappers read them as what an aio server holds. (Only the stubs make
+# these classes generic: the aliases exist for the type checker.)
+if TYPE_CHECKING:
+    _Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+    _Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+    _AsyncUnary: TypeAlias = Callable[[Any, _Context], Awaitable[Any]]
+    _AsyncStream: TypeAlias = Callable[[Any, _Context], AsyncIterator[Any]]
 # Longest request text in a contents-enabled debug access line.
 _MAX_LOGGED_REQUEST_CHARS = 4000
 
 
 async def _fail(
-    context: grpc.aio.ServicerContext,
+    context: _Context,
     exc: BaseException,
     method: str,
     metadata: tuple[tuple[str, str], ...],
@@ -57,7 +67,7 @@ async def _fail(
     await context.abort(status.code, status.details, (*status.trailing_metadata, *metadata))
 
 
-def _aborted_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+def _aborted_code(context: _Context) -> grpc.StatusCode:
     code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code
@@ -70,7 +80,7 @@ class _Call:
     __slots__ = ("active", "code", "rid_token", "run_token", "start", "thread_token")
 
     def __init__(
-        self, owner: ServerInterceptor, method: str, request: Any, context: grpc.aio.ServicerContext
+        self, owner: ServerInterceptor, method: str, request: Any, context: _Context
     ) -> None:
         self.start = time.perf_counter()
         self.code = grpc.StatusCode.OK
@@ -87,7 +97,7 @@ class _Call:
             else telemetry.start_server_span(owner.service, method, request, metadata, ids)
         )
 
-    def failed(self, exc: BaseException, context: grpc.aio.ServicerContext) -> None:
+    def failed(self, exc: BaseException, context: _Context) -> None:
         if isinstance(exc, asyncio.CancelledError):
             self.code = grpc.StatusCode.CANCELLED
         elif isinstance(exc, grpc.aio.AbortError):
@@ -181,22 +191,22 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self.version_metadata: tuple[tuple[str, str], ...] = (
             ((VERSION_KEY, version),) if version else ()
         )
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+        self._wrapped: dict[str, _Handler] = {}
 
     @staticmethod
     def quiet(method: str) -> bool:
         return method.startswith(_QUIET_PREFIXES)
 
-    def _mark_version(self, context: grpc.aio.ServicerContext) -> None:
+    def _mark_version(self, context: _Context) -> None:
         if self.version_metadata:
             context.set_trailing_metadata(self.version_metadata)
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
+    ) -> _Handler | None:
+        method = handler_call_details.method
         # Handlers are fixed per method: wrap each once, not on every call.
         wrapped = self._wrapped.get(method)
         if wrapped is None:
@@ -206,14 +216,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             wrapped = self._wrapped[method] = self._wrap(method, handler)
         return wrapped
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _wrap(self, method: str, handler: _Handler) -> _Handler:
         quiet = self.quiet(method)
         rpc_service, rpc_method = metrics.split_method(method)
 
         if handler.unary_unary is not None:
-            inner_uu = handler.unary_unary
+            inner_uu = cast("_AsyncUnary", handler.unary_unary)
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary_unary(request: Any, context: _Context) -> Any:
                 call = _Call(self, method, _decoded(request), context)
                 try:
                     self._mark_version(context)
@@ -235,10 +245,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             )
 
         if handler.unary_stream is not None:
-            inner_us = handler.unary_stream
+            inner_us = cast("_AsyncStream", handler.unary_stream)
 
             async def unary_stream(
-                request: Any, context: grpc.aio.ServicerContext
+                request: Any, context: _Context
             ) -> AsyncIterator[Any]:
                 call = _Call(self, method, _decoded(request), context)
                 try:
@@ -263,10 +273,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
         if handler.stream_stream is not None:
             # Reflection (quiet: no span) is the only RPC streaming both ways here.
-            inner_ss = handler.stream_stream
+            inner_ss = cast("_AsyncStream", handler.stream_stream)
 
             async def stream_stream(
-                requests: Any, context: grpc.aio.ServicerContext
+                requests: Any, context: _Context
             ) -> AsyncIterator[Any]:
                 call = _Call(self, method, None, context)
                 try:

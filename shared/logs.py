@@ -72,7 +72,7 @@ class JsonFormatter(logging.Formatter):
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging.Formatter's name
+    def formatException(self, ei: Any) -> str:
         """The traceback; unless contents may be logged, with each exception's message
         withheld: it can quote what it failed on (a message, a tool's arguments)."""
         if contents_enabled():

@@ -472,9 +472,9 @@ def _metadata_from_pb(md: message_pb2.MessageMetadata) -> dict[str, Any]:
     if md.hidden_from_user:
         meta["hidden_from_user"] = True
     if md.origin in RUNTIME_MODE_FROM_PB:
-        meta["origin"] = RUNTIME_MODE_FROM_PB[md.origin].value  # type: ignore[index]
+        meta["origin"] = RUNTIME_MODE_FROM_PB[md.origin].value
     if md.executor in EXECUTOR_FROM_PB:
-        meta["executor"] = EXECUTOR_FROM_PB[md.executor].value  # type: ignore[index]
+        meta["executor"] = EXECUTOR_FROM_PB[md.executor].value
     if md.execution_profile_name:
         meta["execution_profile_name"] = md.execution_profile_name
     return meta
@@ -530,7 +530,7 @@ def msg_to_dict(msg: Msg) -> dict[str, Any]:
 
 def msg_from_dict(data: Mapping[str, Any], field: str = "message") -> Msg:
     try:
-        pb = json_format.ParseDict(data, message_pb2.Message(), ignore_unknown_fields=True)
+        pb = json_format.ParseDict(dict(data), message_pb2.Message(), ignore_unknown_fields=True)
     except json_format.ParseError as e:
         raise InvalidArgument(field, str(e)) from None
     return msg_from_pb(pb, field)

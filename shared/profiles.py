@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import yaml
 from agentmesh.type.v1 import execution_profile_pb2
@@ -147,7 +147,11 @@ class ExecutionProfile(BaseModel):
         # run, so that case gets its own message.
         if isinstance(data, dict) and data.get("executor") in (None, ""):
             if data.get("enable_router") is False:
-                raise _Missing("executor", "is required when the router is off (a run needs an executor): worker or memory")
+                raise _Missing(
+                    "executor",
+                    "is required when the router is off (a run needs an executor): "
+                    "worker or memory",
+                )
             raise _Missing("executor", "is required: worker or memory")
         return data
 
@@ -193,10 +197,17 @@ def _first_error(err: ValidationError, prefix: str) -> InvalidArgument:
     return InvalidArgument(field, first["msg"])
 
 
+@runtime_checkable
+class KnowsTools(Protocol):
+    """The deployment's tools as shared.tools.KnownTools knows them: names and patterns."""
+
+    def knows(self, entry: str) -> bool: ...
+
+
 def parse_profile(
     data: object,
     *,
-    registered_tools: Iterable[str] | None = None,
+    registered_tools: Iterable[str] | KnowsTools | None = None,
     field: str = "execution_profile",
     allow_agent: bool = False,
 ) -> ExecutionProfile:
@@ -217,10 +228,11 @@ def parse_profile(
         raise InvalidArgument(f"{field}.agent", "is set by the operator's profiles file only")
     if registered_tools is not None:
         # Names, or the deployment's KnownTools (shared.tools), which also knows patterns.
-        knows = getattr(registered_tools, "knows", None)
-        if knows is None:
-            names = set(registered_tools)
-            knows = names.__contains__
+        knows: Callable[[str], bool]
+        if isinstance(registered_tools, KnowsTools):
+            knows = registered_tools.knows
+        else:
+            knows = set(registered_tools).__contains__
         unknown = [t for t in profile.tool_policy.allowlist if not knows(t)]
         if unknown:
             raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
@@ -297,7 +309,7 @@ def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "pr
         {
             "name": pb.name or "custom",
             "enable_router": pb.enable_router,
-            "executor": EXECUTOR_FROM_PB[pb.executor].value,  # type: ignore[index]
+            "executor": EXECUTOR_FROM_PB[pb.executor].value,
             "tool_policy": {
                 "allowlist": list(pb.tool_policy.allowlist),
                 "requires_approval": list(pb.tool_policy.requires_approval),
@@ -331,7 +343,7 @@ class ProfileRegistry:
     def load(
         cls,
         path: Path | None,
-        registered_tools: Iterable[str],
+        registered_tools: Iterable[str] | KnowsTools,
         check_agent: Callable[[AgentConfig], str] | None = None,
     ) -> ProfileRegistry:
         """`check_agent` says what is wrong with an entry's agent against the model cards
@@ -339,7 +351,11 @@ class ProfileRegistry:
         profiles = dict(BUILT_INS)
         if path is None:
             return cls(profiles)
-        tools = registered_tools if hasattr(registered_tools, "knows") else list(registered_tools)
+        tools = (
+            registered_tools
+            if isinstance(registered_tools, KnowsTools)
+            else list(registered_tools)
+        )
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as err:
@@ -364,7 +380,8 @@ class ProfileRegistry:
                 raise ProfileFileError(f"{path}: profiles[{i}].{problem}")
             if profile.name in BUILT_INS:
                 raise ProfileFileError(
-                    f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; use another name"
+                    f"{path}: profiles[{i}].name: {profile.name!r} is a built-in profile; "
+                    "use another name"
                 )
             if profile.name in profiles:
                 raise ProfileFileError(f"{path}: profiles[{i}].name: {profile.name!r} is defined twice")

@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentmesh.type.v1 import run_event_pb2
 
 
 class SpanRole(StrEnum):
@@ -139,9 +143,9 @@ class SpanTracker:
         else:
             self.open.pop(key, None)
 
-    def observe_pb(self, event: object) -> None:
+    def observe_pb(self, event: run_event_pb2.RunEvent) -> None:
         """Feed an agentmesh.type.v1.RunEvent."""
-        payload = event.WhichOneof("payload")  # type: ignore[attr-defined]
+        payload = event.WhichOneof("payload")
         kind = BY_PAYLOAD.get(payload) if payload else None
         if kind is None or kind.role is None:
             return

@@ -21,8 +21,9 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -83,7 +84,7 @@ class ServiceParts:
     # Closes what the service opened (engines, channels, background tasks).
     on_stop: Callable[[], Awaitable[None]] | None = None
     # Background tasks to run while serving (e.g. the scheduler's claim loop).
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     # The stores the service cannot serve without, by health name (DATABASE, EVENT_LOG),
     # each with a cheap check that raises when the store cannot be reached. The server
     # checks them every health_probe_seconds: while one fails, the server and its services
@@ -136,13 +137,17 @@ class GrpcServer:
         self.port = 0
 
     def _register(self, server: grpc.aio.Server | inproc.InProcessServer) -> None:
-        self.parts.register(server)  # type: ignore[arg-type]
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        # The in-process server has the registration methods that the generated
+        # add_*_to_server functions call, the only part of grpc.aio.Server they use.
+        target = cast(grpc.aio.Server, server)
+        self.parts.register(target)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, target)
         names = [*self.parts.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
         # The asyncio servicer on both (enable_server_reflection picks it for grpc.aio
-        # servers only, and the in-process server is not one).
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-            reflection.aio.ReflectionServicer(names), server
+        # servers only, and the in-process server is not one). The reflection stubs leave
+        # its generated module untyped.
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(  # type: ignore[no-untyped-call]
+            reflection.aio.ReflectionServicer(names), target
         )
 
     async def start(self, host: str, port: int) -> int:
@@ -265,7 +270,7 @@ async def serve(name: str, build: Builder, settings: Settings) -> None:
 def run_main(
     name: str,
     build: Builder,
-    migrate: Callable[[Settings], Awaitable[None]] | None = None,
+    migrate: Callable[[Settings], Coroutine[Any, Any, None]] | None = None,
     argv: Sequence[str] | None = None,
 ) -> None:
     """Entry point of `python -m services.<name> [serve|migrate]`."""
@@ -273,7 +278,7 @@ def run_main(
     command = args[0] if args else "serve"
     settings = get_settings()
     logs.configure(name, settings.log_level, contents=settings.log_contents)
-    runner: Callable[[Awaitable[None]], None] = asyncio.run  # type: ignore[assignment]
+    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     try:
         import uvloop
 

@@ -282,6 +282,7 @@ def _with_trace_context(
     metadata = grpc.aio.Metadata(*(details.metadata or ()))
     for key, value in trace_metadata(span):
         metadata.add(key, value)
+    # A namedtuple at run time; the grpc stubs declare a plain class.
     replaced: grpc.aio.ClientCallDetails = details._replace(  # type: ignore[attr-defined]
         metadata=metadata
     )

@@ -13,7 +13,7 @@ import os
 # this, gRPC's fork handlers can abort the child before its exec (services/launcher.py).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-import uuid  # noqa: E402
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -54,6 +54,7 @@ def make_settings(tmp_path: os.PathLike[str] | str, prefix: str, **overrides: ob
         "quota_tokens_per_day": 0,
     }
     values.update(overrides)
+    # Test settings from keyword values; pydantic validates them.
     return Settings(**values)  # type: ignore[arg-type]
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import runpy
 
+# llama_cpp is installed only in the model server's venv, untyped.
 import llama_cpp.llama_cpp as llama_lib  # type: ignore[import-not-found]
 
 _default_params = llama_lib.llama_model_default_params
 
 
+# llama_cpp's parameters are untyped.
 def _plain_buffers():  # type: ignore[no-untyped-def]
     params = _default_params()
     params.use_extra_bufts = False

@@ -4,7 +4,7 @@ system prompt (the template rendered for the owner's zone and local date)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,7 @@ class CallSetup:
         messages: Sequence[Msg],
         tools: Sequence[ToolSpec],
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         extra: dict[str, Any] = {}
         if self.options:
             extra["options"] = self.options

@@ -43,7 +43,7 @@ def tool_spec_from_pb(value: message_pb2.ToolSpec, field: str) -> ToolSpec:
 
 
 def step_from_pb(request: pb.ExecuteRequest, owner: str) -> StepRequest:
-    executor = EXECUTOR_FROM_PB.get(request.executor)  # type: ignore[call-overload]
+    executor = EXECUTOR_FROM_PB.get(request.executor)
     if executor is None:
         raise InvalidArgument("executor", "must be worker or memory")
     for name in ("run_id", "thread_id", "reply_message_id"):

@@ -5,7 +5,7 @@ The servicer turns these into ExecuteResponse items; the orchestrator numbers th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentmesh.type.v1 import run_event_pb2
 
@@ -85,7 +85,7 @@ class StepResult:
     """How a step ended: the last item of a step that did not fail."""
 
     finished_reason: str
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     # Client-side tool calls the step ended on: the run waits for the client's results.
     pending_tool_call_ids: tuple[str, ...] = ()
     # Server-side calls the step ended on: they wait for a person's approval.

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2 as pb
@@ -27,6 +27,9 @@ from shared.errors import Aborted, from_rpc_error
 from shared.identity import call_metadata
 from shared.logs import request_id_var
 from shared.text import storable
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 MEMORY_KINDS = ("fact", "preference", "dislike", "name", "place")
 WATERMARK = "memory_agent"
@@ -47,7 +50,12 @@ class MemoryClient:
         self._stub = pb_grpc.MemoryServiceStub(self._channel)
         self._timeout = rpc_timeout_seconds
 
-    async def _call(self, method: Any, request: Any, owner: str) -> Any:
+    async def _call(
+        self,
+        method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+        request: _Request,
+        owner: str,
+    ) -> _Response:
         try:
             return await method(
                 request,

@@ -259,7 +259,7 @@ class McpTool:
         self.remote_name = tool.name
         self.name = f"{cfg.name}.{tool.name}"
         self.description = tool.description or ""
-        self.parameters = offered_schema(tool.input_schema, cfg.owner)
+        self.parameters: Mapping[str, Any] = offered_schema(tool.input_schema, cfg.owner)
         self.timeout_seconds = server.timeout
         approval = cfg.requires_approval
         self.requires_approval = (
@@ -281,7 +281,7 @@ class HttpTool:
         self.config = config
         self.name = config.name
         self.description = config.description
-        self.parameters = offered_schema(config.parameters, config.owner)
+        self.parameters: Mapping[str, Any] = offered_schema(config.parameters, config.owner)
         self.timeout_seconds = config.timeout_seconds or default_timeout
         self.requires_approval = config.requires_approval
         self.source = "http"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import socket
 import sys
 from collections.abc import Iterator
@@ -50,12 +51,8 @@ class EmbeddedServer(uvicorn.Server):
 def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     from services.gateway.protocol import http_protocol
 
-    try:
-        import uvloop  # noqa: F401
-
-        loop = "uvloop"
-    except ImportError:  # uvloop is optional (not on every platform)
-        loop = "asyncio"
+    # uvloop is optional (not on every platform).
+    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -64,7 +61,8 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         # A request the HTTP parser refuses gets the JSON error body too.
         http=http_protocol(),
         # SIGTERM/SIGINT: stop accepting, let open streams finish within the grace, then close.
-        timeout_graceful_shutdown=settings.grace_seconds,
+        # uvicorn annotates an int, and waits with asyncio.wait_for: a float is kept as it is.
+        timeout_graceful_shutdown=settings.grace_seconds,  # type: ignore[arg-type]
         log_config=None,
         access_log=False,
         proxy_headers=False,

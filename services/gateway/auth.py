@@ -132,7 +132,7 @@ async def _verification_key(
         raise unauthenticated("the bearer token is not valid (unknown key id)") from None
     # The key's own algorithm (or type) must be the one the token says.
     key_alg = key.algorithm_name if key.algorithm_name in JWKS_ALGORITHMS else None
-    expected = key_alg or {"RSA": "RS256", "EC": "ES256"}.get(key.key_type)
+    expected = key_alg or {"RSA": "RS256", "EC": "ES256"}.get(key.key_type or "")
     if expected != alg:
         raise unauthenticated("the bearer token is not valid (algorithm does not match its key)")
     return key.key, alg

@@ -33,10 +33,10 @@ STORES = {DATABASE: "database", EVENT_LOG: "event log"}
 
 @dataclass
 class Clients:
-    orchestrator: orchestrator_service_pb2_grpc.OrchestratorServiceStub
-    history: history_service_pb2_grpc.HistoryServiceStub
-    memory: memory_service_pb2_grpc.MemoryServiceStub
-    scheduler: scheduler_service_pb2_grpc.SchedulerServiceStub
+    orchestrator: orchestrator_service_pb2_grpc.OrchestratorServiceAsyncStub
+    history: history_service_pb2_grpc.HistoryServiceAsyncStub
+    memory: memory_service_pb2_grpc.MemoryServiceAsyncStub
+    scheduler: scheduler_service_pb2_grpc.SchedulerServiceAsyncStub
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)
 
     async def not_serving(self) -> dict[str, str]:
@@ -47,7 +47,8 @@ class Clients:
         async def status(name: str, service: str) -> int | None:
             stub = health_pb2_grpc.HealthStub(self.channels[name])
             try:
-                reply = await stub.Check(
+                # types-grpcio-health-checking declares HealthStub without its methods.
+                reply = await stub.Check(  # type: ignore[attr-defined]
                     health_pb2.HealthCheckRequest(service=service), timeout=HEALTH_TIMEOUT_SECONDS
                 )
             except grpc.RpcError:

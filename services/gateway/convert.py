@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.memory.v1 import memory_service_pb2
@@ -252,11 +252,12 @@ def run_json(r: history_service_pb2.Run) -> dict[str, Any]:
         out["origin"] = RUNTIME_MODE_NAMES[r.origin]
     if r.HasField("profile"):
         out["profile"] = profile_json(r.profile)
-    for key, field in (
+    times: tuple[tuple[str, Literal["create_time", "start_time", "finish_time"]], ...] = (
         ("createTime", "create_time"),
         ("startTime", "start_time"),
         ("finishTime", "finish_time"),
-    ):
+    )
+    for key, field in times:
         if r.HasField(field):
             out[key] = timestamp(getattr(r, field))
     if r.error_code or r.error_message:

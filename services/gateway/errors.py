@@ -128,7 +128,7 @@ def from_rpc(
 ) -> ApiError:
     """The HTTP answer for a failed call to `service`. `renames` maps a proto field to the
     name the caller used for it (e.g. profile_name -> forwardedProps.agentmesh.profile)."""
-    code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
+    code: grpc.StatusCode = err.code()
     status = HTTP_STATUS.get(code, 500)
     if code in _CLIENT_FACING:
         domain = from_rpc_error(err)
@@ -157,7 +157,7 @@ def from_rpc(
         )
         what = "is unavailable" if code is grpc.StatusCode.UNAVAILABLE else "did not answer in time"
         return ApiError(status, code.name, f"the {service} service {what}; retry later")
-    detail = err.details()  # type: ignore[attr-defined]
+    detail = err.details()
     log.error("%s failed", service, extra={"fields": {"code": code.name, "detail": detail}})
     if status == 500:
         return internal()

@@ -278,16 +278,17 @@ async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict
     )
     exported_jobs = []
     for job in job_list:
-        runs = await _all_pages(
-            lambda t, job_id=job.id: call(
+
+        def job_runs(token: str, job_id: str = job.id) -> Awaitable[Any]:
+            return call(
                 clients.scheduler.ListJobRuns,
                 scheduler_pb.ListJobRunsRequest(
-                    job_id=job_id, page_size=MAX_PAGE_SIZE, page_token=t
+                    job_id=job_id, page_size=MAX_PAGE_SIZE, page_token=token
                 ),
                 "scheduler",
-            ),
-            "job_runs",
-        )
+            )
+
+        runs = await _all_pages(job_runs, "job_runs")
         exported = jobs.job_json(job)
         exported["runs"] = [jobs.job_run_json(r) for r in runs]
         exported_jobs.append(exported)

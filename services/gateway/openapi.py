@@ -136,4 +136,5 @@ def install(app: FastAPI) -> None:
             )
         return app.openapi_schema
 
+    # FastAPI's documented way to replace the schema it generates.
     app.openapi = openapi  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ connection (after a parse error the rest of the stream cannot be trusted).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import uuid
 
@@ -72,8 +73,6 @@ class JsonErrorH11Protocol(H11Protocol):
 
 def http_protocol() -> type[HttpToolsProtocol] | type[H11Protocol]:
     """What uvicorn's "auto" would choose (httptools when installed), with the JSON 400."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:  # pragma: no cover - httptools is a pinned dependency
+    if importlib.util.find_spec("httptools") is None:  # pragma: no cover - a pinned dependency
         return JsonErrorH11Protocol
     return JsonErrorHttpToolsProtocol

@@ -151,7 +151,10 @@ def _utc(value: datetime | None) -> datetime | None:
 
 @router.get(
     "/api/v1/admin/audit",
-    summary="Every message, tool call and refused tool call of an owner, hidden ones included (admin scope)",
+    summary=(
+        "Every message, tool call and refused tool call of an owner, hidden ones included "
+        "(admin scope)"
+    ),
     responses=errors(403),
     dependencies=[
         Depends(

@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2
@@ -80,7 +80,8 @@ def _with_ids(ev: run_event_pb2.RunEvent, thread_id: str, run_id: str) -> run_ev
     return ev
 
 
-Call = grpc.aio.UnaryStreamCall  # type: ignore[type-arg]
+# A run's event stream (StartRun's or StreamRun's call).
+Call: TypeAlias = "grpc.aio.UnaryStreamCall[Any, Any]"
 
 
 def _events_of(response: Any) -> Sequence[run_event_pb2.RunEvent]:
@@ -114,8 +115,8 @@ async def _events(
     if on_end is not None:
         on_end.begin()
     try:
-        for event in prefix or ():
-            yield sse.frame(event)
+        for ahead in prefix or ():
+            yield sse.frame(ahead)
         while True:
             if isinstance(response, asyncio.Future):
                 while not (await asyncio.wait({response}, timeout=heartbeat))[0]:
@@ -227,7 +228,7 @@ async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: s
             timeout=_cancel_timeout(settings),
         )
     except grpc.RpcError as err:
-        log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})  # type: ignore[attr-defined]
+        log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})
 
 
 def _outcome_unknown(run_id: str) -> sse.Event:
@@ -507,7 +508,7 @@ async def resume_run(
             response = pending.result()
         except grpc.RpcError as err:
             call.cancel()
-            if err.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            if err.code() == grpc.StatusCode.NOT_FOUND:
                 raise await _gone_or_missing(clients, settings, who.owner, run_id) from None
             raise from_rpc(err, "orchestrator") from None
         if response is grpc.aio.EOF:

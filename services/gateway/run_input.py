@@ -131,7 +131,8 @@ def _part_block(field: str, part: Any) -> content_pb2.ContentBlock | None:
         mime = part.get("mimeType")
         if not isinstance(mime, str) or not mime:
             raise invalid(f"{field}.mimeType", "is required")
-        name = part.get("filename") if isinstance(part.get("filename"), str) else ""
+        filename = part.get("filename")
+        name = filename if isinstance(filename, str) else ""
         if isinstance(part.get("data"), str) and part["data"]:
             data = _decode_base64(f"{field}.data", part["data"])
             return content_pb2.ContentBlock(
@@ -176,7 +177,8 @@ def user_message(parsed: RunAgentInputIn, max_chars: int) -> message_pb2.Message
         raise invalid(f"{field}.content", "must not be empty")
     if sum(len(t) for t in texts) > max_chars:
         raise invalid(f"{field}.content", f"must be at most {max_chars} characters")
-    name = last.get("name") if isinstance(last.get("name"), str) else ""
+    given = last.get("name")
+    name = given if isinstance(given, str) else ""
     return message_pb2.Message(
         id=msg_id,
         role=message_pb2.ROLE_USER,
@@ -240,7 +242,9 @@ def _ours(forwarded_props: Any) -> dict[str, Any]:
     return ours
 
 
-def multitask_strategy(forwarded_props: Any) -> int:
+def multitask_strategy(
+    forwarded_props: Any,
+) -> orchestrator_service_pb2.MultitaskStrategy.ValueType:
     """forwardedProps.agentmesh.multitaskStrategy: what a run does on a thread that has an
     active run (reject | enqueue | interrupt | rollback; default enqueue)."""
     value = _ours(forwarded_props).get("multitaskStrategy", "enqueue")

@@ -52,7 +52,7 @@ def _request_id(scope: Scope) -> str:
     """The caller's X-Request-ID when it is a valid one, else a new id (as RequestContext)."""
     for key, value in scope["headers"]:
         if key == b"x-request-id":
-            incoming = value.decode("latin-1")
+            incoming: str = value.decode("latin-1")
             if is_request_id(incoming):
                 return incoming
     return uuid.uuid4().hex

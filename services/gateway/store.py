@@ -8,8 +8,10 @@ authentication, which is keyed by the key's id and checked against its secret's 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -217,8 +219,8 @@ class GatewayStore:
             )
 
 
-def _key(row: object) -> ApiKey:
-    r = tuple(row)  # type: ignore[call-overload]  # a SQLAlchemy Row is a tuple
+def _key(row: Sequence[Any]) -> ApiKey:
+    r = tuple(row)  # a SQLAlchemy Row is a tuple
     return ApiKey(
         id=r[0],
         owner_id=r[1],

@@ -62,7 +62,7 @@ def optional_mode(value: int, field: str) -> RuntimeMode | None:
     if value == message_pb2.RUNTIME_MODE_UNSPECIFIED:
         return None
     try:
-        return RUNTIME_MODE_FROM_PB[value]  # type: ignore[index]
+        return RUNTIME_MODE_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be chat or automation") from None
 
@@ -71,7 +71,7 @@ def optional_executor(value: int, field: str) -> ExecutorKind | None:
     if value == 0:
         return None
     try:
-        return EXECUTOR_FROM_PB[value]  # type: ignore[index]
+        return EXECUTOR_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be worker or memory") from None
 
@@ -153,18 +153,19 @@ def _ts(value: datetime) -> timestamp_pb2.Timestamp:
 
 def message_to_pb(m: Message) -> message_pb2.Message:
     # One constructor call with nested dicts: this runs for every message of every page.
+    # (protobuf takes a dict for a message field; its stubs name only the message type.)
     out = message_pb2.Message(
         id=m.id,
-        role=ROLE_TO_PB[m.role],  # type: ignore[arg-type]
+        role=ROLE_TO_PB[m.role],
         name=m.name,
         content=[_block(b) for b in m.content],
-        metadata={
+        metadata={  # type: ignore[arg-type]
             "hidden_from_user": m.hidden_from_user,
             "origin": RUNTIME_MODE_TO_PB[m.origin],
             "executor": EXECUTOR_TO_PB[m.executor] if m.executor else 0,
             "execution_profile_name": m.execution_profile_name,
         },
-        created_at={
+        created_at={  # type: ignore[arg-type]
             "seconds": calendar.timegm(m.created_at.utctimetuple()),
             "nanos": m.created_at.microsecond * 1000,
         },
@@ -244,7 +245,7 @@ def run_to_pb(r: Run) -> pb.Run:
     return out
 
 
-STRATEGY_FROM_PB = {
+STRATEGY_FROM_PB: dict[int, MultitaskStrategy] = {
     pb.MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy.ENQUEUE,
     pb.MULTITASK_STRATEGY_REJECT: MultitaskStrategy.REJECT,
     pb.MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy.ENQUEUE,
@@ -255,7 +256,7 @@ STRATEGY_FROM_PB = {
 
 def multitask_strategy(value: int, field: str = "multitask_strategy") -> MultitaskStrategy:
     try:
-        return STRATEGY_FROM_PB[value]  # type: ignore[index]
+        return STRATEGY_FROM_PB[value]
     except KeyError:
         raise InvalidArgument(field, "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK") from None
 
@@ -274,7 +275,7 @@ def new_denials(
     """(call id, tool, digest, reason) of FinishRun's tool_denials, validated."""
     out = []
     for i, d in enumerate(items):
-        reason = DENIAL_REASON_FROM_PB.get(d.reason, "")  # type: ignore[call-overload]
+        reason = DENIAL_REASON_FROM_PB.get(d.reason, "")
         core.check_denial(d.tool_call_id, d.tool_name, d.arguments_sha256, reason, f"{field}[{i}]")
         out.append((d.tool_call_id, d.tool_name, d.arguments_sha256, reason))
     return out
@@ -285,7 +286,7 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
         tool_call_id=d.tool_call_id,
         tool_name=d.tool_name,
         arguments_sha256=d.arguments_sha256,
-        reason=DENIAL_REASON_TO_PB[d.reason],  # type: ignore[arg-type]
+        reason=DENIAL_REASON_TO_PB[d.reason],
         owner_id=d.owner_id,
         run_id=d.run_id,
         thread_id=d.thread_id,

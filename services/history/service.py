@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
@@ -36,7 +37,7 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     servicer = HistoryServicer(
         engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
     )
-    background: list[Callable[[], Awaitable[None]]] = []
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.thread_retention_days > 0:
 
         async def sweep_retention() -> None:

@@ -143,7 +143,8 @@ tool_denials = sa.Table(
 
 def _mask_has(bit: int) -> sa.ColumnElement[bool]:
     # Literal constants, exactly as the partial indexes' predicates: a bound parameter
-    # would keep PostgreSQL's planner from proving the index applies.
+    # would keep PostgreSQL's planner from proving the index applies. (A boolean SQL text,
+    # which SQLAlchemy's stubs do not type as the column element every caller combines.)
     return sa.text(f"(messages.visibility_mask & {int(bit)}) <> 0")  # type: ignore[return-value]
 
 
@@ -154,7 +155,7 @@ IN_CONTEXT = _mask_has(CONTEXT_ASSEMBLY)
 # --- row mapping ------------------------------------------------------------------------
 
 
-def _thread(row: Row[Any]) -> Thread:
+def _thread(row: Row[Any] | SimpleNamespace) -> Thread:
     return Thread(
         owner_id=row.owner_id,
         id=row.id,
@@ -173,7 +174,7 @@ _EXECUTORS: dict[str, ExecutorKind | None] = {e.value: e for e in ExecutorKind}
 _EXECUTORS[""] = None
 
 
-def _message(row: Row[Any]) -> Message:
+def _message(row: Sequence[Any]) -> Message:
     # Positional unpacking and dict lookups: this runs for every row of every page.
     (
         owner_id, id_, thread_id, position, run_id, role, kind, mask, name, content, meta,
@@ -235,7 +236,7 @@ def message_row(m: Message, wire: bytes) -> dict[str, Any]:
     }
 
 
-def _run(row: Row[Any]) -> Run:
+def _run(row: Row[Any] | SimpleNamespace) -> Run:
     return Run(
         owner_id=row.owner_id,
         id=row.id,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from agentmesh.memory.v1 import memory_service_pb2 as pb
 from google.protobuf import timestamp_pb2
 
-from agentmesh.memory.v1 import memory_service_pb2 as pb
 from services.memory.core import Change, Memory, Watermark
 from shared import timestamps
 

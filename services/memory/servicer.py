@@ -44,7 +44,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self._vectors_paused_until = 0.0
 
     async def WriteMemory(
-        self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.WriteMemoryResponse:
         owner = owner_id(context)
         fact = core.validate_write(
@@ -62,7 +62,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.WriteMemoryResponse(memory=convert.memory_to_pb(memory), created=created)
 
     async def ForgetMemory(
-        self, request: pb.ForgetMemoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ForgetMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ForgetMemoryResponse:
         owner = owner_id(context)
         target = request.WhichOneof("target")
@@ -88,7 +88,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
 
     async def UpdateMemory(
-        self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.UpdateMemoryResponse:
         owner = owner_id(context)
         edit = core.validate_edit(
@@ -104,7 +104,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.UpdateMemoryResponse(memory=convert.memory_to_pb(after))
 
     async def ListMemoryChanges(
-        self, request: pb.ListMemoryChangesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListMemoryChangesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListMemoryChangesResponse:
         owner = owner_id(context)
         limit = pagination.page_size(request.page_size)
@@ -121,7 +121,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
 
     async def DeleteOwnerData(
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         async with self.engine.begin() as conn:
@@ -151,7 +151,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
     async def SearchMemories(
-        self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SearchMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SearchMemoriesResponse:
         owner = owner_id(context)
         query = core.validate_query("query", request.query)
@@ -179,7 +179,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return vector, client.config.model
 
     async def ListMemories(
-        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListMemoriesResponse:
         owner = owner_id(context)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
@@ -198,7 +198,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
 
     async def GetMemory(
-        self, request: pb.GetMemoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetMemoryResponse:
         owner = owner_id(context)
         memory_id = core.validate_id("id", request.id)
@@ -207,7 +207,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.GetMemoryResponse(memory=convert.memory_to_pb(memory))
 
     async def GetWatermark(
-        self, request: pb.GetWatermarkRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetWatermarkRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetWatermarkResponse:
         owner = owner_id(context)
         name = core.watermark_name(request.name)
@@ -216,7 +216,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         return pb.GetWatermarkResponse(watermark=convert.watermark_to_pb(watermark))
 
     async def AdvanceWatermark(
-        self, request: pb.AdvanceWatermarkRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AdvanceWatermarkRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AdvanceWatermarkResponse:
         owner = owner_id(context)
         name = core.watermark_name(request.name)

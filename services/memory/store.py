@@ -173,10 +173,10 @@ async def write(
         updates["kind"] = stmt.excluded.kind
     if fact.source_run_id is not None:
         updates["source_run_id"] = stmt.excluded.source_run_id
-    stmt = stmt.on_conflict_do_update(
+    upsert = stmt.on_conflict_do_update(
         index_elements=["owner_id", "content_hash"], set_=updates
     ).returning(*_MEMORY_COLUMNS)
-    memory = _memory((await conn.execute(stmt)).one())
+    memory = _memory((await conn.execute(upsert)).one())
     created = memory.version == 1
     if not created:
         # The upsert holds the row (PostgreSQL row lock; SQLite write lock) until commit,
@@ -281,7 +281,8 @@ async def update(
             reason="VERSION_MISMATCH",
         )
     values: dict[str, Any] = {"update_time": now, "version": before.version + 1}
-    if edit.content is not None:
+    # validate_edit sets the content and its key together.
+    if edit.content is not None and edit.content_key is not None:
         values.update(
             content=edit.content,
             content_key=edit.content_key,
@@ -441,8 +442,8 @@ async def _lexical(
         )
         query = " OR ".join("(" + " AND ".join(f'"{t}"' for t in g) + ")" for g in groups)
         params = {"query": query}
-    sql = sql.columns(*_MEMORY_COLUMNS)
-    rows = (await conn.execute(sql, {**params, "owner": owner, "limit": limit})).all()
+    typed = sql.columns(*_MEMORY_COLUMNS)
+    rows = (await conn.execute(typed, {**params, "owner": owner, "limit": limit})).all()
     return [_memory(r) for r in rows]
 
 

@@ -1,1 +1,2 @@
-"""Orchestrator service: drives a run through history, router and executor and numbers its events."""
+"""Orchestrator service: drives a run through history, router and executor and numbers its
+events."""

@@ -19,6 +19,7 @@ from shared.domain import RuntimeMode
 from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
 from shared.eventlog import EventLog
 from shared.identity import owner_id
+from shared.ids import check_identifier
 from shared.pagination import MAX_PAGE_SIZE
 from shared.profiles import ProfileRegistry
 from shared.settings import Settings
@@ -76,8 +77,8 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
                 ) from None
             yield [_lost_stream_end(active).SerializeToString()]
 
-    async def StartRun(  # type: ignore[override]
-        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
+    async def StartRun(
+        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.StartRunResponse]:
         owner = owner_id(context)
         plan = convert.plan_from_pb(
@@ -107,27 +108,27 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
                 for data in batch:
                     yield pb.StartRunResponse.FromString(wire.repeated(field, [data]))
 
-    async def StreamRun(  # type: ignore[override]
-        self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext
+    async def StreamRun(
+        self, request: pb.StreamRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.StreamRunResponse]:
         owner = owner_id(context)
-        run_id = core.check_identifier(request.run_id, "run_id")
+        run_id = check_identifier(request.run_id, "run_id")
         if request.after_sequence > core.MAX_SEQUENCE:
             raise InvalidArgument("after_sequence", f"must be at most {core.MAX_SEQUENCE}")
         async for batch in self._follow(owner, run_id, request.after_sequence):
             for data in batch:
                 yield pb.StreamRunResponse.FromString(wire.repeated(_EVENT, [data]))
 
-    async def CancelRun(  # type: ignore[override]
-        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CancelRunResponse:
         owner = owner_id(context)
-        run_id = core.check_identifier(request.run_id, "run_id")
+        run_id = check_identifier(request.run_id, "run_id")
         cancelled, state, thread_id = await self.runs.cancel(owner, run_id)
         return pb.CancelRunResponse(cancelled=cancelled, state=state, thread_id=thread_id)
 
-    async def ListTools(  # type: ignore[override]
-        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    async def ListTools(
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListToolsResponse:
         owner = owner_id(context)
         profile = core.resolve_profile(RuntimeMode.CHAT, request.profile_name, None, self.profiles)
@@ -143,20 +144,20 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
         )
 
 
-    async def DeleteRunEvents(  # type: ignore[override]
-        self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext
+    async def DeleteRunEvents(
+        self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteRunEventsResponse:
         owner = owner_id(context)
         if len(request.run_ids) > MAX_PAGE_SIZE:
             raise InvalidArgument("run_ids", f"must hold at most {MAX_PAGE_SIZE} ids")
         keys = [
-            core.event_log_key(owner, core.check_identifier(run_id, f"run_ids[{i}]"))
+            core.event_log_key(owner, check_identifier(run_id, f"run_ids[{i}]"))
             for i, run_id in enumerate(request.run_ids)
         ]
         return pb.DeleteRunEventsResponse(deleted_count=await self.event_log.delete(keys))
 
-    async def DeleteOwnerData(  # type: ignore[override]
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+    async def DeleteOwnerData(
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         # Keys are "<owner>/<run id>" and owner ids hold no "/": this prefix is the owner's.

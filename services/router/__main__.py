@@ -1,3 +1,4 @@
-from shared.server import run_main
 from services.router.service import build, migrate
+from shared.server import run_main
+
 run_main("router", build, migrate)

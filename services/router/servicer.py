@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 from agentmesh.router.v1 import router_service_pb2 as pb
 from agentmesh.router.v1 import router_service_pb2_grpc as pb_grpc
@@ -19,8 +21,8 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
     def __init__(self, decider: Decider) -> None:
         self.decider = decider
 
-    async def Route(  # type: ignore[override]
-        self, request: pb.RouteRequest, context: grpc.aio.ServicerContext
+    async def Route(
+        self, request: pb.RouteRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RouteResponse:
         owner_id(context)
         profile = profile_from_pb(request.profile, "profile")

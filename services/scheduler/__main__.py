@@ -1,3 +1,4 @@
-from shared.server import run_main
 from services.scheduler.service import build, migrate
+from shared.server import run_main
+
 run_main("scheduler", build, migrate)

@@ -7,10 +7,6 @@ from datetime import UTC, datetime
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from google.protobuf import timestamp_pb2
 
-from shared import timestamps
-from shared.errors import InvalidArgument
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_from_pb, profile_to_pb
-
 from services.scheduler.core import (
     CatchUpPolicy,
     Job,
@@ -22,6 +18,9 @@ from services.scheduler.core import (
     RunTrigger,
 )
 from services.scheduler.schedule import Schedule, ScheduleType
+from shared import timestamps
+from shared.errors import InvalidArgument
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_from_pb, profile_to_pb
 
 SCHEDULE_TYPE_FROM_PB = {
     pb.SCHEDULE_TYPE_ONCE: ScheduleType.ONCE,
@@ -67,7 +66,7 @@ def spec_from_pb(job: pb.Job) -> JobSpec:
     """The owner-chosen part of a Job message (validated later by core.validate_spec)."""
     if job.schedule.type not in SCHEDULE_TYPE_FROM_PB:
         raise InvalidArgument("job.schedule.type", "must be once, daily, weekly or cron")
-    kind = SCHEDULE_TYPE_FROM_PB[job.schedule.type]  # type: ignore[index]
+    kind = SCHEDULE_TYPE_FROM_PB[job.schedule.type]
     run_at = (
         timestamps.from_pb(job.schedule.run_at, "job.schedule.run_at")
         if job.schedule.HasField("run_at")
@@ -76,7 +75,7 @@ def spec_from_pb(job: pb.Job) -> JobSpec:
     if job.catch_up_policy == pb.CATCH_UP_POLICY_UNSPECIFIED:
         policy = CatchUpPolicy.LATEST
     elif job.catch_up_policy in CATCH_UP_FROM_PB:
-        policy = CATCH_UP_FROM_PB[job.catch_up_policy]  # type: ignore[index]
+        policy = CATCH_UP_FROM_PB[job.catch_up_policy]
     else:
         raise InvalidArgument("job.catch_up_policy", "must be latest, skip or all")
     # A job without a profile gets the automation default snapshot (the same value the data

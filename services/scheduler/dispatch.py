@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as hist_pb
@@ -425,7 +426,7 @@ class Dispatcher:
         # No log (lost, expired, never written), a broken stream or RUN_ERROR: history decides.
         return await self._until_ended(job, run_id, deadline, 0.0, read.problem)
 
-    async def _read(self, call: grpc.aio.UnaryStreamCall, point: str) -> _Stream:  # type: ignore[type-arg]
+    async def _read(self, call: grpc.aio.UnaryStreamCall[Any, Any], point: str) -> _Stream:
         """Read a run's events to the end, or to the error that ends the call.
 
         RUN_FINISHED is the record's answer (the orchestrator writes it after history

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 from agentmesh.history.v1 import history_service_pb2
 from agentmesh.scheduler.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -51,8 +52,8 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
         engine, dispatcher, cfg, PageTokens(settings.page_token_secret), known
     )
 
-    def register(server: object) -> None:
-        scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]
+    def register(server: grpc.aio.Server) -> None:
+        scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)
 
     async def on_stop() -> None:
         await dispatcher.close(settings.grace_seconds)

@@ -88,7 +88,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         )
         return job if await store.insert_job(conn, job, request_id=request_id) else None
 
-    async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.CreateJobResponse:
+    async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.CreateJobResponse:
         owner = owner_id(context)
         if len(request.request_id) > _MAX_REQUEST_ID:
             raise InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
@@ -103,13 +103,13 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 raise Aborted("the job could not be created; try again")
         return pb.CreateJobResponse(job=job_to_pb(job))
 
-    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.GetJobResponse:
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.GetJobResponse:
         owner = owner_id(context)
         async with self._engine.connect() as conn:
             job = await self._job(conn, owner, request.job_id)
         return pb.GetJobResponse(job=job_to_pb(job))
 
-    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ListJobsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "jobs", "owner": owner}
@@ -122,7 +122,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             token = self._tokens.encode([last.create_time.isoformat(), last.id], scope)
         return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in found[:size]], next_page_token=token)
 
-    async def UpdateJob(self, request: pb.UpdateJobRequest, context: grpc.aio.ServicerContext) -> pb.UpdateJobResponse:
+    async def UpdateJob(self, request: pb.UpdateJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.UpdateJobResponse:
         owner = owner_id(context)
         job_id = _job_id(request.job.id, "job.id")
         if request.job.version <= 0:
@@ -145,7 +145,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 raise Aborted("the job changed since it was read; get it again and retry")
         return pb.UpdateJobResponse(job=job_to_pb(updated))
 
-    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext) -> pb.DeleteJobResponse:
+    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.DeleteJobResponse:
         owner = owner_id(context)
         async with self._engine.begin() as conn:
             if not await store.delete_job(conn, owner, _job_id(request.job_id)):
@@ -153,7 +153,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         return pb.DeleteJobResponse()
 
     async def DeleteOwnerData(
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         async with self._engine.begin() as conn:
@@ -201,15 +201,15 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 raise Aborted("the job changed concurrently; retry")
         return updated
 
-    async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext) -> pb.PauseJobResponse:
+    async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.PauseJobResponse:
         job = await self._set_status(owner_id(context), request.job_id, JobStatus.PAUSED)
         return pb.PauseJobResponse(job=job_to_pb(job))
 
-    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext) -> pb.ResumeJobResponse:
+    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ResumeJobResponse:
         job = await self._set_status(owner_id(context), request.job_id, JobStatus.ACTIVE)
         return pb.ResumeJobResponse(job=job_to_pb(job))
 
-    async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext) -> pb.TriggerJobResponse:
+    async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.TriggerJobResponse:
         owner = owner_id(context)
         granted = time.monotonic()
         async with self._engine.begin() as conn:
@@ -234,7 +234,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._dispatcher.submit([Order(run, job)], granted_at=granted)
         return pb.TriggerJobResponse(job_run=run_to_pb(run))
 
-    async def ListJobRuns(self, request: pb.ListJobRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobRunsResponse:
+    async def ListJobRuns(self, request: pb.ListJobRunsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ListJobRunsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "job_runs", "owner": owner, "job": request.job_id}
@@ -249,7 +249,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         return pb.ListJobRunsResponse(job_runs=[run_to_pb(r) for r in found[:size]], next_page_token=token)
 
     async def EnsureDefaultJobs(
-        self, request: pb.EnsureDefaultJobsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.EnsureDefaultJobsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.EnsureDefaultJobsResponse:
         owner = owner_id(context)
         try:

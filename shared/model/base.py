@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ class ChatModel(Protocol):
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         """Stream the model's response to `messages`, offering `tools`. `options` are
         per-call parameters, checked against the model card (ValueError naming the option).
         `output_schema`: the answer is one JSON document of that schema, streamed as text."""
@@ -68,6 +68,10 @@ class ModelError(Exception):
     transient kinds are ModelUnavailable's (the gRPC edge says UNAVAILABLE; the run's
     message says "try again"); the others are FailedPrecondition's: retrying the same call
     would fail the same way, so nothing retries them and their message says what to change."""
+
+    # The kinds below are DomainErrors, which set their own; a provider's bare ModelError
+    # still has one for the callers that log it.
+    reason: str = "MODEL_ERROR"
 
 
 class ModelUnavailable(ModelError, Unavailable):

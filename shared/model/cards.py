@@ -21,6 +21,7 @@ at load with CardError naming the file and the field.
 from __future__ import annotations
 
 import copy
+import operator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,14 +188,22 @@ def check_value(provider: str, name: str, prop: dict[str, Any], value: Any) -> s
         return f"must be one of {prop['enum']}"
     if isinstance(value, int | float) and not isinstance(value, bool):
         for key, ok in (
-            ("minimum", lambda b: value >= b),
-            ("maximum", lambda b: value <= b),
-            ("exclusiveMinimum", lambda b: value > b),
-            ("exclusiveMaximum", lambda b: value < b),
+            ("minimum", operator.ge),
+            ("maximum", operator.le),
+            ("exclusiveMinimum", operator.gt),
+            ("exclusiveMaximum", operator.lt),
         ):
-            if key in prop and not ok(prop[key]):
+            if key in prop and not ok(value, prop[key]):
                 return f"{key} is {prop[key]}, got {value}"
     return ""
+
+
+def _text_inputs() -> list[InputType]:
+    return ["text"]
+
+
+def _text_outputs() -> list[Capability]:
+    return ["text"]
 
 
 class ModelCard(BaseModel):
@@ -208,8 +217,8 @@ class ModelCard(BaseModel):
     status: Literal["active", "deprecated"] = "active"
     context_size: int = Field(gt=0)
     output_size: int = Field(gt=0)
-    input_types: list[InputType] = Field(default_factory=lambda: ["text"], min_length=1)
-    output_types: list[Capability] = Field(default_factory=lambda: ["text"], min_length=1)
+    input_types: list[InputType] = Field(default_factory=_text_inputs, min_length=1)
+    output_types: list[Capability] = Field(default_factory=_text_outputs, min_length=1)
     # OpenAI-compatible endpoint: base URL up to and including /v1.
     base_url: str | None = Field(None, pattern=r"^https?://")
     # Where the API key comes from: an environment variable's name, or a file (first line).

@@ -32,7 +32,7 @@ import base64
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +255,7 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-# ---- the model ------------------------------------------------------------------------------------
+# ---- the model ----------------------------------------------------------------------------------
 
 
 class _StreamError(Exception):
@@ -498,7 +498,7 @@ class OpenAIChatModel:
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         body = self.request_body(messages, tools, options, output_schema)
         response = await self._open_with_retries(body)
         state = _StreamState(tools)

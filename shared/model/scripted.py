@@ -11,13 +11,13 @@ What it does, decided from the conversation in this order (`respond` is the pure
    worker otherwise; tools: the offered tools the user asks for (grammar below) or names.
 2. Extract memories. Asked for the MEMORY_EXTRACTION document (an output_schema of that
    name, MEMORY_MARKER in the system message): {"memories": [{"content", "kind"}],
-   "forget": [{"memory", "user_request"}]} of the facts `extract_facts` finds in the user messages (any other
-   output_schema: "{}"). A system message containing MEMORY_MARKER (MEMORY_PROMPT has it) with
-   memory_write and/or memory_forget offered: the facts `extract_facts` finds in the user
-   messages become one tool call each, in order: memory_write {"content", "kind"} for
-   preference/dislike/name/place, memory_forget {"content_query"} for forget. No facts: the
-   reply "NO_MEMORIES: no durable facts found." After the tool results: a summary ("Saved 2 memories,
-   forgot 0.").
+   "forget": [{"memory", "user_request"}]} of the facts `extract_facts` finds in the user
+   messages (any other output_schema: "{}"). A system message containing MEMORY_MARKER
+   (MEMORY_PROMPT has it) with memory_write and/or memory_forget offered: the facts
+   `extract_facts` finds in the user messages become one tool call each, in order:
+   memory_write {"content", "kind"} for preference/dislike/name/place, memory_forget
+   {"content_query"} for forget. No facts: the reply "NO_MEMORIES: no durable facts
+   found." After the tool results: a summary ("Saved 2 memories, forgot 0.").
 3. Call tools. The last user message asks for a tool with
        (use|call|run|invoke) [the] <name> tool [with|using|:] [<JSON object>]
        (使用|调用) <name> 工具 [<JSON object>]
@@ -48,7 +48,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -190,7 +190,7 @@ def _name(value: str) -> str:
 
 
 def _clauses(text: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for sentence in _SENTENCE.findall(text):
         sentence = sentence.strip()
         if not sentence or sentence.endswith(("?", "？")):
@@ -447,7 +447,7 @@ class ScriptedModel:
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
         output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[ChatResponse]:
+    ) -> AsyncGenerator[ChatResponse, None]:
         params = self._params(options)
         latency = self.token_latency if params.token_latency is None else params.token_latency
         reply = respond(messages, tools, thinking=params.thinking, output_schema=output_schema)

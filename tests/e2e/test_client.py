@@ -35,6 +35,7 @@ def test_a_run_streams_typed_events_and_is_stored(am: Client) -> None:
     assert events[0].type == EventType.RUN_STARTED
     assert isinstance(events[-1], RunFinishedEvent) and run.terminal is events[-1]
     assert events[-1].usage and events[-1].usage[0].output_tokens > 0
+    # The event union: only STEP_STARTED events, filtered here, have step_name.
     steps = [e.step_name for e in events if e.type == EventType.STEP_STARTED]  # type: ignore[attr-defined]
     assert steps == ["router", "worker"]
     text = "".join(e.delta for e in events if isinstance(e, TextMessageContentEvent))
@@ -66,6 +67,7 @@ def test_a_tool_call_arrives_with_its_arguments_and_result(am: Client) -> None:
         f"t-{uuid.uuid4().hex[:8]}", 'use the memory_search tool with {"query": "x"}'
     ) as run:
         events = list(run)
+    # The event union: only TOOL_CALL_ARGS events, filtered here, have delta.
     args = "".join(e.delta for e in events if e.type == EventType.TOOL_CALL_ARGS)  # type: ignore[attr-defined]
     assert args == '{"query": "x"}'
     [result] = [e for e in events if isinstance(e, ToolCallResultEvent)]

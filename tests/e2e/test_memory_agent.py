@@ -228,12 +228,16 @@ def test_every_kind_of_forbidden_call_is_refused_audited_and_never_runs(
     # An automation worker job whose profile allows memory_write but which declares only
     # memory_search, asked for memory_write (not declared) and rm_rf (not registered).
     worker_job = ExecutionProfile(
+        # pydantic reads the executor's name as its enum.
         name="job_worker_tools", enable_router=False, executor="worker",  # type: ignore[arg-type]
         tool_policy=ToolPolicy(allowlist=("memory_write", "memory_search")),
     )
     _, job_events = automation_run(
         orchestrator, owner, profile=worker_job, declared=("memory_search",),
-        prompt='use the memory_write tool with {"content": "User likes poison"} and use the rm_rf tool',
+        prompt=(
+            'use the memory_write tool with {"content": "User likes poison"} '
+            "and use the rm_rf tool"
+        ),
     )
     assert [e.tool_call_start.tool_call_name for e in job_events if e.WhichOneof("payload") == "tool_call_start"] == [
         "memory_write", "rm_rf",

@@ -30,6 +30,7 @@ def _chat(client: httpx.Client, headers: dict[str, str]) -> tuple[httpx.Response
 def _tokens(resp: httpx.Response) -> int:
     events = parse_sse(resp.content)
     assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+    # A parsed SSE event: JSON of any shape.
     usage: list[dict[str, Any]] = events[-1].get("usage", [])  # type: ignore[assignment]
     return sum(int(u["totalTokens"]) for u in usage)
 

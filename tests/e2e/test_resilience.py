@@ -710,6 +710,7 @@ async def test_redis_restarted_mid_run_the_run_completes_and_resume_is_410(
     owner = "redis-restart"
     async with httpx.AsyncClient(timeout=30) as client:
         thread_id, run_id, last = await _start_slow(client, cluster.gw_a, owner)
+        # The postgres pass always has a Redis URL.
         port = int(cluster.redis_url.rsplit(":", 1)[1].split("/")[0])  # type: ignore[union-attr]
         cluster.redis_proc.terminate()
         cluster.redis_proc.wait()

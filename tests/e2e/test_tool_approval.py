@@ -48,7 +48,7 @@ def post(suite: Suite, owner: str, thread: str, text: str, **extra: Any) -> http
 
 def events(resp: httpx.Response) -> list[dict[str, Any]]:
     assert resp.status_code == 200, resp.text
-    return parse_sse(resp.content)  # type: ignore[return-value]
+    return parse_sse(resp.content)
 
 
 def history(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
@@ -58,6 +58,7 @@ def history(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
         timeout=30,
     )
     assert resp.status_code == 200, resp.text
+    # JSON of the response.
     return resp.json()["messages"]  # type: ignore[no-any-return]
 
 
@@ -70,6 +71,7 @@ def ask(suite: Suite, owner: str, thread: str, note: str) -> dict[str, Any]:
     assert end["type"] == "RUN_FINISHED" and end["outcome"]["type"] == "interrupt", end
     [interrupt] = end["outcome"]["interrupts"]
     assert not [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
+    # A parsed SSE event: JSON of any shape.
     return interrupt  # type: ignore[no-any-return]
 
 

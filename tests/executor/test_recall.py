@@ -280,6 +280,7 @@ def told(*texts: str) -> ToolContext:
 
 async def test_a_written_memory_cites_the_message_that_stated_it() -> None:
     client = Client()
+    # A recording double of the memory client.
     [write, _, _] = memory_tools(client)  # type: ignore[arg-type]
     context = told("I love pears.", "I live in Hangzhou.")
     await write.execute({"content": "User lives in Hangzhou", "kind": "place"}, context)
@@ -288,6 +289,7 @@ async def test_a_written_memory_cites_the_message_that_stated_it() -> None:
 
 async def test_a_forget_cites_what_it_forgot_the_request_and_why() -> None:
     client = Client()
+    # A recording double of the memory client.
     [_, forget, _] = memory_tools(client)  # type: ignore[arg-type]
     context = told("I love pears.", "Please forget that I love pears.")
     result = await forget.execute({"content_query": "pears"}, context)

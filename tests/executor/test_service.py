@@ -34,7 +34,7 @@ def request(**overrides: object) -> pb.ExecuteRequest:
         "time_zone": "Asia/Shanghai",
     }
     values.update(overrides)
-    return pb.ExecuteRequest(**values)  # type: ignore[arg-type]
+    return pb.ExecuteRequest(**values)
 
 
 async def test_execute_streams_text_events_then_the_reply_then_the_result(settings: Settings) -> None:

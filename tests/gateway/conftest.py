@@ -19,8 +19,8 @@ from services.gateway.app import create_app
 from services.gateway.auth import issue_token
 from services.gateway.clients import Clients, open_clients
 from shared.settings import Settings
-from tests.gateway.peers import FakeHistory, FakeMemory, FakeOrchestrator, parts_for
 from tests.conftest import USES_POSTGRES, drop_schemas, make_settings
+from tests.gateway.peers import FakeHistory, FakeMemory, FakeOrchestrator, parts_for
 from tests.grpc_helpers import running_service
 
 

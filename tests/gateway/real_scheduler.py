@@ -1,5 +1,5 @@
 """The gateway with the REAL scheduler service as its peer (the other peers are the doubles
-of peers.py): import these fixtures into a test module to override conftest's gw_settings."""
+of peers.py): bind these fixtures in a test module to override conftest's gw_settings."""
 
 from __future__ import annotations
 

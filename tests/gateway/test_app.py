@@ -49,12 +49,12 @@ async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
     gw_settings: Settings, clients: Clients, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Broken:
-        async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("secret internal detail")
 
     broken = Clients(
         clients.orchestrator, Broken(), clients.memory, clients.scheduler
-    )  # type: ignore[arg-type]
+    )
     async with serve_app(
         create_app(gw_settings, broken)
     ) as url, httpx.AsyncClient(base_url=url) as c:

@@ -135,6 +135,7 @@ async def assets_app(tmp_path: Path) -> object:
     (tmp_path / "outside.html").write_text("<p>outside</p>")
     (folder / "link.html").symlink_to(tmp_path / "outside.html")
     app = Starlette(routes=[Mount("/a", ConsoleAssets(directory=folder))])
+    # A Starlette app where serve_app's annotation says FastAPI.
     async with serve_app(app) as url:  # type: ignore[arg-type]
         yield url
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -81,9 +82,9 @@ async def test_history_of_another_owners_thread_is_404_like_a_missing_one(
         "/api/v1/agent/threads/th-none/history", headers=bearer(gw_settings, "hana")
     )
     assert other.status_code == missing.status_code == 404
-    strip = lambda r: {
-        k: v for k, v in r.json()["error"].items() if k not in ("requestId", "message")
-    }  # noqa: E731
+    def strip(r: httpx.Response) -> dict[str, Any]:
+        return {k: v for k, v in r.json()["error"].items() if k not in ("requestId", "message")}
+
     assert strip(other) == strip(missing) == {"code": "NOT_FOUND"}
     assert "omar" not in other.text
 

@@ -277,6 +277,7 @@ def _crafted(keys: dict[str, Any], settings: Settings) -> dict[str, str]:
         "deep header": _b64(b'{"a":' * 5000 + b"1" + b"}" * 5000) + ".e30.eA",
         "two parts": "eyJhbGciOiJIUzI1NiJ9.e30",
         "empty signature": _raw({"alg": "RS256", "kid": "rsa-1"}, claims),
+        # Deliberately not an object: the token under test.
         "claims not an object": _raw({"alg": "none"}, [1]),  # type: ignore[arg-type]
     }
 

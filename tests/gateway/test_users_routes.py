@@ -13,8 +13,13 @@ import httpx
 import pytest
 
 from shared.settings import Settings
+from tests.gateway import real_scheduler
 from tests.gateway.conftest import bearer
-from tests.gateway.real_scheduler import gw_settings, scheduler_addr  # noqa: F401 - fixtures
+
+# The real scheduler as the gateway's peer: these fixtures override conftest's gw_settings
+# in this module (bound as names, not imported for their side effect).
+scheduler_addr = real_scheduler.scheduler_addr
+gw_settings = real_scheduler.gw_settings
 
 USERS = "/api/v1/users"
 JOBS = "/api/v1/automation/jobs"

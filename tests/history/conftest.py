@@ -60,8 +60,10 @@ def text_msg(
     return message_pb2.Message(
         id=mid,
         role=role,
+        # Kinds and fields given as plain values; the constructor checks them.
         kind=kind,  # type: ignore[arg-type]
         content=[content_pb2.ContentBlock(text=content_pb2.TextBlock(text=text or mid))],
+        # (as above)
         **fields,  # type: ignore[arg-type]
     )
 
@@ -111,12 +113,12 @@ async def begin(
     context: pb.ContextOptions | None = None,
 ) -> pb.BeginRunResponse:
     profile = chat_profile() if mode == CHAT else automation_profile()
-    return await h.stub.BeginRun(  # type: ignore[no-any-return]
+    return await h.stub.BeginRun(
         pb.BeginRunRequest(
             thread_id=thread_id,
-            runtime_mode=mode,  # type: ignore[arg-type]
+            runtime_mode=mode,
             run_id=run_id,
-            profile=profile,  # type: ignore[arg-type]
+            profile=profile,
             input_messages=messages,
             context=context,
         ),
@@ -132,9 +134,9 @@ async def finish(
     state: int = pb.RUN_STATE_SUCCEEDED,
     owner: str = "alice",
 ) -> pb.FinishRunResponse:
-    return await h.stub.FinishRun(  # type: ignore[no-any-return]
+    return await h.stub.FinishRun(
         pb.FinishRunRequest(
-            run_id=run_id, state=state, output_messages=messages  # type: ignore[arg-type]
+            run_id=run_id, state=state, output_messages=messages
         ),
         metadata=h.md(owner),
     )
@@ -144,13 +146,14 @@ async def append(
     h: History, thread_id: str, messages: list[message_pb2.Message], *, mode: int = CHAT,
     owner: str = "alice",
 ) -> pb.AppendMessagesResponse:
-    return await h.stub.AppendMessages(  # type: ignore[no-any-return]
+    return await h.stub.AppendMessages(
         pb.AppendMessagesRequest(
-            thread_id=thread_id, messages=messages, runtime_mode=mode  # type: ignore[arg-type]
+            thread_id=thread_id, messages=messages, runtime_mode=mode
         ),
         metadata=h.md(owner),
     )
 
 
 def ids(messages: object) -> list[str]:
+    # Messages given as protobuf or domain objects: both have an id.
     return [m.id for m in messages]  # type: ignore[attr-defined]

@@ -28,14 +28,14 @@ async def begin(
     lease: float = 10.0,
     owner: str = "alice",
 ) -> pb.BeginRunResponse:
-    return await h.stub.BeginRun(  # type: ignore[no-any-return]
+    return await h.stub.BeginRun(
         pb.BeginRunRequest(
             thread_id=thread_id,
             runtime_mode=1,
             run_id=run_id,
-            profile=chat_profile(),  # type: ignore[arg-type]
+            profile=chat_profile(),
             input_messages=[text_msg(mid)],
-            multitask_strategy=strategy,  # type: ignore[arg-type]
+            multitask_strategy=strategy,
             lease_holder="orch-1",
             lease_seconds=lease,
         ),

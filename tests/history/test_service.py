@@ -30,7 +30,7 @@ from tests.history.conftest import (
 
 async def history_of(h: History, thread_id: str, owner: str = "alice", **kw: object) -> list[str]:
     resp = await h.stub.ListHistory(
-        pb.ListHistoryRequest(thread_id=thread_id, **kw),  # type: ignore[arg-type]
+        pb.ListHistoryRequest(thread_id=thread_id, **kw),
         metadata=h.md(owner),
     )
     return ids(resp.messages)
@@ -42,7 +42,7 @@ async def context_of(
     resp = await h.stub.LoadContext(
         pb.LoadContextRequest(
             thread_id=thread_id,
-            context=pb.ContextOptions(**opts),  # type: ignore[arg-type]
+            context=pb.ContextOptions(**opts),
             page_size=1000,
         ),
         metadata=h.md(owner),
@@ -52,6 +52,7 @@ async def context_of(
 
 async def rpc_error(call: object) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
+        # The call object of an aio stub is awaitable.
         await call  # type: ignore[misc]
     return err.value
 
@@ -492,7 +493,7 @@ async def test_context_with_a_bad_window_or_zone_is_invalid(history: History) ->
                         ({"time_zone": "Nowhere/City"}, "context.time_zone")):
         err = await rpc_error(history.stub.LoadContext(
             pb.LoadContextRequest(
-                thread_id="t1", context=pb.ContextOptions(**opts)  # type: ignore[arg-type]
+                thread_id="t1", context=pb.ContextOptions(**opts)
             ),
             metadata=history.md()))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -594,7 +595,7 @@ async def test_audit_filters_by_origin_executor_profile_thread_and_time(history:
     async def audit(**flt: object) -> list[str]:
         resp = await history.stub.ListAudit(
             pb.ListAuditRequest(
-                owner_id="alice", filter=pb.AuditFilter(**flt)  # type: ignore[arg-type]
+                owner_id="alice", filter=pb.AuditFilter(**flt)
             ),
             metadata=admin,
         )
@@ -637,8 +638,8 @@ async def test_an_audit_filter_enum_this_build_does_not_know_is_refused(history:
     # Read as UNSPECIFIED it would drop the filter and list more than was asked for.
     await begin(history, "t1", "r1", [text_msg("u1")])
     admin = history.md("ops", admin=True)
-    for newer, field in ((pb.AuditFilter(origin=9), "filter.origin"),  # type: ignore[arg-type]
-                         (pb.AuditFilter(executor=7), "filter.executor")):  # type: ignore[arg-type]
+    for newer, field in ((pb.AuditFilter(origin=9), "filter.origin"),
+                         (pb.AuditFilter(executor=7), "filter.executor")):
         err = await rpc_error(
             history.stub.ListAudit(pb.ListAuditRequest(owner_id="alice", filter=newer), metadata=admin)
         )

@@ -16,19 +16,19 @@ DIGEST = hashlib.sha256(b'{"content": "x"}').hexdigest()
 
 
 def denial(call_id: str, tool: str = "memory_write", reason: int = pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE) -> pb.ToolDenial:
-    return pb.ToolDenial(tool_call_id=call_id, tool_name=tool, arguments_sha256=DIGEST, reason=reason)  # type: ignore[arg-type]
+    return pb.ToolDenial(tool_call_id=call_id, tool_name=tool, arguments_sha256=DIGEST, reason=reason)
 
 
 async def finish_with(h: History, run_id: str, denials: list[pb.ToolDenial], owner: str = "alice") -> pb.FinishRunResponse:
-    return await h.stub.FinishRun(  # type: ignore[no-any-return]
+    return await h.stub.FinishRun(
         pb.FinishRunRequest(run_id=run_id, state=pb.RUN_STATE_SUCCEEDED, tool_denials=denials),
         metadata=h.md(owner),
     )
 
 
 async def audit(h: History, owner: str = "alice", **fields: object) -> pb.ListAuditResponse:
-    return await h.stub.ListAudit(  # type: ignore[no-any-return]
-        pb.ListAuditRequest(owner_id=owner, **fields),  # type: ignore[arg-type]
+    return await h.stub.ListAudit(
+        pb.ListAuditRequest(owner_id=owner, **fields),
         metadata=h.md("root", admin=True),
     )
 

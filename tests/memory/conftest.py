@@ -8,9 +8,9 @@ from typing import Any
 
 import grpc
 import pytest
-
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+
 from services.memory.service import build
 from shared.errors import DomainError, from_rpc_error
 from shared.settings import Settings

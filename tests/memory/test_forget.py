@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import grpc
-
 from agentmesh.memory.v1 import memory_service_pb2 as pb
+
 from tests.grpc_helpers import owner_md
 from tests.memory.conftest import rpc_error
 

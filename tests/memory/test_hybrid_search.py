@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
-
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+
 from services.memory import store
 from services.memory.embedding_server import LocalEmbeddingServer, free_port
 from services.memory.service import MIGRATIONS, build
@@ -95,7 +95,7 @@ async def test_chinese_paraphrase_is_found_by_meaning(hybrid, hybrid_settings) -
     await alice.write("用户对花生过敏")
     await alice.write("用户养了一只橘猫")
     await _embedded(hybrid_settings)
-    assert (await alice.search("我在哪个城市生活？"))[0].content == "用户住在上海"  # noqa: RUF001
+    assert (await alice.search("我在哪个城市生活？"))[0].content == "用户住在上海"
     assert (await alice.search("家里的宠物"))[0].content == "用户养了一只橘猫"
     # Across languages too: an English question, a Chinese memory.
     assert (await alice.search("Which food am I allergic to?"))[0].content == "用户对花生过敏"
@@ -123,7 +123,7 @@ async def test_search_by_meaning_never_crosses_owners(hybrid, hybrid_settings) -
     await alice.write("用户住在上海")
     await bob.write("User plays the violin")
     await _embedded(hybrid_settings)
-    for query in ("beverage", "我在哪个城市生活？", "green tea"):  # noqa: RUF001
+    for query in ("beverage", "我在哪个城市生活？", "green tea"):
         assert [m.content for m in await bob.search(query)] == ["User plays the violin"]
     assert "User plays the violin" not in [m.content for m in await alice.search("music")]
     assert await hybrid("carol").search("beverage") == []

@@ -41,7 +41,7 @@ async def test_chinese_word_is_found_inside_unsegmented_sentences(client) -> Non
     assert [m.content for m in await alice.search("上海")] == ["我女儿在上海读大学"]
     assert [m.content for m in await alice.search("花生")] == ["我对花生过敏"]
     # A question around the word still finds it first.
-    hits = await alice.search("我对什么东西过敏？")  # noqa: RUF001
+    hits = await alice.search("我对什么东西过敏？")
     assert hits[0].content == "我对花生过敏"
 
 

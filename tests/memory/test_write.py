@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-
 from agentmesh.memory.v1 import memory_service_pb2 as pb
+
 from tests.memory.conftest import rpc_error
 
 

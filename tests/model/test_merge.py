@@ -27,6 +27,7 @@ def merged(*chunks: ChatResponse) -> MessageAccumulator:
 
 
 def chunk(*blocks: object, **kw: object) -> ChatResponse:
+    # Keyword fields of the test's choosing.
     return ChatResponse(content=blocks, **kw)  # type: ignore[arg-type]
 
 
@@ -146,6 +147,7 @@ def test_no_usage_reported_leaves_usage_unset() -> None:
 
 
 async def test_collect_drains_a_stream_into_a_message() -> None:
+    # A stream of the test's own chunks.
     async def stream():  # type: ignore[no-untyped-def]
         yield chunk(TextBlock("a"))
         yield chunk(TextBlock("b"), is_last=True, finished_reason="stop")

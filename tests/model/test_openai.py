@@ -235,7 +235,7 @@ def test_assistant_tool_turns_become_assistant_then_tool_messages() -> None:
 async def test_unknown_option_is_refused_before_any_request() -> None:
     async with fake_openai([recording("text.sse")]) as fake:
         m = model(fake.base_url)
-        with pytest.raises(ValueError, match="options.temprature: not a parameter"):
+        with pytest.raises(ValueError, match=r"options\.temprature: not a parameter"):
             await collect(m.stream([user("hi")], options={"temprature": 1}))
         await m.aclose()
     assert fake.requests == []

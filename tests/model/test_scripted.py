@@ -33,15 +33,18 @@ MEMORY_TOOLS = (ToolSpec("memory_write"), ToolSpec("memory_forget"))
 
 
 async def chunks(model: ScriptedModel, messages: list[Msg], **kw: object) -> list[ChatResponse]:
+    # Keyword options of the test's choosing.
     return [c async for c in model.stream(messages, **kw)]  # type: ignore[arg-type]
 
 
 async def reply(messages: list[Msg], **kw: object) -> Msg:
+    # Keyword options of the test's choosing.
     return await collect(ScriptedModel().stream(messages, **kw))  # type: ignore[arg-type]
 
 
 async def test_reply_streams_word_by_word_and_ends_with_usage() -> None:
     out = await chunks(ScriptedModel(), [user("hello there")])
+    # The first block of these chunks is text.
     texts = [c.content[0].text for c in out[:-1]]  # type: ignore[union-attr]
     assert "".join(texts) == 'You said: "hello there". This is turn 1 of our conversation.'
     assert len(texts) > 5
@@ -77,7 +80,7 @@ async def test_max_tokens_cuts_the_reply_with_finished_reason_length() -> None:
 
 async def test_unknown_option_is_refused_by_the_card() -> None:
     model = ScriptedModel(card=load_card("scripted"))
-    with pytest.raises(ValueError, match="options.temperature: not a parameter"):
+    with pytest.raises(ValueError, match=r"options\.temperature: not a parameter"):
         await chunks(model, [user("hi")], options={"temperature": 1})
 
 
@@ -85,6 +88,7 @@ async def test_tool_request_becomes_a_tool_call_split_mid_json() -> None:
     out = await chunks(ScriptedModel(), [user('please use the search tool with {"query": "green tea"}')])
     fragments = [c.content[0] for c in out if c.content]
     assert all(isinstance(f, ToolCallBlock) for f in fragments)
+    # The first fragment here is a tool call.
     assert fragments[0].name == "search" and fragments[0].input == ""  # type: ignore[union-attr]
     assert len(fragments) > 3
     assert out[-1].finished_reason == "tool_calls"

@@ -21,6 +21,7 @@ from shared.toolcalls import (
 )
 
 
+# Events of any kind.
 def kinds(events: list) -> list[str]:  # type: ignore[type-arg]
     return [e.WhichOneof("payload") for e in events]
 

@@ -4,8 +4,9 @@ A newer client may set fields this server does not know (they arrive as unknown 
 enum values added after this server was built (they arrive as plain numbers: the server
 interceptor reads them as UNSPECIFIED inside a message's data and refuses them elsewhere:
 shared/compat.py). Each service must then answer normally or with a clean INVALID_ARGUMENT
-naming the field: never INTERNAL, never a crash. Requests go through a raw generic call, bytes in and bytes out, so the
-unknown tags reach the server exactly as a newer peer would send them.
+naming the field: never INTERNAL, never a crash. Requests go through a raw generic call,
+bytes in and bytes out, so the unknown tags reach the server exactly as a newer peer would
+send them.
 """
 
 from __future__ import annotations
@@ -221,6 +222,7 @@ def _job(**fields: Any) -> scheduler_pb.Job:
 async def test_scheduler_tolerates_unknown_fields_and_enum_values(settings: Settings) -> None:
     svc = "/agentmesh.scheduler.v1.SchedulerService/"
     profile = profile_to_pb(AUTOMATION_MEMORY_DEFAULT)
+    # Deliberately a value this build does not know.
     profile.executor = FUTURE_ENUM  # type: ignore[assignment]
     cases = [
         Case(
@@ -353,6 +355,7 @@ def _start(**fields: Any) -> orchestrator_pb.StartRunRequest:
 async def test_orchestrator_tolerates_unknown_fields_and_enum_values(settings: Settings) -> None:
     svc = "/agentmesh.orchestrator.v1.OrchestratorService/"
     automation = profile_to_pb(AUTOMATION_MEMORY_DEFAULT)
+    # Deliberately a value this build does not know.
     automation.executor = FUTURE_ENUM  # type: ignore[assignment]
     cases = [
         Case("StartRun", svc + "StartRun", _start, orchestrator_pb.StartRunResponse, streaming=True),

@@ -32,6 +32,7 @@ def _start(thread_id: str, text: str, **fields: object) -> pb.StartRunRequest:
 
 
 async def _drain(call: object) -> None:
+    # The stream call object is async iterable.
     async for _ in call:  # type: ignore[attr-defined]
         pass
 

@@ -70,6 +70,7 @@ async def test_one_chat_run_is_one_trace_tree_rooted_at_the_gateway(
     } <= servers
     # A server span's parent is the client span of the call, made by the calling service.
     route = next(s for s in found if s.name.endswith("RouterService/Route") and s.kind is SpanKind.SERVER)
+    # A server span under test has its parent.
     client = by_id[route.parent.span_id]  # type: ignore[union-attr]
     assert client.kind is SpanKind.CLIENT and _scope(client) == "agentmesh.orchestrator"
     start = next(s for s in found if s.name.endswith("StartRun") and s.kind is SpanKind.SERVER)
@@ -132,7 +133,7 @@ async def test_server_span_continues_the_callers_traceparent(
     assert attrs[telemetry.OWNER_HASH] == telemetry.owner_hash("bob") != "bob"
 
 
-class pytest_raises_rpc:  # noqa: N801 - reads like pytest.raises
+class pytest_raises_rpc:
     def __init__(self, code: grpc.StatusCode) -> None:
         self.code = code
 

@@ -22,6 +22,7 @@ from tests.grpc_helpers import channel, owner_md, running_service
 
 
 def _version(metadata: object) -> str | None:
+    # Trailing metadata as grpc gives it: pairs of any values.
     return dict(metadata or ()).get(VERSION_KEY)  # type: ignore[call-overload, no-any-return]
 
 
@@ -63,6 +64,7 @@ async def test_start_up_log_line_names_version_and_services(
     async with running_service("history", build_history, settings):
         pass
     [record] = [r for r in caplog.records if r.getMessage() == "serving"]
+    # The structured fields the JSON formatter adds to a record.
     fields = record.fields  # type: ignore[attr-defined]
     assert fields["service"] == "history" and fields["version"] == VERSION
     assert fields["grpc_services"] == [HISTORY]

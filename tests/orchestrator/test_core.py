@@ -31,6 +31,7 @@ from shared.profiles import (
     ToolPolicy,
 )
 
+# pydantic reads the executor's name as its enum.
 DIRECT = ExecutionProfile(name="chat_direct", enable_router=False, executor="worker")  # type: ignore[arg-type]
 REGISTRY = ProfileRegistry({**BUILT_INS, DIRECT.name: DIRECT})
 
@@ -60,6 +61,7 @@ def test_chat_cannot_bring_its_own_profile_snapshot() -> None:
 
 
 def test_automation_uses_the_jobs_snapshot() -> None:
+    # pydantic reads the executor's name as its enum.
     snapshot = ExecutionProfile(name="job", enable_router=False, executor="worker")  # type: ignore[arg-type]
     assert core.resolve_profile(RuntimeMode.AUTOMATION, "", snapshot, REGISTRY) == snapshot
 
@@ -78,6 +80,7 @@ def test_router_step_only_when_the_profile_enables_it() -> None:
 
 def test_server_tools_are_declared_and_allowed_by_the_profile() -> None:
     profile = ExecutionProfile(
+        # pydantic reads the executor's name as its enum.
         name="p", enable_router=False, executor="memory",  # type: ignore[arg-type]
         tool_policy=ToolPolicy(allowlist=("memory_write", "memory_forget")),
     )

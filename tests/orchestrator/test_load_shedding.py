@@ -34,6 +34,7 @@ def ids() -> tuple[str, str]:
 async def _refused(suite: object, md: object) -> tuple[float, grpc.aio.AioRpcError, str]:
     thread_id, run_id = ids()
     began = time.monotonic()
+    # The in-process suite's stub attributes are set at run time.
     call = suite.orchestrator.StartRun(start_request(thread_id, run_id), metadata=md)  # type: ignore[attr-defined]
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call.read()

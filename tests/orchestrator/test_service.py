@@ -46,6 +46,7 @@ CHAT_RUN = [
     "RUN_FINISHED",
 ]
 LONG_TEXT = " ".join(f"word{i}" for i in range(40))
+# pydantic reads the executor's name as its enum.
 WORKER = ExecutionProfile(name="chat_direct", enable_router=False, executor="worker")  # type: ignore[arg-type]
 
 
@@ -222,6 +223,7 @@ async def test_router_step_is_absent_when_the_profile_disables_it(settings: Sett
 
 async def test_automation_run_uses_its_profile_snapshot_and_hides_its_input(settings: Settings) -> None:
     thread_id, run_id = ids()
+    # pydantic reads the executor's name as its enum.
     snapshot = ExecutionProfile(name="job_worker", enable_router=False, executor="worker")  # type: ignore[arg-type]
     request = start_request(
         thread_id,
@@ -256,6 +258,7 @@ def memory_run(thread_id: str, run_id: str) -> pb.StartRunRequest:
 async def test_memory_run_has_no_router_step_and_reads_the_owners_chat(settings: Settings) -> None:
     chat_thread, chat_run = ids()
     thread_id, run_id = ids()
+    # pydantic reads the executor's name as its enum.
     direct = ExecutionProfile(name="direct", enable_router=False, executor="worker")  # type: ignore[arg-type]
     registry = ProfileRegistry({**BUILT_INS, "direct": direct})
     # No router at all (a dead address): a memory run must never call it.
@@ -359,7 +362,7 @@ def _request_with(**fields: object) -> pb.StartRunRequest:
     for name, value in fields.items():
         if name == "messages":
             del request.messages[:]
-            request.messages.extend(value)  # type: ignore[arg-type]
+            request.messages.extend(value)
         else:
             setattr(request, name, value)
     return request

@@ -39,9 +39,11 @@ class CountingLog:
     async def exists(self, key: str) -> bool:
         return await self.inner.exists(key)
 
+    # A double of the event log: its follow yields nothing.
     def follow(self, key: str, after: int):  # type: ignore[no-untyped-def]
         return self.inner.follow(key, after)
 
+    # A double of the event log (as above).
     def follow_batches(self, key: str, after: int):  # type: ignore[no-untyped-def]
         return self.inner.follow_batches(key, after)
 

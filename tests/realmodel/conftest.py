@@ -2,9 +2,10 @@
 services.launcher.LocalModelServer) and the suite's real processes pointed at it.
 
 Every test module here is marked `realmodel` (pytest leaves them out unless asked with
-`-m realmodel`, as `make test-realmodel` does). Nothing is skipped: a missing model server is a failure that
-says to run `make model-server`. The assertions hold for any competent model: event shapes,
-what is stored, budgets, error codes; never wording (SmolLM2-135M is weak)."""
+`-m realmodel`, as `make test-realmodel` does). Nothing is skipped: a missing model server
+is a failure that says to run `make model-server`. The assertions hold for any competent
+model: event shapes, what is stored, budgets, error codes; never wording (SmolLM2-135M is
+weak)."""
 
 from __future__ import annotations
 

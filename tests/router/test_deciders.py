@@ -10,7 +10,7 @@ from typing import Any
 from services.router.core import RouteInput
 from services.router.deciders import MODEL_CONTEXT_MESSAGES, MODEL_MAX_TOKENS, ModelDecider
 from shared.messages import Msg, TextBlock, user
-from shared.model.base import ChatResponse, ModelUnavailable, ToolSpec
+from shared.model.base import ChatResponse, ModelError, ModelUnavailable, ToolSpec
 from shared.model.cards import load_card
 from shared.profiles import CHAT_DEFAULT
 
@@ -19,10 +19,16 @@ class CountingModel:
     name = "counting"
 
     def __init__(
-        self, answer: str = '{"tools": ["web_search"]}', *, fail: bool = False, stall: float = 0
+        self,
+        answer: str = '{"tools": ["web_search"]}',
+        *,
+        fail: bool = False,
+        stall: float = 0,
+        error: Exception | None = None,
     ) -> None:
         self.card = load_card("smollm2-local")
         self.answer, self.fail, self.stall = answer, fail, stall
+        self.error = error or ModelUnavailable("model counting: cannot reach it")
         self.calls: list[tuple[list[Msg], Mapping[str, Any] | None]] = []
 
     async def stream(
@@ -36,7 +42,7 @@ class CountingModel:
         if self.stall:
             await asyncio.sleep(self.stall)
         if self.fail:
-            raise ModelUnavailable("model counting: cannot reach it")
+            raise self.error
         yield ChatResponse(content=(TextBlock(self.answer),))
         yield ChatResponse(is_last=True, finished_reason="stop")
 
@@ -78,3 +84,12 @@ async def test_a_failing_or_late_model_falls_back_to_the_rule() -> None:
             request("hi", tools), [user("hi")]
         )
         assert route.tool_names == tools and len(model.calls) == 1
+
+
+async def test_a_model_error_of_a_kind_of_its_own_falls_back_to_the_rule_too() -> None:
+    # A provider may raise ModelError itself, not one of its DomainError kinds: the fallback
+    # logs its reason all the same (it used to fail the route with an AttributeError).
+    tools = ("memory_search", "web_search")
+    model = CountingModel(fail=True, error=ModelError("model counting: its own failure"))
+    route = await ModelDecider(model, timeout_seconds=1).decide(request("hi", tools), [user("hi")])
+    assert route.tool_names == tools and len(model.calls) == 1

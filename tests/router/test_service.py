@@ -38,6 +38,7 @@ class AnsweringModel:
 def route_request(text: str, tools: Sequence[str], profile: object = CHAT_DEFAULT) -> pb.RouteRequest:
     return pb.RouteRequest(
         run_id="run-1",
+        # The profile of the test, converted for the request.
         profile=profile_to_pb(profile),  # type: ignore[arg-type]
         input_message=msg_to_pb(user(text)),
         tools=[message_pb2.ToolSpec(name=t) for t in tools],

@@ -27,17 +27,16 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared import db
-from shared.identity import OWNER_KEY
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT
-from shared.settings import Settings
-
 from services.scheduler import core, store
 from services.scheduler.core import Job, JobConfig, JobSpec, JobStatus
 from services.scheduler.dispatch import ClaimLoop, Dispatcher
 from services.scheduler.schedule import Schedule, ScheduleType
 from services.scheduler.service import MIGRATIONS
 from services.scheduler.settings import SchedulerSettings
+from shared import db
+from shared.identity import OWNER_KEY
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT
+from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +68,7 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
     def starts_by_thread(self) -> Counter[str]:
         return Counter(self.requests[run_id].thread_id for run_id in self.starts.elements())
 
-    async def StartRun(self, request: orch_pb.StartRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StartRunResponse]:  # type: ignore[override]
+    async def StartRun(self, request: orch_pb.StartRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StartRunResponse]:
         self.starts[request.run_id] += 1
         self.requests[request.run_id] = request
         self.owners[request.run_id] = dict(context.invocation_metadata() or ()).get(OWNER_KEY, "")
@@ -98,7 +97,7 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
         self.states[run_id] = hist_pb.RUN_STATE_SUCCEEDED
         self.ended[run_id].set()
 
-    async def StreamRun(self, request: orch_pb.StreamRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StreamRunResponse]:  # type: ignore[override]
+    async def StreamRun(self, request: orch_pb.StreamRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StreamRunResponse]:
         self.follows[request.run_id] += 1
         if request.run_id not in self.states:
             await context.abort(grpc.StatusCode.NOT_FOUND, "run not found")
@@ -123,7 +122,7 @@ class FakeHistory(hist_grpc.HistoryServiceServicer):
     def __init__(self, orchestrator: FakeOrchestrator) -> None:
         self.orchestrator = orchestrator
 
-    async def GetRun(self, request: hist_pb.GetRunRequest, context: grpc.aio.ServicerContext) -> hist_pb.GetRunResponse:  # type: ignore[override]
+    async def GetRun(self, request: hist_pb.GetRunRequest, context: grpc.aio.ServicerContext) -> hist_pb.GetRunResponse:
         fake = self.orchestrator
         fake.lookups[request.run_id] += 1
         state = fake.states.get(request.run_id)

@@ -13,12 +13,11 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
+from services.scheduler import core
+from services.scheduler.service import build
 from shared.errors import from_rpc_error
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
 from shared.settings import Settings
-
-from services.scheduler import core
-from services.scheduler.service import build
 from tests.grpc_helpers import channel, owner_md, running_service
 from tests.scheduler.helpers import FakeOrchestrator, fake_orchestrator, fast_cfg
 
@@ -44,7 +43,7 @@ def job_pb(**kw: object) -> pb.Job:
         "execution_profile": profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
     }
     values.update(kw)
-    return pb.Job(**values)  # type: ignore[arg-type]
+    return pb.Job(**values)
 
 
 async def create(stub: pb_grpc.SchedulerServiceStub, md: object = ALICE, **kw: object) -> pb.Job:
@@ -54,6 +53,7 @@ async def create(stub: pb_grpc.SchedulerServiceStub, md: object = ALICE, **kw: o
 
 async def expect_code(call: object, code: grpc.StatusCode) -> object:
     with pytest.raises(grpc.aio.AioRpcError) as info:
+        # The call object of an aio stub is awaitable.
         await call  # type: ignore[misc]
     assert info.value.code() == code
     return from_rpc_error(info.value)
@@ -123,6 +123,7 @@ async def test_invalid_job_is_rejected_naming_the_field(api, overrides: dict[str
     stub, _ = api
     err = await expect_code(stub.CreateJob(pb.CreateJobRequest(job=job_pb(**overrides)), metadata=ALICE),
                             grpc.StatusCode.INVALID_ARGUMENT)
+    # The error the helper raises carries the violations.
     assert err.violations[0][0] == field  # type: ignore[attr-defined]
 
 
@@ -289,6 +290,7 @@ async def test_default_job_with_a_bad_timezone_is_invalid(api) -> None:
     stub, _ = api
     err = await expect_code(stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(timezone="Nowhere/City"), metadata=ALICE),
                             grpc.StatusCode.INVALID_ARGUMENT)
+    # The error the helper raises carries the violations.
     assert err.violations[0][0] == "timezone"  # type: ignore[attr-defined]
 
 

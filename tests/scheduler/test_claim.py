@@ -4,29 +4,26 @@ retries with backoff, lease fencing, takeover of a dead replica's run, and the o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncio
-
 import grpc
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from agentmesh.history.v1 import history_service_pb2 as hist_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
-
-from shared.profiles import CHAT_DEFAULT
-from shared.settings import Settings
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.scheduler import core, store
 from services.scheduler.core import CatchUpPolicy
 from services.scheduler.dispatch import start_request
 from services.scheduler.schedule import fire_time, zone
 from services.scheduler.schedule import next_slot as sched_next_slot
+from shared.profiles import CHAT_DEFAULT
+from shared.settings import Settings
 from tests.scheduler.helpers import (
     FakeOrchestrator,
     daily_spec,
@@ -97,7 +94,7 @@ async def test_three_days_down_applies_the_catch_up_policy(env, policy: CatchUpP
 
 
 async def test_skip_still_runs_an_on_time_slot(env) -> None:
-    engine, fake, address, settings = env
+    engine, _, address, settings = env
     now = await db_now(engine)
     spec = daily_spec(catch_up_policy=CatchUpPolicy.SKIP)
     job = due_job("alice", spec, now - timedelta(seconds=5), now)  # due 5 s ago, within grace
@@ -331,7 +328,9 @@ async def test_a_run_history_recorded_failed_moves_the_slot_to_its_next_run_id(e
     assert list(fake.starts) == [second_id]
 
 
-async def test_a_run_that_failed_while_watched_is_the_attempts_failure_and_the_retry_uses_the_next_id(env) -> None:
+async def test_a_run_failed_while_watched_fails_the_attempt_and_the_retry_uses_the_next_id(
+    env,
+) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])

@@ -9,12 +9,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
 
+from services.scheduler import store
+from services.scheduler.service import MIGRATIONS
 from shared import db
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, parse_profile
 from shared.settings import Settings
-
-from services.scheduler import store
-from services.scheduler.service import MIGRATIONS
 
 
 def _upgrade_to(conn: Connection, revision: str) -> None:

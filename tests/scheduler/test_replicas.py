@@ -18,9 +18,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.settings import Settings
-
 from services.scheduler import store
+from shared.settings import Settings
 from tests.conftest import USES_POSTGRES
 from tests.scheduler.helpers import (
     FakeOrchestrator,

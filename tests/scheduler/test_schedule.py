@@ -26,6 +26,7 @@ def utc(*args: int) -> datetime:
 def slots(schedule: Schedule, tz: object, after: datetime, n: int) -> list[datetime]:
     out = []
     for _ in range(n):
+        # Schedules given in the test's table form.
         nxt = s.next_slot(schedule, tz, after)  # type: ignore[arg-type]
         assert nxt is not None
         out.append(nxt)

@@ -91,14 +91,16 @@ def test_the_profiles_file_checks_each_agent_against_the_model_cards(tmp_path: P
     settings = Settings()
     path = tmp_path / "profiles.yaml"
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {model_card: nope}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker, agent: {model_card: nope}}\n"
     )
     with pytest.raises(
         ProfileFileError, match=r"profiles\[0\]\.agent\.model_card: model card nope"
     ):
         ProfileRegistry.load(path, REGISTERED_TOOLS, lambda agent: agent_problem(settings, agent))
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {temperature: 0.5}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker, agent: {temperature: 0.5}}\n"
     )
     # The scripted card has no temperature parameter.
     with pytest.raises(
@@ -106,7 +108,9 @@ def test_the_profiles_file_checks_each_agent_against_the_model_cards(tmp_path: P
     ):
         ProfileRegistry.load(path, REGISTERED_TOOLS, lambda agent: agent_problem(settings, agent))
     path.write_text(
-        "profiles:\n  - {name: a, enable_router: false, executor: worker, agent: {max_tokens: 100, system_prompt: 'Be brief.'}}\n"
+        "profiles:\n"
+        "  - {name: a, enable_router: false, executor: worker,\n"
+        "     agent: {max_tokens: 100, system_prompt: 'Be brief.'}}\n"
     )
     assert ProfileRegistry.load(path, REGISTERED_TOOLS, lambda a: agent_problem(settings, a)).get(
         "a"
@@ -118,10 +122,12 @@ async def test_the_worker_uses_the_profiles_prompt_model_and_options() -> None:
     chosen_options: list[object] = []
     original = chosen.stream
 
+    # A stand-in for the card's stream.
     def stream(messages, *, tools=(), options=None):  # type: ignore[no-untyped-def]
         chosen_options.append(options)
         return original(messages, tools=tools, options=options)
 
+    # Replaced for this test only.
     chosen.stream = stream  # type: ignore[method-assign]
     agent = WorkerAgent(
         default,

@@ -32,6 +32,7 @@ def _unavailable(exc: BaseException) -> bool:
 
 async def _raised(awaitable: object) -> BaseException:
     try:
+        # The call object of an aio stub is awaitable.
         await awaitable  # type: ignore[misc]
     except Exception as exc:
         return exc

@@ -13,7 +13,7 @@ PROTOS = ROOT / "protos"
 def _generated_files(base: Path) -> set[Path]:
     return {
         p.relative_to(base)
-        for pattern in ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
+        for pattern in ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py", "*_pb2_grpc.pyi")
         for p in base.rglob(pattern)
     }
 

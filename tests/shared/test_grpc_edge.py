@@ -150,6 +150,7 @@ def _begin(**fields: Any) -> history_pb.BeginRunRequest:
 
 def _tool_policy_mode(mode: int) -> execution_profile_pb2.ExecutionProfile:
     profile = _profile()
+    # Deliberately any mode value.
     profile.tool_policy.mode = mode  # type: ignore[assignment]
     return profile
 
@@ -218,7 +219,7 @@ def _history_rows() -> list[Row]:
             svc + "ListHistory",
             _raw(history_pb.ListHistoryRequest(thread_id="t-1", direction=UNKNOWN_ENUM)),
             "direction",
-        ),  # type: ignore[arg-type]
+        ),
         Row(
             "BeginRun multitask_strategy 99",
             svc + "BeginRun",
@@ -238,7 +239,7 @@ def _history_rows() -> list[Row]:
                 history_pb.ListAuditRequest(
                     owner_id="alice", filter=history_pb.AuditFilter(origin=UNKNOWN_ENUM)
                 )
-            ),  # type: ignore[arg-type]
+            ),
             "filter.origin",
             metadata=ADMIN,
         ),
@@ -249,7 +250,7 @@ def _history_rows() -> list[Row]:
                 history_pb.ListAuditRequest(
                     owner_id="alice", filter=history_pb.AuditFilter(executor=UNKNOWN_ENUM)
                 )
-            ),  # type: ignore[arg-type]
+            ),
             "filter.executor",
             metadata=ADMIN,
         ),

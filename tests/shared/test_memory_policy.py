@@ -30,6 +30,7 @@ def test_chat_default_recalls_and_a_profile_without_a_policy_does_not() -> None:
     "profile", [CHAT_DEFAULT, AUTOMATION_MEMORY_DEFAULT], ids=["chat", "automation"]
 )
 def test_the_policy_survives_the_trip_between_services(profile: object) -> None:
+    # The profile of the test, converted both ways.
     assert profile_from_pb(profile_to_pb(profile)) == profile  # type: ignore[arg-type]
 
 

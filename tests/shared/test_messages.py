@@ -50,6 +50,7 @@ def test_data_block_needs_exactly_one_source() -> None:
 
 def test_tool_result_output_holds_only_text_and_data() -> None:
     with pytest.raises(ValueError, match="text or data blocks"):
+        # Deliberately a block a tool result may not hold.
         ToolResultBlock(id="c1", name="t", output=(ThinkingBlock("no"),))  # type: ignore[arg-type]
 
 
@@ -79,7 +80,7 @@ def test_metadata_rejects_values_json_cannot_hold() -> None:
 
 
 def test_metadata_rejects_unknown_origin() -> None:
-    with pytest.raises(ValueError, match="metadata.origin: must be chat or automation"):
+    with pytest.raises(ValueError, match=r"metadata\.origin: must be chat or automation"):
         user("x", metadata={"origin": "batch"})
 
 

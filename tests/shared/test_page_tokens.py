@@ -38,6 +38,7 @@ SCOPE = ["history", "t-1", "forward"]
 
 def _payload(token: str) -> dict[str, Any]:
     text = token.split(".")[0]
+    # JSON of the token.
     return json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))  # type: ignore[no-any-return]
 
 

@@ -173,7 +173,7 @@ async def test_a_unit_cancelled_while_its_begin_is_answered_leaves_no_open_trans
         if query.startswith("BEGIN"):
             begun.set()
             await asyncio.sleep(30)
-        return result  # type: ignore[no-any-return]
+        return result
 
     monkeypatch.setattr(asyncpg.connection.Connection, "execute", slow_begin)
 

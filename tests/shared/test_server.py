@@ -93,6 +93,7 @@ async def test_graceful_stop_lets_in_flight_call_finish_and_marks_not_serving() 
         await asyncio.sleep(0.1)
         await server.stop()
         assert await in_flight == b"ok"
+    # The health servicer reads no context here.
     health = await server.health.Check(health_pb2.HealthCheckRequest(service=""), None)  # type: ignore[arg-type]
     assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -107,6 +108,7 @@ def test_settings_read_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def _statuses(server: GrpcServer, *names: str) -> list[int]:
     return [
+        # The health servicer reads no context here.
         (await server.health.Check(health_pb2.HealthCheckRequest(service=n), None)).status  # type: ignore[arg-type]
         for n in names
     ]

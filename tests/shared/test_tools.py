@@ -6,7 +6,13 @@ import hashlib
 
 from shared.domain import ExecutorKind
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, CHAT_DEFAULT, ExecutionProfile, ToolPolicy
-from shared.tools import REGISTERED_TOOLS, DenialReason, arguments_digest, authorize, effective_tools
+from shared.tools import (
+    REGISTERED_TOOLS,
+    DenialReason,
+    arguments_digest,
+    authorize,
+    effective_tools,
+)
 
 
 def profile(*allowlist: str) -> ExecutionProfile:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +44,6 @@ class StepRequest:
 
 
 class Agent(Protocol):
-    def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+    def run(self, step: StepRequest) -> AsyncGenerator[StepItem, None]:
         """Stream the step's events and finished messages; a StepResult comes last."""
         ...

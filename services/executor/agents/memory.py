@@ -30,9 +30,10 @@ the watermark stays where it was: those messages are read again by the next run.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Protocol
 
 from services.executor import agent_config, core, recall
@@ -120,7 +121,7 @@ class Watermarks(Protocol):
     async def watermark(self, owner: str, name: str) -> Watermark: ...
 
     async def advance(
-        self, owner: str, name: str, expected: str, position: str, time: object
+        self, owner: str, name: str, expected: str, position: str, time: datetime
     ) -> bool: ...
 
 
@@ -156,7 +157,7 @@ class MemoryAgent:
         self.max_tool_rounds = max(1, max_tool_rounds)
         self.tool_timeout_seconds = tool_timeout_seconds
 
-    async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+    async def run(self, step: StepRequest) -> AsyncGenerator[StepItem, None]:
         if step.client_tools:
             raise InvalidArgument("client_tools", "the memory agent runs no client-side tools")
         registered = self.tools.names()
@@ -308,7 +309,10 @@ class MemoryAgent:
             yield message
             if not calls:
                 if turn_no == 0 and NO_MEMORIES not in "".join(turn.text):
-                    raise unusable(f"it answered in prose instead of calling a memory tool or saying {NO_MEMORIES}")
+                    raise unusable(
+                        "it answered in prose instead of calling a memory tool or saying "
+                        + NO_MEMORIES
+                    )
                 return
             conversation.append(message)
             async for item in self._run_calls(progress, calls, last=last):
@@ -397,14 +401,14 @@ class MemoryAgent:
         self,
         model_call: agent_config.CallSetup,
         conversation: Sequence[Msg],
-        offered: Sequence[object],
+        offered: Sequence[ToolSpec],
         message_id: str,
         turn: TurnOutput,
         tracker: ToolCallTracker,
         output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[StepItem]:
         text_open = False
-        stream_of = model_call.stream(conversation, offered, output_schema)  # type: ignore[arg-type]
+        stream_of = model_call.stream(conversation, offered, output_schema)
         async with aclosing(stream_of) as stream:
             async for chunk in stream:
                 for block in chunk.content:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
@@ -119,7 +119,7 @@ class WorkerAgent:
         self.max_tool_rounds = max_tool_rounds
         self.tool_timeout_seconds = tool_timeout_seconds
 
-    async def run(self, step: StepRequest) -> AsyncIterator[StepItem]:
+    async def run(self, step: StepRequest) -> AsyncGenerator[StepItem, None]:
         self.tools.refresh()
         registered = self.tools.names()
         server = effective_tools(step.declared, step.profile, registered)
@@ -344,8 +344,8 @@ class WorkerAgent:
                     turn.finished_reason = chunk.finished_reason
         if text_open:
             yield TextEnd(message_id)
-        for call in turn.calls.blocks():
-            yield ToolCallEnd(call.id)
+        for block in turn.calls.blocks():
+            yield ToolCallEnd(block.id)
 
 def denied(call: ToolCallBlock, reason: DenialReason) -> ToolDenied:
     """The audit item of a refused call: a digest of its arguments, never the arguments."""

@@ -1,2 +1,3 @@
 from shared.migrations_env import run
+
 run()

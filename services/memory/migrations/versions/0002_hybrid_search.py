@@ -19,6 +19,8 @@ Revises: 0001
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -59,7 +61,7 @@ def upgrade() -> None:
             )
         op.execute("CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public")
         # Made text here, then pgvector's type below (SQLAlchemy has no type for it).
-        embedding_type: sa.types.TypeEngine[object] = sa.Text()
+        embedding_type: sa.types.TypeEngine[Any] = sa.Text()
     else:
         _drop_sqlite_fts()
         _sqlite_fts("search_text")
