@@ -576,3 +576,37 @@ class ListRunsResponse(_message.Message):
     runs: _containers.RepeatedCompositeFieldContainer[Run]
     next_page_token: str
     def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetOwnerUsageRequest(_message.Message):
+    __slots__ = ("from_day", "to_day")
+    FROM_DAY_FIELD_NUMBER: _ClassVar[int]
+    TO_DAY_FIELD_NUMBER: _ClassVar[int]
+    from_day: str
+    to_day: str
+    def __init__(self, from_day: _Optional[str] = ..., to_day: _Optional[str] = ...) -> None: ...
+
+class OwnerUsageDay(_message.Message):
+    __slots__ = ("day", "runs", "failed_runs", "automation_runs", "input_tokens", "output_tokens", "duration_ms", "tokens_estimated")
+    DAY_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_RUNS_FIELD_NUMBER: _ClassVar[int]
+    AUTOMATION_RUNS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    day: str
+    runs: int
+    failed_runs: int
+    automation_runs: int
+    input_tokens: int
+    output_tokens: int
+    duration_ms: int
+    tokens_estimated: bool
+    def __init__(self, day: _Optional[str] = ..., runs: _Optional[int] = ..., failed_runs: _Optional[int] = ..., automation_runs: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., duration_ms: _Optional[int] = ..., tokens_estimated: _Optional[bool] = ...) -> None: ...
+
+class GetOwnerUsageResponse(_message.Message):
+    __slots__ = ("days",)
+    DAYS_FIELD_NUMBER: _ClassVar[int]
+    days: _containers.RepeatedCompositeFieldContainer[OwnerUsageDay]
+    def __init__(self, days: _Optional[_Iterable[_Union[OwnerUsageDay, _Mapping]]] = ...) -> None: ...

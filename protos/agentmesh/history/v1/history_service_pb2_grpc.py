@@ -137,6 +137,11 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
                 _registered_method=True)
+        self.GetOwnerUsage = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/GetOwnerUsage',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -286,6 +291,15 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOwnerUsage(self, request, context):
+        """The caller's usage per UTC day, from the run records: every run (chat and automation)
+        counts on the UTC day it was created. The one source of the usage an owner or an admin
+        reads and of the tokens-per-day quota.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -388,6 +402,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.ListUnfinishedDeletions,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.SerializeToString,
+            ),
+            'GetOwnerUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOwnerUsage,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -933,6 +952,33 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/ListUnfinishedDeletions',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.ListUnfinishedDeletionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOwnerUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/GetOwnerUsage',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
