@@ -46,6 +46,7 @@ from services.gateway.errors import ApiError, internal, invalid
 from services.gateway.quota import Quota
 from services.gateway.shedding import ShedRuns
 from services.gateway.store import GatewayStore
+from services.gateway.usage import OwnerUsage
 from shared import metrics, telemetry
 from shared.admission import InFlight
 from shared.errors import as_domain_error
@@ -236,10 +237,12 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The gateway's own tables (quota overrides, usage, API keys), migrated to head.
+        # The gateway's own tables (quota overrides, API keys), migrated to head.
         store = await GatewayStore.open(settings)
         app.state.store = store
-        quota = Quota.open(settings, store)
+        # Usage is history's (its run records); read through the app's clients.
+        app.state.usage = OwnerUsage(settings, lambda: app.state.clients)
+        quota = Quota.open(settings, store, app.state.usage)
         app.state.quota = quota
         app.state.api_keys = ApiKeys(store)
         app.state.jwks = jwks_client(settings)
@@ -250,7 +253,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             own = open_clients(settings)
             app.state.clients = own
             # Owner deletions left unfinished (a service was down) are driven again from here.
-            resumer = asyncio.create_task(lifecycle.resume_forever(own, settings))
+            resumer = asyncio.create_task(lifecycle.resume_forever(own, settings, store))
             try:
                 yield
             finally:

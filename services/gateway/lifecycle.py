@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.gateway import convert, jobs
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError
+from services.gateway.store import GatewayStore
 from shared.pagination import MAX_PAGE_SIZE
 from shared.settings import Settings
 
@@ -82,8 +84,24 @@ def _step_call(clients: Clients, service: str) -> tuple[Any, Any]:
     return clients.history.DeleteOwnerData, history_pb.DeleteOwnerDataRequest()
 
 
+async def _step(
+    clients: Clients, settings: Settings, store: GatewayStore, owner: str, service: str
+) -> Mapping[str, int]:
+    """One step of an owner deletion: what it deleted, by kind."""
+    if service == "gateway":
+        try:
+            return await store.delete_owner_data(owner)
+        except SQLAlchemyError as exc:
+            raise ApiError(503, "UNAVAILABLE", "the gateway's database failed") from exc
+    rpc, request = _step_call(clients, service)
+    reply = await unary(
+        rpc, request, owner=owner, service=service, timeout=settings.rpc_timeout_seconds
+    )
+    return dict(reply.deleted_counts)
+
+
 async def drive(
-    clients: Clients, settings: Settings, d: history_pb.Deletion
+    clients: Clients, settings: Settings, store: GatewayStore, d: history_pb.Deletion
 ) -> history_pb.Deletion:
     """Try the pending steps of deletion `d` in order, recording each outcome; the first
     step that fails stops the pass (the later steps wait for it: the order matters)."""
@@ -91,21 +109,14 @@ async def drive(
     for step in list(d.steps):
         if step.done:
             continue
-        rpc, request = _step_call(clients, step.service)
         record = history_pb.RecordDeletionStepRequest(deletion_id=d.id, service=step.service)
         try:
-            reply = await unary(
-                rpc,
-                request,
-                owner=owner,
-                service=step.service,
-                timeout=settings.rpc_timeout_seconds,
-            )
+            counts = await _step(clients, settings, store, owner, step.service)
         except ApiError as err:
             record.error = f"{err.code}: {err.message}"
         else:
             record.done = True
-            record.deleted_counts.update(reply.deleted_counts)
+            record.deleted_counts.update(counts)
         recorded = await unary(
             clients.history.RecordDeletionStep,
             record,
@@ -140,7 +151,13 @@ async def delete_run_events(
 
 
 async def start_owner_deletion(
-    clients: Clients, settings: Settings, owner: str, *, requested_by: str, admin: bool
+    clients: Clients,
+    settings: Settings,
+    store: GatewayStore,
+    owner: str,
+    *,
+    requested_by: str,
+    admin: bool,
 ) -> history_pb.Deletion:
     """The owner's deletion (the running one, or a new one), driven once."""
     started = await unary(
@@ -151,10 +168,10 @@ async def start_owner_deletion(
         timeout=settings.rpc_timeout_seconds,
         admin=admin,
     )
-    return await drive(clients, settings, started.deletion)
+    return await drive(clients, settings, store, started.deletion)
 
 
-async def resume_deletions(clients: Clients, settings: Settings) -> int:
+async def resume_deletions(clients: Clients, settings: Settings, store: GatewayStore) -> int:
     """Drive every unfinished owner deletion once; how many were driven."""
     listed = await unary(
         clients.history.ListUnfinishedDeletions,
@@ -166,17 +183,17 @@ async def resume_deletions(clients: Clients, settings: Settings) -> int:
     )
     for d in listed.deletions:
         try:
-            await drive(clients, settings, d)
+            await drive(clients, settings, store, d)
         except ApiError as err:  # history itself is away: the next pass tries again
             log.warning("owner deletion %s not resumed: %s", d.id, err.code)
     return len(listed.deletions)
 
 
-async def resume_forever(clients: Clients, settings: Settings) -> None:
+async def resume_forever(clients: Clients, settings: Settings, store: GatewayStore) -> None:
     while True:
         await asyncio.sleep(settings.lifecycle_sweep_seconds)
         try:
-            await resume_deletions(clients, settings)
+            await resume_deletions(clients, settings, store)
         except asyncio.CancelledError:
             raise
         except ApiError as err:

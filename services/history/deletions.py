@@ -5,7 +5,8 @@ A deletion record keeps who asked, what kind, when, and how many records of each
 never the deleted content. An owner deletion is a job of steps, one per service that holds the
 owner's data, done in STEP order: the scheduler first (no automation starts a new run), then
 memory, then history (it waits for the runs in flight to stop), then the orchestrator's run
-event logs (once no run writes to them any more). Each step is
+event logs (once no run writes to them any more), then the gateway's own rows of the owner
+(usage an earlier version counted there). Each step is
 idempotent, so a step that failed (a service was down) is simply tried again.
 """
 
@@ -19,7 +20,7 @@ from enum import StrEnum
 
 from shared.errors import FailedPrecondition, InvalidArgument
 
-OWNER_STEPS = ("scheduler", "memory", "history", "orchestrator")
+OWNER_STEPS = ("scheduler", "memory", "history", "orchestrator", "gateway")
 THREAD_STEP = "history"
 RETENTION_REQUESTER = "retention"
 MAX_ERROR_CHARS = 500

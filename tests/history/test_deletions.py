@@ -143,7 +143,9 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
     started = await history.stub.StartOwnerDeletion(pb.StartOwnerDeletionRequest(), metadata=md)
     assert started.created
     d = started.deletion
-    assert [s.service for s in d.steps] == ["scheduler", "memory", "history", "orchestrator"]
+    assert [s.service for s in d.steps] == [
+        "scheduler", "memory", "history", "orchestrator", "gateway"
+    ]
     assert d.state == pb.DELETION_STATE_RUNNING
 
     # A second request while it runs gets the same deletion (one job per owner).
@@ -181,6 +183,11 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
     last = await history.stub.RecordDeletionStep(
         step(deletion_id=d.id, service="orchestrator", done=True), metadata=md
     )
+    assert last.deletion.state == pb.DELETION_STATE_RUNNING
+    last = await history.stub.RecordDeletionStep(
+        step(deletion_id=d.id, service="gateway", done=True, deleted_counts={"usage_days": 1}),
+        metadata=md,
+    )
     final = last.deletion
     assert final.state == pb.DELETION_STATE_SUCCEEDED and final.HasField("finish_time")
     assert [(s.service, s.done, dict(s.deleted_counts)) for s in final.steps] == [
@@ -188,6 +195,7 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
         ("memory", True, {"memories": 2}),
         ("history", True, {"threads": 3}),
         ("orchestrator", True, {}),
+        ("gateway", True, {"usage_days": 1}),
     ]
     assert final.steps[1].attempts == 2 and not final.steps[1].last_error
     # Finished: the next request starts a new deletion.
