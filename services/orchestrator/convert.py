@@ -21,7 +21,7 @@ from shared.approvals import Decision, decision_from_pb, decision_to_pb
 from shared.domain import EXECUTOR_TO_PB, RUNTIME_MODE_TO_PB, MessageKind, runtime_mode_from_pb
 from shared.errors import InvalidArgument
 from shared.ids import check_time_zone
-from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb
+from shared.messages import Msg, assistant, msg_from_pb, msg_to_pb, system, usage_from_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
@@ -280,6 +280,26 @@ def _stamp(msg: Msg, plan: RunPlan) -> message_pb2.Message:
 def stamp_output(message: message_pb2.Message, plan: RunPlan) -> message_pb2.Message:
     """An executor's finished message, with the run's ids, kind and metadata."""
     return _stamp(msg_from_pb(message, "message"), plan)
+
+
+def route_message(
+    decision: router_service_pb2.RouteResponse, plan: RunPlan
+) -> message_pb2.Message | None:
+    """The record of a router decision a model made (None when the rule decided): the tools
+    it kept and why, with the routing call's usage, which thereby counts in the run's
+    (history sums its output messages' usage). Audit only (kind route, mask 0)."""
+    if not decision.HasField("usage"):
+        return None
+    tools = list(decision.tool_names)
+    text = f"Route: {', '.join(tools) if tools else 'no tools'}. {decision.reason}"
+    msg = system(
+        text,
+        id=uuid.uuid4().hex,
+        kind=MessageKind.ROUTE,
+        metadata={"route": {"tools": tools, "reason": decision.reason}},
+        usage=usage_from_pb(decision.usage),
+    )
+    return _stamp(msg, plan)
 
 
 def partial_replies(

@@ -23,11 +23,13 @@ class RouteRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., profile: _Optional[_Union[_execution_profile_pb2.ExecutionProfile, _Mapping]] = ..., context_messages: _Optional[_Iterable[_Union[_message_pb2.Message, _Mapping]]] = ..., input_message: _Optional[_Union[_message_pb2.Message, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_message_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ("executor", "tool_names", "reason")
+    __slots__ = ("executor", "tool_names", "reason", "usage")
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     executor: _execution_profile_pb2.Executor
     tool_names: _containers.RepeatedScalarFieldContainer[str]
     reason: str
-    def __init__(self, executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., tool_names: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    usage: _message_pb2.Usage
+    def __init__(self, executor: _Optional[_Union[_execution_profile_pb2.Executor, str]] = ..., tool_names: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., usage: _Optional[_Union[_message_pb2.Usage, _Mapping]] = ...) -> None: ...

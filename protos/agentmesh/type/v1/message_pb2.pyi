@@ -34,6 +34,7 @@ class MessageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_KIND_TOOL_CALL: _ClassVar[MessageKind]
     MESSAGE_KIND_TOOL_RESULT: _ClassVar[MessageKind]
     MESSAGE_KIND_MEMORY_RECALL: _ClassVar[MessageKind]
+    MESSAGE_KIND_ROUTE: _ClassVar[MessageKind]
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
@@ -47,6 +48,7 @@ MESSAGE_KIND_AGENT_REPLY: MessageKind
 MESSAGE_KIND_TOOL_CALL: MessageKind
 MESSAGE_KIND_TOOL_RESULT: MessageKind
 MESSAGE_KIND_MEMORY_RECALL: MessageKind
+MESSAGE_KIND_ROUTE: MessageKind
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "estimated")
