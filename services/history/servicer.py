@@ -778,7 +778,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def GetOwnerUsage(
-        self, request: pb.GetOwnerUsageRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.GetOwnerUsageRequest,
+        context: grpc.aio.ServicerContext[pb.GetOwnerUsageRequest, pb.GetOwnerUsageResponse],
     ) -> pb.GetOwnerUsageResponse:
         owner = owner_id(context)
         start, end = core.usage_span(request.from_day, request.to_day)

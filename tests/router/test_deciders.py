@@ -10,7 +10,7 @@ from typing import Any
 from services.router.core import RouteInput
 from services.router.deciders import MODEL_CONTEXT_MESSAGES, MODEL_MAX_TOKENS, ModelDecider
 from shared.messages import Msg, TextBlock, Usage, user
-from shared.model.base import ChatResponse, ModelUnavailable, ToolSpec
+from shared.model.base import ChatResponse, ModelUnavailable, OutputSchema, ToolSpec
 from shared.model.cards import load_card
 from shared.profiles import CHAT_DEFAULT
 
@@ -32,6 +32,7 @@ class CountingModel:
         *,
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
         self.calls.append((list(messages), options))
         if self.stall:
