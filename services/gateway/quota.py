@@ -308,10 +308,9 @@ class Quota:
         retry_after = max(1, math.ceil(stats.reset_time - time.time()))
         return exceeded("runs per minute", item.amount, retry_after)
 
-    async def release(self, run: Admitted, _last: object = None) -> None:
+    async def release(self, run: Admitted) -> None:
         """The run's stream ended (or it never started): its concurrent slot is free. What
-        the run used is in its run record (history), not counted here; `_last`, the
-        stream's last event, is the StreamEnd callback's argument."""
+        the run used is in its run record (history), not counted here."""
         try:
             await self.leases.give_back(run.owner, run.lease)
         except Exception:

@@ -283,7 +283,7 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
         in_flight.release(who.owner)
         raise
     # Frees its concurrent slot when its stream ends (its usage is in its run record).
-    on_end = StreamEnd(partial(quota.release, admitted))
+    on_end = StreamEnd(lambda _last: quota.release(admitted))
     try:
         return await _start(request, who, settings, clients, in_flight, on_end)
     except BaseException:
