@@ -9,11 +9,13 @@ import logging
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from starlette.types import Message, Receive, Scope, Send
 
 from services.gateway.app import create_app
 from services.gateway.clients import Clients
 from services.gateway.shedding import RUNS_PATH, ShedRuns, overloaded
+from shared import metrics
 from shared.admission import InFlight
 from shared.admission import Scope as Bound
 from shared.logs import request_id_var
@@ -74,6 +76,9 @@ async def test_the_door_answers_the_refusal_the_rule_builds_with_each_requests_i
 
     door = ShedRuns(app, in_flight)
     sent: list[Message] = []
+    metrics.enable()
+    labels = {"method": "POST", "route": RUNS_PATH, "status": "503"}
+    counted = REGISTRY.get_sample_value("agentmesh_http_requests_total", labels) or 0.0
 
     async def send(message: Message) -> None:
         sent.append(message)
@@ -102,3 +107,5 @@ async def test_the_door_answers_the_refusal_the_rule_builds_with_each_requests_i
     assert int(headers[b"content-length"]) == len(body["body"])
     assert json.loads(body["body"]) == expected
     assert json.loads(second["body"])["error"]["requestId"] == "rid.two:2"
+    # Each refusal is in the gateway's request metrics, as any answer is.
+    assert REGISTRY.get_sample_value("agentmesh_http_requests_total", labels) == counted + 2
