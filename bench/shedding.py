@@ -1,16 +1,26 @@
 """Load shedding under overload: the suite with a bound of runs in flight
-(AGENTMESH_MAX_RUNS_IN_FLIGHT = --bound, the saturation load), driven at the bound and at
-twice it.
+(AGENTMESH_MAX_RUNS_IN_FLIGHT = --bound), driven at the saturation load and at twice it,
+by two definitions of "twice".
 
     python -m bench.shedding [--backend embedded|postgres] [--bound 16] [--duration 10]
                              [--processes 2] [--pause 0.05] [--out results]
 
-At 2x the bound, half the clients find the suite full: each refused request (503 +
-Retry-After) is timed to its answer (target: p99 <= 50 ms), and the client sends again
-after --pause (a client that honoured Retry-After: 1 would offer less than 2x). The
-accepted runs' first-event latency at 2x is compared with the one at the bound: refused
-runs must not slow down the admitted ones. Both are reported as ratios to their target
-(<= 1 is met). Writes results/shedding-<backend>.json.
+Saturation: --bound clients in a closed loop (each sends its next run when the last ended):
+the suite full and nothing refused; its throughput T and first-event latency are the
+reference. Twice it, two ways:
+
+- closed loop: 2 x --bound clients, the refused ones sending again after --pause (a client
+  that honoured Retry-After: 1 would offer less). This offers more than 2x: a refused
+  client is answered in milliseconds and sends again, so the offered rate (runs and
+  refusals per second) is several times T, and grows as refusals get faster;
+- open loop: runs arriving as a Poisson process of 2 x T per second whatever is answered
+  (a refused run is not sent again), each timed from its scheduled arrival (no coordinated
+  omission): an offered load of twice the measured saturation throughput.
+
+Each refused request (503 + Retry-After) is timed to its answer (target: p99 <= 50 ms), and
+the accepted runs' first-event p99 at 2x is compared with the one at saturation (target: no
+worse). Both as ratios to their target (<= 1 is met), for both definitions. Writes
+results/shedding-<backend>.json.
 
 The default bound, 16, is about where this suite's throughput stops growing on the 2-core
 development machine (scripted model, embedded: c=16 153 runs/s, c=32 155-172 runs/s at
@@ -28,11 +38,14 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import cpu_seconds
 from bench.stats import summary_ms
-from bench.suite import http_client, load, run_clients, start_suite, token
+from bench.suite import http_client, load, poisson_arrivals, run_clients, start_suite, token
+from services.launcher import Suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,92 +54,198 @@ ROOT = Path(__file__).resolve().parent.parent
 REFUSED_P99_TARGET_MS = 50.0
 
 
-def _client_process(url: str, concurrency: int, duration: float, pause: float, out: Any) -> None:
+
+class _Seen:
+    """What one client process saw: accepted runs' first events and refusals (seconds), and
+    errors."""
+
+    def __init__(self) -> None:
+        self.auth = f"Bearer {token('shed-' + uuid.uuid4().hex[:6])}"
+        self.firsts: list[float] = []
+        self.refused: list[float] = []
+        self.errors: list[str] = []
+
+    async def attempt(self, client: Any, url: str, late: float = 0.0) -> bool:
+        """One POST /runs, timed from `late` seconds before it was sent; whether it was
+        refused (503)."""
+        body = {
+            "threadId": f"s-{uuid.uuid4().hex[:12]}",
+            "runId": f"r-{uuid.uuid4().hex[:12]}",
+            "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": "Hello"}],
+        }
+        started = time.perf_counter() - late
+        first = 0.0
+        tail = b""
+        try:
+            async with client.post(url, json=body, headers={"Authorization": self.auth}) as resp:
+                if resp.status == 503:
+                    await resp.read()
+                    self.refused.append(time.perf_counter() - started)
+                    return True
+                if resp.status != 200:
+                    self.errors.append(f"HTTP {resp.status}: {(await resp.read())[:120]!r}")
+                    return False
+                async for chunk in resp.content.iter_any():
+                    if not first:
+                        first = time.perf_counter() - started
+                    tail = (tail + chunk)[-4096:]
+        except Exception as err:  # counted, not fatal
+            self.errors.append(f"{type(err).__name__}: {err}"[:200])
+            return False
+        if b'"RUN_FINISHED"' not in tail:
+            self.errors.append("run did not finish: " + tail[-200:].decode(errors="replace"))
+            return False
+        self.firsts.append(first)
+        return False
+
+    def result(self, began: float, ended: float, **more: Any) -> dict[str, Any]:
+        return {
+            "firsts": self.firsts,
+            "refused": self.refused,
+            "errors": self.errors,
+            "began": began,
+            "ended": ended,
+            **more,
+        }
+
+
+def _closed_process(url: str, concurrency: int, duration: float, pause: float, out: Any) -> None:
     import uvloop
 
     async def main() -> dict[str, Any]:
-        auth = f"Bearer {token('shed-' + uuid.uuid4().hex[:6])}"
-        firsts: list[float] = []
-        refused: list[float] = []
-        errors: list[str] = []
-        runs = 0
+        seen = _Seen()
         async with http_client(concurrency + 4, timeout=120) as client:
             deadline = time.perf_counter() + duration
 
-            async def one() -> None:
-                nonlocal runs
-                thread_id = f"s-{uuid.uuid4().hex[:12]}"
-                body = {
-                    "threadId": thread_id,
-                    "runId": f"r-{uuid.uuid4().hex[:12]}",
-                    "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": "Hello"}],
-                }
-                started = time.perf_counter()
-                async with client.post(url, json=body, headers={"Authorization": auth}) as resp:
-                    if resp.status == 503:
-                        await resp.read()
-                        refused.append(time.perf_counter() - started)
-                        await asyncio.sleep(pause)
-                        return
-                    if resp.status != 200:
-                        errors.append(f"HTTP {resp.status}: {(await resp.read())[:120]!r}")
-                        return
-                    first = 0.0
-                    tail = b""
-                    async for chunk in resp.content.iter_any():
-                        if not first:
-                            first = time.perf_counter() - started
-                        tail = (tail + chunk)[-4096:]
-                    if b'"RUN_FINISHED"' not in tail:
-                        errors.append("run did not finish: " + tail[-200:].decode(errors="replace"))
-                        return
-                    firsts.append(first)
-                    runs += 1
-
             async def worker() -> None:
                 while time.perf_counter() < deadline:
-                    try:
-                        await one()
-                    except Exception as err:  # counted, not fatal
-                        errors.append(f"{type(err).__name__}: {err}"[:200])
+                    if await seen.attempt(client, url):
+                        await asyncio.sleep(pause)
 
             began = time.time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
-            ended = time.time()
-        return {
-            "firsts": firsts,
-            "refused": refused,
-            "errors": errors,
-            "runs": runs,
-            "began": began,
-            "ended": ended,
-        }
+            return seen.result(began, time.time())
 
     out.send(uvloop.run(main()))
     out.close()
 
 
-def measure(
-    url: str, concurrency: int, duration: float, processes: int, pause: float
-) -> dict[str, Any]:
-    procs = max(1, min(processes, concurrency))
-    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    results = run_clients(_client_process, [(url, n, duration, pause) for n in per])
-    elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
+def _open_process(url: str, rate: float, duration: float, seed: int, out: Any) -> None:
+    import uvloop
+
+    async def main() -> dict[str, Any]:
+        seen = _Seen()
+        async with http_client(4096, timeout=120) as client:
+            began = time.time()
+            lates = await poisson_arrivals(
+                rate, duration, seed, lambda late: seen.attempt(client, url, late)
+            )
+            return seen.result(began, began + duration, lates=lates)
+
+    out.send(uvloop.run(main()))
+    out.close()
+
+
+def _level(results: list[dict[str, Any]], elapsed: float, **more: Any) -> dict[str, Any]:
     firsts = [x for r in results for x in r["firsts"]]
     refused = [x for r in results for x in r["refused"]]
     errors = [x for r in results for x in r["errors"]]
-    runs = sum(r["runs"] for r in results)
+    sent = len(firsts) + len(refused) + len(errors)
     return {
-        "concurrency": concurrency,
-        "runs": runs,
-        "runs_per_s": round(runs / elapsed, 1),
+        **more,
+        "runs": len(firsts),
+        "runs_per_s": round(len(firsts) / elapsed, 1),
+        "offered_per_s": round(sent / elapsed, 1),
         "first_event": summary_ms(firsts),
         "refused": summary_ms(refused),
         "refused_per_s": round(len(refused) / elapsed, 1),
         "errors": len(errors),
         "error_samples": errors[:3],
     }
+
+
+def measure(
+    url: str, concurrency: int, duration: float, processes: int, pause: float
+) -> dict[str, Any]:
+    """A closed loop of `concurrency` clients over the client processes."""
+    procs = max(1, min(processes, concurrency))
+    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    results = run_clients(_closed_process, [(url, n, duration, pause) for n in per])
+    elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
+    return _level(results, elapsed, model="closed", concurrency=concurrency)
+
+
+def measure_open(url: str, rate: float, duration: float, processes: int) -> dict[str, Any]:
+    """Poisson arrivals of `rate` runs/s over the client processes."""
+    procs = max(1, processes)
+    results = run_clients(
+        _open_process, [(url, rate / procs, duration, 2000 + i) for i in range(procs)]
+    )
+    return _level(
+        results,
+        duration,
+        model="open",
+        rate_per_s=round(rate, 1),
+        # How late the generator sent its arrivals (counted in every latency above).
+        send_lateness=summary_ms([x for r in results for x in r["lates"]]),
+    )
+
+
+def with_cpu(suite: Suite, level: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`level()`, with the CPU seconds each of the suite's processes spent meanwhile (/proc:
+    unlike latency on a shared machine, what a process spends is its own)."""
+    before = {name: cpu_seconds(p.pid) for name, p in suite.procs.items()}
+    measured = level()
+    measured["cpu_s"] = {
+        name: round(cpu_seconds(p.pid) - before[name], 3) for name, p in suite.procs.items()
+    }
+    return measured
+
+
+def gateway_cpu(result: dict[str, Any]) -> dict[str, float | None]:
+    """The gateway's CPU per request it answered (accepted runs and refusals alike), in ms,
+    at each level."""
+    out: dict[str, float | None] = {}
+    for name, _ in _LEVELS:
+        lv = result[name]
+        answered = lv["runs"] + lv["refused"]["n"]
+        out[name] = round(lv["cpu_s"]["gateway"] / answered * 1000, 3) if answered else None
+    return out
+
+
+def door_cpu(refusals: int) -> float:
+    """CPU microseconds one refusal costs the gateway's door (services/gateway/shedding.py)
+    in this process: its ASGI call with the bound reached, without uvicorn's parsing and
+    the socket (which the door cannot change). CPU time, so a busy machine barely moves it."""
+    from services.gateway.shedding import RUNS_PATH, ShedRuns
+    from shared import metrics
+    from shared.admission import InFlight
+
+    metrics.enable()
+    in_flight = InFlight(limit=1, per_owner=1)
+    in_flight.acquire("holder")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("a refused run reaches no application")
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        return None
+
+    door = ShedRuns(app, in_flight)
+    headers = [(b"host", b"gateway"), (b"authorization", b"Bearer x"), (b"content-length", b"99")]
+    scope = {"type": "http", "method": "POST", "path": RUNS_PATH, "headers": headers}
+
+    async def refuse(n: int) -> float:
+        began = time.process_time()
+        for _ in range(n):
+            await door(scope, receive, send)
+        return time.process_time() - began
+
+    asyncio.run(refuse(1000))  # warm
+    return round(asyncio.run(refuse(refusals)) / refusals * 1e6, 2)
 
 
 def ratios(saturation: dict[str, Any], overload: dict[str, Any]) -> dict[str, float | None]:
@@ -148,32 +267,63 @@ def _verdict(value: float | None) -> str:
     return "not measured" if value is None else ("met" if value <= 1.0 else "not met")
 
 
+_LEVELS = (
+    ("saturation", "1x: closed loop, c=bound"),
+    ("overload", "2x closed loop: c=2 x bound, refused send again after the pause"),
+    ("overload_open", "2x open loop: Poisson arrivals at 2 x the 1x runs/s"),
+)
+
+
 def lines(result: dict[str, Any]) -> list[str]:
+    saturation = result["saturation"]["runs_per_s"]
     out = [
         f"Load shedding ({result['backend']}, AGENTMESH_MAX_RUNS_IN_FLIGHT={result['bound']}, "
-        f"{result['duration']} s per level, refused clients send again after {result['pause']} s):",
+        f"{result['duration']} s per level, closed-loop pause {result['pause']} s):",
         "",
-        "| load | concurrency | accepted runs/s | accepted first event p50 / p99 (ms) "
-        "| refused/s | refused p50 / p99 (ms) | errors |",
+        "| load | offered/s (x 1x runs/s) | accepted runs/s "
+        "| accepted first event p50 / p99 (ms) | refused/s | refused p50 / p99 (ms) | errors |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in ("saturation", "overload"):
+    for name, label in _LEVELS:
+        if name not in result:
+            continue
         lv = result[name]
         refused = lv["refused"]
+        offered = lv.get("offered_per_s", float("nan"))
+        times = round(offered / saturation, 2) if saturation else None
         out.append(
-            f"| {name} | {lv['concurrency']} | {lv['runs_per_s']} "
+            f"| {label} | {offered} ({times}) | {lv['runs_per_s']} "
             f"| {lv['first_event']['p50_ms']} / {lv['first_event']['p99_ms']} "
             f"| {lv['refused_per_s']} | {refused['p50_ms']} / {refused['p99_ms']} "
             f"| {lv['errors']} |"
         )
-    r = result["ratios"]
-    out += [
-        "",
-        f"Refused p99 at 2x / {REFUSED_P99_TARGET_MS:g} ms: {r['refused_p99_to_target']} "
-        f"({_verdict(r['refused_p99_to_target'])}); accepted first-event p99 at 2x / at 1x: "
-        f"{r['accepted_p99_2x_to_1x']} ({_verdict(r['accepted_p99_2x_to_1x'])}). "
-        f"Load average at the start {result['load_average']}. Command: `{result['command']}`.",
-    ]
+    out.append("")
+    for key, label in (("ratios", "closed loop"), ("ratios_open", "open loop")):
+        if key not in result:
+            continue
+        r = result[key]
+        out.append(
+            f"2x by the {label}: refused p99 / {REFUSED_P99_TARGET_MS:g} ms "
+            f"{r['refused_p99_to_target']} ({_verdict(r['refused_p99_to_target'])}), "
+            f"accepted first-event p99 at 2x / at 1x {r['accepted_p99_2x_to_1x']} "
+            f"({_verdict(r['accepted_p99_2x_to_1x'])})."
+        )
+    if "overload_open" in result:
+        late = result["overload_open"]["send_lateness"]
+        out.append(
+            f"Open-loop arrivals sent late by p50 / p99 {late['p50_ms']} / {late['p99_ms']} ms "
+            "(counted in its latencies)."
+        )
+    if "gateway_cpu" in result:
+        cpu = result["gateway_cpu"]
+        out.append(
+            "Gateway CPU per request answered (ms): "
+            + ", ".join(f"{label.split(':')[0]} {cpu[name]}" for name, label in _LEVELS)
+            + f"; the door's own per refusal, in process: {result['door_cpu_us']} us."
+        )
+    out.append(
+        f"Load average at the start {result['load_average']}. Command: `{result['command']}`."
+    )
     return out
 
 
@@ -211,9 +361,20 @@ def main() -> None:
     try:
         load(suite, 8, 2, args.processes)  # warm-up
         url = f"{suite.gateway_url}/api/v1/agent/runs"
-        result["saturation"] = measure(url, args.bound, args.duration, args.processes, args.pause)
-        result["overload"] = measure(url, 2 * args.bound, args.duration, args.processes, args.pause)
+        result["saturation"] = with_cpu(
+            suite, lambda: measure(url, args.bound, args.duration, args.processes, args.pause)
+        )
+        result["overload"] = with_cpu(
+            suite, lambda: measure(url, 2 * args.bound, args.duration, args.processes, args.pause)
+        )
         result["ratios"] = ratios(result["saturation"], result["overload"])
+        rate = 2 * result["saturation"]["runs_per_s"]
+        result["overload_open"] = with_cpu(
+            suite, lambda: measure_open(url, rate, args.duration, args.processes)
+        )
+        result["ratios_open"] = ratios(result["saturation"], result["overload_open"])
+        result["gateway_cpu"] = gateway_cpu(result)
+        result["door_cpu_us"] = door_cpu(20_000)
     finally:
         suite.stop()
         if args.backend == "postgres":

@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -240,31 +241,45 @@ def load(
     }
 
 
+async def poisson_arrivals(
+    rate: float, duration: float, seed: int, start: Callable[[float], Coroutine[Any, Any, Any]]
+) -> list[float]:
+    """`start(late)` at each arrival of a Poisson process of `rate` per second for
+    `duration` seconds, whatever the earlier ones are doing; waits for them all. `late` is
+    how long after its scheduled arrival it was started, for the caller to time it from
+    the arrival, so a late start counts against the server (no coordinated omission).
+    Returns every arrival's lateness."""
+    import random
+
+    rng = random.Random(seed)
+    began = time.perf_counter()
+    arrival = began
+    tasks: list[asyncio.Task[Any]] = []
+    lates: list[float] = []
+    while True:
+        arrival += rng.expovariate(rate)
+        if arrival - began > duration:
+            break
+        await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
+        late = time.perf_counter() - arrival
+        lates.append(late)
+        tasks.append(asyncio.create_task(start(late)))
+    await asyncio.gather(*tasks)
+    return lates
+
+
 def _open_loop_process(
     url: str, rate: float, duration: float, text: str, api: str, seed: int, out: Any
 ) -> None:
-    import random
-
     import uvloop
 
     async def main() -> dict[str, Any]:
         tally = _Tally(url, text, api)
-        rng = random.Random(seed)
         async with http_client(4096, timeout=120) as client:
-            began = time.perf_counter()
-            arrival = began
-            tasks = []
-            while True:
-                arrival += rng.expovariate(rate)
-                if arrival - began > duration:
-                    break
-                await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
-                # Timed from the arrival it was scheduled for, so a late start counts
-                # against the server (no coordinated omission).
-                late = time.perf_counter() - arrival
-                tasks.append(asyncio.create_task(tally.run(client, late)))
-            await asyncio.gather(*tasks)
-        return tally.result(arrivals=len(tasks))
+            lates = await poisson_arrivals(
+                rate, duration, seed, lambda late: tally.run(client, late)
+            )
+        return tally.result(arrivals=len(lates))
 
     out.send(uvloop.run(main()))
     out.close()

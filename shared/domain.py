@@ -22,6 +22,8 @@ class MessageKind(StrEnum):
     TOOL_RESULT = "tool_result"
     # The memories a run recalled into its context (services/executor/recall.py).
     MEMORY_RECALL = "memory_recall"
+    # The router's decision when a model made it, with that call's usage (services/router).
+    ROUTE = "route"
 
 
 class ExecutorKind(StrEnum):
@@ -74,6 +76,7 @@ MESSAGE_KIND_TO_PB = {
     MessageKind.TOOL_CALL: message_pb2.MESSAGE_KIND_TOOL_CALL,
     MessageKind.TOOL_RESULT: message_pb2.MESSAGE_KIND_TOOL_RESULT,
     MessageKind.MEMORY_RECALL: message_pb2.MESSAGE_KIND_MEMORY_RECALL,
+    MessageKind.ROUTE: message_pb2.MESSAGE_KIND_ROUTE,
 }
 MESSAGE_KIND_FROM_PB: dict[int, MessageKind] = {v: k for k, v in MESSAGE_KIND_TO_PB.items()}
 

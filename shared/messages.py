@@ -422,6 +422,18 @@ def block_from_pb(pb: content_pb2.ContentBlock) -> Block:
     raise ValueError("empty content block")
 
 
+def usage_to_pb(usage: Usage) -> message_pb2.Usage:
+    return message_pb2.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        estimated=usage.estimated,
+    )
+
+
+def usage_from_pb(pb: message_pb2.Usage) -> Usage:
+    return Usage(pb.input_tokens, pb.output_tokens, pb.estimated)
+
+
 def msg_to_pb(msg: Msg) -> message_pb2.Message:
     pb = message_pb2.Message(
         id=msg.id,
@@ -439,9 +451,7 @@ def msg_to_pb(msg: Msg) -> message_pb2.Message:
     if msg.kind is not None:
         pb.kind = MESSAGE_KIND_TO_PB[msg.kind]
     if msg.usage is not None:
-        pb.usage.input_tokens = msg.usage.input_tokens
-        pb.usage.output_tokens = msg.usage.output_tokens
-        pb.usage.estimated = msg.usage.estimated
+        pb.usage.CopyFrom(usage_to_pb(msg.usage))
     meta = dict(msg.metadata)  # canonical already (Msg.__post_init__)
     if meta:
         md = pb.metadata
@@ -503,11 +513,7 @@ def msg_from_pb(pb: message_pb2.Message, field: str = "message") -> Msg:
             name=pb.name,
             metadata=_metadata_from_pb(pb.metadata),
             created_at=created,
-            usage=(
-                Usage(pb.usage.input_tokens, pb.usage.output_tokens, pb.usage.estimated)
-                if pb.HasField("usage")
-                else None
-            ),
+            usage=usage_from_pb(pb.usage) if pb.HasField("usage") else None,
             finished_reason=pb.finished_reason,
             thread_id=pb.thread_id,
             run_id=pb.run_id,

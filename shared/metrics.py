@@ -154,6 +154,24 @@ def http_request(method: str, route: str, status: int, seconds: float) -> None:
     HTTP_SECONDS.labels(method, route, code).observe(seconds)
 
 
+def http_request_of(method: str, route: str, status: int) -> Callable[[float], None]:
+    """`http_request` of one method, route and status, its labels looked up once: for a
+    path that answers many requests alike (the gateway's refusals under overload)."""
+    code = str(status)
+    children: list[Any] = []
+
+    def record(seconds: float) -> None:
+        if not _enabled:
+            return
+        if not children:
+            children.append(HTTP_REQUESTS.labels(method, route, code))
+            children.append(HTTP_SECONDS.labels(method, route, code))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    return record
+
+
 def _profile_label(profile: str) -> str:
     if profile in _profiles:
         return profile

@@ -7,7 +7,8 @@ chat and automation never share a thread, so (runtime_mode, kind) decides everyt
 a chat turn is seen and remembered; an automation input is neither shown nor assembled
 (it stays auditable); an automation reply is shown but never fed back as context. The
 memories a run recalled into its context are neither shown nor assembled again (each run
-recalls its own): they are kept for the audit.
+recalls its own): they are kept for the audit, as is the router's decision when a model
+made it (a route message, which carries that call's usage).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ _MASKS: dict[tuple[RuntimeMode, MessageKind], int] = {
     (RuntimeMode.AUTOMATION, MessageKind.AGENT_REPLY): UI_HISTORY,
     (RuntimeMode.CHAT, MessageKind.MEMORY_RECALL): 0,
     (RuntimeMode.AUTOMATION, MessageKind.MEMORY_RECALL): 0,
+    (RuntimeMode.CHAT, MessageKind.ROUTE): 0,
+    (RuntimeMode.AUTOMATION, MessageKind.ROUTE): 0,
 }
 
 # Tool calls and tool results travel with the reply of their run.

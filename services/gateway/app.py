@@ -47,6 +47,7 @@ from services.gateway.errors import ApiError, internal, invalid
 from services.gateway.quota import Quota
 from services.gateway.shedding import ShedRuns
 from services.gateway.store import GatewayStore
+from services.gateway.usage import OwnerUsage
 from services.gateway.webhook_store import WebhookStore
 from services.gateway.webhooks import Deliverer
 from shared import metrics, telemetry
@@ -239,10 +240,12 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The gateway's own tables (quota overrides, usage, API keys), migrated to head.
+        # The gateway's own tables (quota overrides, API keys), migrated to head.
         store = await GatewayStore.open(settings)
         app.state.store = store
-        quota = Quota.open(settings, store)
+        # Usage is history's (its run records); read through the app's clients.
+        app.state.usage = OwnerUsage(settings, lambda: app.state.clients)
+        quota = Quota.open(settings, store, app.state.usage)
         app.state.quota = quota
         app.state.api_keys = ApiKeys(store)
         app.state.jwks = jwks_client(settings)

@@ -36,6 +36,7 @@ KIND_NAMES = {
     message_pb2.MESSAGE_KIND_TOOL_CALL: "tool_call",
     message_pb2.MESSAGE_KIND_TOOL_RESULT: "tool_result",
     message_pb2.MESSAGE_KIND_MEMORY_RECALL: "memory_recall",
+    message_pb2.MESSAGE_KIND_ROUTE: "route",
 }
 EXECUTOR_NAMES = {
     execution_profile_pb2.EXECUTOR_WORKER: "worker",
@@ -183,6 +184,12 @@ def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[st
     if m.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
         # The memories the run recalled into its context: their ids and scores.
         extras["metadata"]["memoryRecall"] = _extra(m.metadata).get("memory_recall", [])
+    if m.kind == message_pb2.MESSAGE_KIND_ROUTE:
+        # The router's decision a model made, and that call's usage (part of the run's).
+        route = dict(_extra(m.metadata).get("route", {}))
+        if m.HasField("usage"):
+            route["usage"] = usage_json(m.usage)
+        extras["metadata"]["route"] = route
     return [item | extras for item in agui_messages(m)]
 
 

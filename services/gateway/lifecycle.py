@@ -22,7 +22,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_p
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.gateway import convert, jobs
+from services.gateway import convert, jobs, store
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError
 from services.gateway.webhook_store import WebhookStore
@@ -85,9 +85,12 @@ def _step_call(clients: Clients, service: str) -> tuple[Any, Any]:
 
 
 async def _gateway_step(webhooks: WebhookStore, owner: str) -> dict[str, int]:
-    """The gateway's own step: the owner's webhook endpoints and deliveries."""
+    """The gateway's own step: the owner's webhook endpoints and deliveries, and its old
+    usage rows."""
     try:
-        return await webhooks.delete_owner(owner)
+        counts = await webhooks.delete_owner(owner)
+        counts.update(await store.delete_owner_usage(webhooks.engine, owner))
+        return counts
     except SQLAlchemyError as err:
         raise ApiError(503, "UNAVAILABLE", f"the gateway's database failed: {err}") from None
 

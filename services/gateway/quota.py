@@ -9,11 +9,11 @@ are the deployment's defaults (AGENTMESH_QUOTA_*) unless an admin set others for
 (services/gateway/store.py). 0 means no limit.
 
 What a run counts: one run when it is admitted (per minute, a moving window of `limits`),
-one concurrent run until its stream ends (a lease of its own, in a Redis sorted set or in
-memory: `limits` has no concurrency primitive, and a lease expires on its own when the
-gateway holding it dies), and its tokens (RUN_FINISHED usage, a `limits` counter) on its
-UTC day when its stream ends; the usage record of that day (GET /api/v1/usage) is written
-then too.
+and one concurrent run until its stream ends (a lease of its own, in a Redis sorted set or
+in memory: `limits` has no concurrency primitive, and a lease expires on its own when the
+gateway holding it dies). Tokens per day are not counted here: they are the owner's usage
+of the UTC day as history's run records sum it (services/gateway/usage.py), automation runs
+included.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -39,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.gateway.errors import ApiError
 from services.gateway.store import GatewayStore, QuotaOverride
+from services.gateway.usage import OwnerUsage
 from shared.errors import as_domain_error
 from shared.settings import Settings
 
@@ -169,7 +169,7 @@ class Quotas:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A run admitted for `owner`: `Quota.finish` releases it and counts its usage."""
+    """A run admitted for `owner`: `Quota.release` gives its concurrent slot back."""
 
     owner: str
     lease: str
@@ -207,10 +207,16 @@ def exceeded(what: str, limit: int, retry_after: int) -> ApiError:
 
 class Quota:
     def __init__(
-        self, settings: Settings, store: GatewayStore, storage: Storage, leases: Leases
+        self,
+        settings: Settings,
+        store: GatewayStore,
+        storage: Storage,
+        leases: Leases,
+        usage: OwnerUsage,
     ) -> None:
         self.settings = settings
         self.store = store
+        self.usage = usage
         self.storage = storage
         self.leases = leases
         # owner -> (until when, the override read then)
@@ -219,7 +225,7 @@ class Quota:
         self.prefix = "agentmesh-quota"
 
     @classmethod
-    def open(cls, settings: Settings, store: GatewayStore) -> Quota:
+    def open(cls, settings: Settings, store: GatewayStore, usage: OwnerUsage) -> Quota:
         url = storage_url(settings.event_log_url)
         options: dict[str, Any] = {}
         leases: Leases = MemoryLeases()
@@ -235,7 +241,7 @@ class Quota:
             leases = RedisLeases(pool, settings.event_log_prefix + "quota:concurrent:")
         storage = storage_from_string(url, **options)
         assert isinstance(storage, Storage)
-        return cls(settings, store, storage, leases)
+        return cls(settings, store, storage, leases, usage)
 
     async def aclose(self) -> None:
         await self.leases.aclose()
@@ -268,11 +274,9 @@ class Quota:
         """The owner's override changed: read it again on the next run."""
         self.overrides.pop(owner, None)
 
-    def _tokens_key(self, owner: str, day: str) -> str:
-        return f"{self.prefix}/tokens/{day}/{owner}"
-
     async def tokens_on(self, owner: str, day: str) -> int:
-        return int(await self.storage.get(self._tokens_key(owner, day)))
+        """The owner's tokens of `day` as the tokens-per-day check sees them (cached)."""
+        return await self.usage.tokens_on(owner, day)
 
     async def concurrent(self, owner: str) -> int:
         return await self.leases.count(owner)
@@ -305,30 +309,15 @@ class Quota:
         return exceeded("runs per minute", item.amount, retry_after)
 
     async def release(self, run: Admitted) -> None:
-        """The run's stream ended without a usage to count (it never started)."""
-        await self.leases.give_back(run.owner, run.lease)
-
-    async def finish(
-        self, run: Admitted, *, failed: bool, input_tokens: int, output_tokens: int
-    ) -> None:
-        """The run's stream ended: release its concurrency, count its tokens and its usage."""
+        """The run's stream ended (or it never started): its concurrent slot is free. What
+        the run used is in its run record (history), not counted here."""
         try:
-            await self.release(run)
-            day = utc_day(datetime.now(UTC))
-            tokens = input_tokens + output_tokens
-            if tokens:
-                await self.storage.incr(self._tokens_key(run.owner, day), 2 * 86400, tokens)
-            await self.store.add_usage(
-                run.owner,
-                day,
-                failed=failed,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                duration_ms=round((time.monotonic() - run.started) * 1000),
-            )
+            await self.leases.give_back(run.owner, run.lease)
         except Exception:
-            # The run's answer is sent already; a lost count must not turn it into an error.
-            log.exception("counting a run's usage failed", extra={"fields": {"owner": run.owner}})
+            # The run's answer is sent already; the lease expires on its own.
+            log.exception(
+                "releasing a concurrent run failed", extra={"fields": {"owner": run.owner}}
+            )
 
 
 def effective(defaults: Quotas, override: QuotaOverride | None) -> Quotas:
@@ -363,16 +352,3 @@ async def admit(quota: Quota, owner: str) -> Admitted:
             f"stored: send it again in {CONCURRENT_RETRY_SECONDS} s",
             headers={"Retry-After": str(CONCURRENT_RETRY_SECONDS)},
         ) from None
-
-
-async def count_usage(quota: Quota, run: Admitted, last: Mapping[str, Any] | None) -> None:
-    """The end of a run's stream: `last` is its RUN_FINISHED or RUN_ERROR (None: unknown)."""
-    tokens: Mapping[str, Any] = {}
-    if last is not None and last.get("usage"):
-        tokens = last["usage"][0]
-    await quota.finish(
-        run,
-        failed=last is not None and last.get("type") == "RUN_ERROR",
-        input_tokens=int(tokens.get("inputTokens", 0)),
-        output_tokens=int(tokens.get("outputTokens", 0)),
-    )

@@ -5,9 +5,11 @@ and /api/v1/admin/api-keys (services/gateway/quota.py, services/gateway/auth.py)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+from agentmesh.history.v1 import history_service_pb2 as history_pb
 from fastapi import APIRouter, Depends, Path, Query, Request
 from google.protobuf import timestamp_pb2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -23,6 +25,7 @@ from services.gateway.quota import Quota, Quotas, effective, utc_day
 from services.gateway.routes_runs import read_body
 from services.gateway.store import ApiKey, GatewayStore, QuotaOverride
 from services.gateway.strict import json_object
+from services.gateway.usage import OwnerUsage
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.settings import Settings
 from shared.text import TEXT_RULE, is_storable
@@ -95,46 +98,41 @@ def _quotas_json(q: Quotas) -> dict[str, Any]:
     }
 
 
+def _totals(days: Sequence[history_pb.OwnerUsageDay]) -> dict[str, Any]:
+    inp = sum(d.input_tokens for d in days)
+    out = sum(d.output_tokens for d in days)
+    return {
+        "runs": sum(d.runs for d in days),
+        "failedRuns": sum(d.failed_runs for d in days),
+        "automationRuns": sum(d.automation_runs for d in days),
+        "inputTokens": inp,
+        "outputTokens": out,
+        "totalTokens": inp + out,
+        "durationMs": sum(d.duration_ms for d in days),
+        "tokensEstimated": any(d.tokens_estimated for d in days),
+    }
+
+
 async def _usage(request: Request, owner: str, days: int) -> dict[str, Any]:
-    _, store, quota = _state(request)
+    """The owner's usage, as history's run records sum it (services/gateway/usage.py)."""
+    _, _, quota = _state(request)
+    usage: OwnerUsage = request.app.state.usage
     today = datetime.now(UTC)
     first = utc_day(today - timedelta(days=days - 1))
     last = utc_day(today)
-    rows = await store.usage(owner, first, last)
+    found = await usage.days(owner, first, last)
     quotas = await quota.quotas(owner)
-    tokens_today = await quota.tokens_on(owner, last)
-
-    def totals(runs: int, failed: int, inp: int, out: int, ms: int) -> dict[str, int]:
-        return {
-            "runs": runs,
-            "failedRuns": failed,
-            "inputTokens": inp,
-            "outputTokens": out,
-            "totalTokens": inp + out,
-            "durationMs": ms,
-        }
-
-    day_list = [
-        {"day": r.day}
-        | totals(r.runs, r.failed_runs, r.input_tokens, r.output_tokens, r.duration_ms)
-        for r in rows
-    ]
     return {
         "ownerId": owner,
         "from": first,
         "to": last,
-        "total": totals(
-            sum(r.runs for r in rows),
-            sum(r.failed_runs for r in rows),
-            sum(r.input_tokens for r in rows),
-            sum(r.output_tokens for r in rows),
-            sum(r.duration_ms for r in rows),
-        ),
-        "days": day_list,
+        "total": _totals(found),
+        "days": [{"day": d.day} | _totals([d]) for d in found],
         "quotas": _quotas_json(quotas) | {"overridden": quotas.overridden},
         "current": {
             "concurrentRuns": await quota.concurrent(owner),
-            "tokensToday": tokens_today,
+            # Read now, not the tokens-per-day check's cached value.
+            "tokensToday": sum(d.input_tokens + d.output_tokens for d in found if d.day == last),
         },
     }
 

@@ -24,7 +24,7 @@ from services.gateway.clients import Clients
 from services.gateway.errors import ApiError, from_rpc, internal, invalid
 from services.gateway.openapi import errors
 from services.gateway.params import IdPath, only_params
-from services.gateway.quota import Quota, admit, count_usage
+from services.gateway.quota import Quota, admit
 from services.gateway.resume import Replay
 from services.gateway.run_input import (
     PROFILE_FIELD,
@@ -206,7 +206,7 @@ class StreamEnd:
 
 async def settle(timeout: float) -> None:
     """Wait (at most `timeout` seconds) for the work left in the background: the gateway's
-    store closes after it, not under a usage count still being written."""
+    quota storage closes after it, not under a release still being sent."""
     if _background:
         await asyncio.wait(set(_background), timeout=timeout)
 
@@ -283,8 +283,8 @@ async def start_run(request: Request, who: Caller = Depends(caller)) -> Response
     except BaseException:
         in_flight.release(who.owner)
         raise
-    # Counts the run's usage and frees its concurrent slot when its stream ends.
-    on_end = StreamEnd(partial(count_usage, quota, admitted))
+    # Frees its concurrent slot when its stream ends (its usage is in its run record).
+    on_end = StreamEnd(lambda _last: quota.release(admitted))
     try:
         return await _start(request, who, settings, clients, in_flight, on_end)
     except BaseException:

@@ -5,7 +5,8 @@ middleware, before the request goes through the rest of the application.
 Under overload the refusals outnumber the runs admitted, and the event loop that answers
 them also relays the admitted runs' streams: a refusal that went through tracing, the
 access log, routing and authentication cost enough to slow those streams (bench/shedding.py
-measures both). Here a refusal costs one comparison and one small answer. The process bound
+measures both). Here a refusal costs one comparison and one small answer, built once (only
+its request id differs from one refusal to the next). The process bound
 is all this check can know; the per-owner bound needs the authenticated owner and stays in
 routes_runs.start_run, whose `InFlight.acquire` remains the rule: a run this check lets
 through may still be refused there.
@@ -13,9 +14,11 @@ through may still be refused there.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -52,10 +55,48 @@ def _request_id(scope: Scope) -> str:
     """The caller's X-Request-ID when it is a valid one, else a new id (as RequestContext)."""
     for key, value in scope["headers"]:
         if key == b"x-request-id":
-            incoming: str = value.decode("latin-1")
+            incoming = bytes(value).decode("latin-1")
             if is_request_id(incoming):
                 return incoming
     return uuid.uuid4().hex
+
+
+# Stands for the request id in the refusal built once (any text a body cannot contain).
+_RID = "\x00request-id\x00"
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """`overloaded`'s answer to a run over the process bound, encoded once: the body in two
+    halves around its request id, and its headers but the request id and the length."""
+
+    head: bytes
+    tail: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+
+    @classmethod
+    def of(cls, error: ApiError) -> _Refusal:
+        token = request_id_var.set(_RID)
+        try:
+            response = error.response()
+        finally:
+            request_id_var.reset(token)
+        head, tail = bytes(response.body).split(json.dumps(_RID)[1:-1].encode(), 1)
+        kept = tuple(
+            (k, v) for k, v in response.raw_headers if k not in (b"content-length", b"x-request-id")
+        )
+        return cls(head, tail, kept)
+
+    async def send(self, rid: str, send: Send) -> None:
+        """The refusal with request id `rid` (is_request_id: nothing JSON would escape)."""
+        body = b"".join((self.head, rid.encode("ascii"), self.tail))
+        headers = [
+            *self.headers,
+            (b"x-request-id", rid.encode("ascii")),
+            (b"content-length", str(len(body)).encode("ascii")),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class ShedRuns:
@@ -65,6 +106,8 @@ class ShedRuns:
     def __init__(self, app: ASGIApp, in_flight: InFlight) -> None:
         self.app = app
         self.in_flight = in_flight
+        self.refusal = _Refusal.of(overloaded(in_flight.refused(Bound.PROCESS)))
+        self.record = metrics.http_request_of("POST", RUNS_PATH, 503)
         self.refused = 0  # since the last warning
         self.logged_at = float("-inf")
 
@@ -79,15 +122,9 @@ class ShedRuns:
             return
         started = time.perf_counter()
         rid = _request_id(scope)
-        token = request_id_var.set(rid)
-        try:
-            error = overloaded(self.in_flight.refused(Bound.PROCESS))
-            error.headers["X-Request-ID"] = rid
-            # The request's body is left unread: uvicorn discards it and keeps the connection.
-            await error.response()(scope, receive, send)
-        finally:
-            request_id_var.reset(token)
-        metrics.http_request("POST", RUNS_PATH, 503, time.perf_counter() - started)
+        # The request's body is left unread: uvicorn discards it and keeps the connection.
+        await self.refusal.send(rid, send)
+        self.record(time.perf_counter() - started)
         self.refused += 1
         if started - self.logged_at >= LOG_EVERY_SECONDS:
             log.warning(

@@ -1,5 +1,7 @@
 """The gateway's own tables (SQLite file `gateway.db` embedded, schema `gateway` on
-PostgreSQL): per-owner quota overrides, usage per owner and UTC day, API keys.
+PostgreSQL): per-owner quota overrides and API keys. Its `usage_days` table is no longer
+written (usage is history's run records, services/gateway/usage.py); the rows an earlier
+version wrote there go with their owner's deletion.
 
 Every statement is keyed by the owner id it reads or writes, except the API key lookup of
 authentication, which is keyed by the key's id and checked against its secret's hash.
@@ -34,16 +36,6 @@ class QuotaOverride:
 
 
 @dataclass(frozen=True)
-class UsageDay:
-    day: str
-    runs: int
-    failed_runs: int
-    input_tokens: int
-    output_tokens: int
-    duration_ms: int
-
-
-@dataclass(frozen=True)
 class ApiKey:
     id: str
     owner_id: str
@@ -68,21 +60,17 @@ _PUT_QUOTA = text(
     "update_time_ms = excluded.update_time_ms"
 )
 _DELETE_QUOTA = text("DELETE FROM owner_quotas WHERE owner_id = :owner")
-# Adds one finished run to its owner's day.
-_ADD_USAGE = text(
-    "INSERT INTO usage_days (owner_id, day, runs, failed_runs, input_tokens, output_tokens, "
-    "duration_ms) VALUES (:owner, :day, 1, :failed, :input, :output, :ms) "
-    "ON CONFLICT (owner_id, day) DO UPDATE SET runs = usage_days.runs + 1, "
-    "failed_runs = usage_days.failed_runs + excluded.failed_runs, "
-    "input_tokens = usage_days.input_tokens + excluded.input_tokens, "
-    "output_tokens = usage_days.output_tokens + excluded.output_tokens, "
-    "duration_ms = usage_days.duration_ms + excluded.duration_ms"
-)
-# An owner's days in [first, last], oldest first.
-_LIST_USAGE = text(
-    "SELECT day, runs, failed_runs, input_tokens, output_tokens, duration_ms FROM usage_days "
-    "WHERE owner_id = :owner AND day >= :first AND day <= :last ORDER BY day"
-)
+# The usage rows an earlier version wrote (issue 23: an owner deletion removes them).
+_DELETE_USAGE = text("DELETE FROM usage_days WHERE owner_id = :owner")
+
+
+async def delete_owner_usage(engine: AsyncEngine, owner: str) -> dict[str, int]:
+    """The usage rows an earlier version counted at the gateway, of `owner`, deleted (usage
+    now comes from history's run records). The admin's quota override and the owner's API
+    keys are access settings, not data: they stay (revoke the keys to stop the owner)."""
+    async with engine.begin() as conn:
+        usage = await conn.execute(_DELETE_USAGE, {"owner": owner})
+    return {"usage_days": int(usage.rowcount or 0)}
 _INSERT_KEY = text(
     "INSERT INTO api_keys (id, owner_id, admin, name, secret_sha256, create_time_ms) "
     "VALUES (:id, :owner, :admin, :name, :hash, :now)"
@@ -152,34 +140,6 @@ class GatewayStore:
     async def delete_quota_override(self, owner: str) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(_DELETE_QUOTA, {"owner": owner})
-
-    async def add_usage(
-        self,
-        owner: str,
-        day: str,
-        *,
-        failed: bool,
-        input_tokens: int,
-        output_tokens: int,
-        duration_ms: int,
-    ) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                _ADD_USAGE,
-                {
-                    "owner": owner,
-                    "day": day,
-                    "failed": int(failed),
-                    "input": input_tokens,
-                    "output": output_tokens,
-                    "ms": duration_ms,
-                },
-            )
-
-    async def usage(self, owner: str, first: str, last: str) -> list[UsageDay]:
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(_LIST_USAGE, {"owner": owner, "first": first, "last": last})
-            return [UsageDay(str(r[0]), *(int(v) for v in r[1:])) for r in rows]
 
     async def insert_key(self, key: ApiKey) -> None:
         async with self.engine.begin() as conn:

@@ -21,6 +21,7 @@ from services.history.core import (
     RunState,
     Thread,
     ToolDenial,
+    UsageDay,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
 from shared import timestamps, wire
@@ -342,3 +343,16 @@ def deletion_to_pb(d: Deletion) -> pb.Deletion:
         if s.update_time is not None:
             step.update_time.CopyFrom(_ts(s.update_time))
     return out
+
+
+def usage_day_to_pb(d: UsageDay) -> pb.OwnerUsageDay:
+    return pb.OwnerUsageDay(
+        day=d.day,
+        runs=d.runs,
+        failed_runs=d.failed_runs,
+        automation_runs=d.automation_runs,
+        input_tokens=d.input_tokens,
+        output_tokens=d.output_tokens,
+        duration_ms=d.duration_ms,
+        tokens_estimated=d.tokens_estimated,
+    )

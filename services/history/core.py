@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -534,3 +534,43 @@ def assemble_context(
 ) -> list[Message]:
     """The context of a chronological list of context-visible messages."""
     return apply_budget(drop_orphan_results(apply_window(messages, window, now, zone)), max_chars)
+
+
+# --- usage -------------------------------------------------------------------------------
+
+MAX_USAGE_DAYS = 366
+
+
+@dataclass(frozen=True)
+class UsageDay:
+    """One UTC day of an owner's runs (every run counts on the UTC day it was created)."""
+
+    day: str
+    runs: int
+    failed_runs: int
+    automation_runs: int
+    input_tokens: int
+    output_tokens: int
+    duration_ms: int
+    tokens_estimated: bool
+
+
+def _utc_day(text: str, field: str) -> date:
+    try:
+        if len(text) != len("YYYY-MM-DD"):
+            raise ValueError(text)
+        return date.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(field, "must be a UTC day, YYYY-MM-DD") from None
+
+
+def usage_span(from_day: str, to_day: str) -> tuple[datetime, datetime]:
+    """The instants [start, end) of the UTC days from_day..to_day, both included."""
+    first = _utc_day(from_day, "from_day")
+    last = _utc_day(to_day, "to_day")
+    if last < first:
+        raise InvalidArgument("to_day", "must not be before from_day")
+    if (last - first).days >= MAX_USAGE_DAYS:
+        raise InvalidArgument("to_day", f"at most {MAX_USAGE_DAYS} days from from_day")
+    start = datetime.combine(first, time(), UTC)
+    return start, datetime.combine(last + timedelta(days=1), time(), UTC)

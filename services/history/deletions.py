@@ -5,7 +5,7 @@ A deletion record keeps who asked, what kind, when, and how many records of each
 never the deleted content. An owner deletion is a job of steps, one per service that holds the
 owner's data, done in STEP order: the scheduler first (no automation starts a new run), then
 memory, then history (it waits for the runs in flight to stop), then the orchestrator's run
-event logs (once no run writes to them any more), then the gateway's webhook endpoints and
+event logs (once no run writes to them any more), then the gateway's webhook endpoints,
 deliveries (last: the services' webhook outboxes are emptied by their own steps). Each step is
 idempotent, so a step that failed (a service was down) is simply tried again.
 """

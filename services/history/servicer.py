@@ -798,6 +798,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             context, self._write(), store.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
+    async def GetOwnerUsage(
+        self,
+        request: pb.GetOwnerUsageRequest,
+        context: grpc.aio.ServicerContext[pb.GetOwnerUsageRequest, pb.GetOwnerUsageResponse],
+    ) -> pb.GetOwnerUsageResponse:
+        owner = owner_id(context)
+        start, end = core.usage_span(request.from_day, request.to_day)
+        async with self._read() as conn:
+            found = await store.owner_usage(conn, owner, start, end)
+        return pb.GetOwnerUsageResponse(days=[convert.usage_day_to_pb(d) for d in found])
 
     async def expire_threads(self, days: int, *, limit: int = 100) -> int:
         """Delete threads older than the retention period (`days`), each with a RETENTION

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, Row
 
-from services.history.core import Message, Run, RunState, Thread, ToolDenial
+from services.history.core import Message, Run, RunState, Thread, ToolDenial, UsageDay
 from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
 from shared import outbox
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
@@ -1363,3 +1363,68 @@ async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int)
     )
     stmt = stmt.order_by(runs.c.create_time, runs.c.id).limit(limit)
     return [_run(row) for row in (await conn.execute(stmt)).all()]
+
+
+def _usage_stmt(dialect: str) -> Any:
+    """An owner's runs created in [:start, :end), summed per UTC day, oldest first."""
+    c = runs.c
+    if dialect == "postgresql":
+        # Constants inline: a bound one in SELECT and another in GROUP BY are two different
+        # expressions to PostgreSQL.
+        utc = sa.func.timezone(sa.literal_column("'UTC'"), c.create_time)
+        day: Any = sa.func.to_char(utc, sa.literal_column("'YYYY-MM-DD'"))
+        ran_ms: Any = sa.extract("epoch", c.finish_time - c.start_time) * 1000
+    else:
+        # SQLite keeps UTC timestamps as text, "YYYY-MM-DD HH:MM:SS..." (UtcDateTime).
+        day = sa.func.substr(c.create_time, 1, 10)
+        ran_ms = (sa.func.julianday(c.finish_time) - sa.func.julianday(c.start_time)) * 86_400_000
+
+    def count(condition: sa.ColumnElement[bool]) -> Any:
+        return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+
+    stmt = (
+        sa.select(
+            day.label("day"),
+            sa.func.count().label("runs"),
+            count(c.state == RunState.FAILED.value),
+            count(c.origin == RuntimeMode.AUTOMATION.value),
+            sa.func.coalesce(sa.func.sum(c.input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(c.output_tokens), 0),
+            sa.func.coalesce(sa.func.sum(ran_ms), 0),
+            sa.func.coalesce(sa.func.max(sa.case((c.usage_estimated, 1), else_=0)), 0),
+        )
+        .where(
+            c.owner_id == sa.bindparam("owner"),
+            c.create_time >= sa.bindparam("start", type_=UtcDateTime),
+            c.create_time < sa.bindparam("end", type_=UtcDateTime),
+        )
+        .group_by(sa.text("day"))
+        .order_by(sa.text("day"))
+    )
+    return stmt
+
+
+# Not on a hot path (the gateway caches what it reads), so not `reused`.
+_USAGE = {name: _usage_stmt(name) for name in ("postgresql", "sqlite")}
+
+
+async def owner_usage(
+    conn: Conn, owner_id: str, start: datetime, end: datetime
+) -> list[UsageDay]:
+    """The owner's usage per UTC day of the runs created in [start, end)."""
+    rows = await conn.execute(
+        _USAGE[conn.dialect.name], {"owner": owner_id, "start": start, "end": end}
+    )
+    return [
+        UsageDay(
+            day=str(r[0]),
+            runs=int(r[1]),
+            failed_runs=int(r[2]),
+            automation_runs=int(r[3]),
+            input_tokens=int(r[4]),
+            output_tokens=int(r[5]),
+            duration_ms=round(float(r[6])),
+            tokens_estimated=bool(r[7]),
+        )
+        for r in rows.all()
+    ]

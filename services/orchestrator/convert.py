@@ -24,12 +24,13 @@ from shared.domain import (
     RUN_STATE_FROM_PB,
     RUN_STATE_TO_PB,
     RUNTIME_MODE_TO_PB,
+    MessageKind,
     RunState,
     runtime_mode_from_pb,
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, check_time_zone
-from shared.messages import Msg, ToolCallBlock, msg_from_pb, msg_to_pb
+from shared.messages import Msg, ToolCallBlock, msg_from_pb, msg_to_pb, system, usage_from_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
@@ -290,6 +291,27 @@ def tool_denial(item: executor_service_pb2.ToolDenial) -> history_service_pb2.To
 def stamp_output(message: message_pb2.Message, plan: RunPlan) -> Msg:
     """An executor's finished message, with the run's ids, kind and metadata."""
     return core.stamped(msg_from_pb(message, "message"), plan)
+
+
+def route_message(
+    decision: router_service_pb2.RouteResponse, plan: RunPlan
+) -> Msg | None:
+    """The record of a router decision a model made (None when the rule decided): the tools
+    it kept and why, with the routing call's usage, which thereby counts in the run's
+    (history sums its output messages' usage). Audit only (kind route, mask 0)."""
+    if not decision.HasField("usage"):
+        return None
+    tools = list(decision.tool_names)
+    text = f"Route: {', '.join(tools) if tools else 'no tools'}. {decision.reason}"
+    msg = system(
+        text,
+        id=uuid.uuid4().hex,
+        kind=MessageKind.ROUTE,
+        metadata={"route": {"tools": tools, "reason": decision.reason}},
+        usage=usage_from_pb(decision.usage),
+    )
+    return core.stamped(msg, plan)
+
 
 
 # ---- events -------------------------------------------------------------------------

@@ -530,6 +530,9 @@ class RunManager:
                 decision = await self.peers.route(
                     plan.owner, convert.route_request(plan, context, server_tools, client_tools)
                 )
+                recorded = convert.route_message(decision, plan)
+                if recorded is not None:
+                    run.outputs.append(recorded)
                 server_tools = core.narrow(server_tools, decision.tool_names)
                 chosen = set(core.narrow([t.name for t in client_tools], decision.tool_names))
                 client_tools = tuple(t for t in client_tools if t.name in chosen)

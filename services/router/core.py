@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shared.domain import ExecutorKind
+from shared.messages import Usage
 from shared.profiles import ExecutionProfile
 
 
@@ -25,6 +26,8 @@ class Route:
     executor: ExecutorKind
     tool_names: tuple[str, ...]
     reason: str
+    # What the model call that decided used (None: the rule decided, no model was asked).
+    usage: Usage | None = None
 
 
 def _mentions(text: str, tool: str) -> bool:
@@ -68,7 +71,7 @@ def clamp(decision: Route, request: RouteInput) -> Route:
     reason = decision.reason
     if decision.executor != request.profile.executor:
         reason = f"{reason} (executor kept to the profile's)"
-    return Route(request.profile.executor, tuple(tools), reason)
+    return Route(request.profile.executor, tuple(tools), reason, decision.usage)
 
 
 ROUTING_PROMPT = (

@@ -11,13 +11,15 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Protocol
 
 from services.router import core
 from services.router.core import Route, RouteInput
-from shared.messages import Msg, TextBlock, system
+from shared.messages import Msg, TextBlock, Usage, system
 from shared.model.base import ChatModel, ModelError
 from shared.model.cards import ModelCard
+from shared.model.tokens import messages_tokens, text_tokens
 
 log = logging.getLogger("agentmesh.router")
 
@@ -52,6 +54,7 @@ class ModelDecider:
             return core.route_by_rule(request)
         prompt = [system(core.routing_prompt(request.tools)), *conversation[-MODEL_CONTEXT_MESSAGES:]]
         text: list[str] = []
+        reported: Usage | None = None
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 stream = (
@@ -62,6 +65,7 @@ class ModelDecider:
                 async with aclosing(stream) as chunks:
                     async for chunk in chunks:
                         text.extend(b.text for b in chunk.content if isinstance(b, TextBlock))
+                        reported = chunk.usage or reported
         except TimeoutError:
             log.warning("routing model timed out; using the rule")
             return core.route_by_rule(request)
@@ -70,5 +74,9 @@ class ModelDecider:
             # (the worker's own call reports the model's state).
             log.warning("routing model failed (%s); using the rule", e.reason)
             return core.route_by_rule(request)
-        decision = core.parse_model_route("".join(text), request)
-        return decision if decision is not None else core.route_by_rule(request)
+        answer = "".join(text)
+        # The call's tokens are the run's whether its answer is used or not (counted here
+        # when the endpoint reported none, as the executor's are).
+        usage = reported or Usage(messages_tokens(prompt), text_tokens(answer), estimated=True)
+        decision = core.parse_model_route(answer, request) or core.route_by_rule(request)
+        return replace(decision, usage=usage)

@@ -13,7 +13,7 @@ from services.router.core import RouteInput
 from services.router.deciders import Decider
 from shared.domain import EXECUTOR_TO_PB
 from shared.identity import owner_id
-from shared.messages import msg_from_pb
+from shared.messages import msg_from_pb, usage_to_pb
 from shared.profiles import profile_from_pb
 
 
@@ -42,8 +42,11 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             tools=tuple(t.name for t in request.tools),
         )
         decision = core.clamp(await self.decider.decide(route_input, conversation), route_input)
-        return pb.RouteResponse(
+        response = pb.RouteResponse(
             executor=EXECUTOR_TO_PB[decision.executor],
             tool_names=list(decision.tool_names),
             reason=decision.reason,
         )
+        if decision.usage is not None:
+            response.usage.CopyFrom(usage_to_pb(decision.usage))
+        return response

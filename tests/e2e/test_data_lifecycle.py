@@ -239,11 +239,15 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
     assert counts["memory"]["memories"] == 1
     assert counts["history"]["threads"] >= 1
     assert counts["orchestrator"]["event_logs"] >= 1  # the chat run's stream
+    assert counts["gateway"] == {"usage_days": 0}  # usage is history's run records now
 
     emptied = _export(suite, owner)
     assert [emptied[k] for k in ("threads", "runs", "messages", "memories", "jobs")] == [[]] * 5
     kept = _export(suite, other)
     assert kept["threads"] and kept["memories"] and kept["jobs"]
+    # The usage an owner reads is their run records': gone with them, the other's kept.
+    assert _call(suite, "GET", "/api/v1/usage", owner).json()["days"] == []
+    assert _call(suite, "GET", "/api/v1/usage", other).json()["total"]["runs"] >= 1
     # The record stays readable after the data is gone, and shows no content.
     record = _call(suite, "GET", f"/api/v1/users/me/deletions/{started['id']}", owner)
     assert record.status_code == 200 and "green tea" not in record.text

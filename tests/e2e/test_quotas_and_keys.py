@@ -1,7 +1,8 @@
 """Quotas, usage and API keys against the real suite (every service a process, the
 scripted model, the backend under test): an admin sets an owner's quotas, runs over them
 are 429 with Retry-After and leave nothing stored, the usage the owner reads is what the
-runs' RUN_FINISHED reported, and an API key runs a chat run as its owner."""
+runs recorded (chat and automation runs alike), and an API key runs a chat run as its
+owner."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from services.gateway.usage import TOKENS_CACHE_SECONDS
 from services.launcher import Suite
 from tests.e2e.conftest import parse_sse, run_body, token
 
@@ -35,16 +37,34 @@ def _tokens(resp: httpx.Response) -> int:
     return sum(int(u["totalTokens"]) for u in usage)
 
 
-def _usage(client: httpx.Client, owner: str, runs: int) -> dict[str, Any]:
-    """The owner's usage once `runs` runs are counted (just after their streams end)."""
-    deadline = time.monotonic() + 10
-    while True:
-        resp = client.get("/api/v1/usage", headers=_auth(owner))
-        assert resp.status_code == 200, resp.text
-        body: dict[str, Any] = resp.json()
-        if body["total"]["runs"] >= runs or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
+def _usage(client: httpx.Client, owner: str) -> dict[str, Any]:
+    resp = client.get("/api/v1/usage", headers=_auth(owner))
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def _run_tokens(client: httpx.Client, owner: str, run_id: str) -> tuple[int, bool]:
+    """The run record's usage (GET /api/v1/agent/runs/{id}): tokens, and if estimated."""
+    resp = client.get(f"/api/v1/agent/runs/{run_id}", headers=_auth(owner))
+    assert resp.status_code == 200, resp.text
+    usage = resp.json().get("usage", [])
+    return sum(int(u["totalTokens"]) for u in usage), any(u.get("estimated") for u in usage)
+
+
+def _triggered_run(client: httpx.Client, owner: str, job_id: str) -> dict[str, Any]:
+    """`:trigger` the job and wait for that job run to end."""
+    url = f"/api/v1/automation/jobs/{job_id}"
+    triggered = client.post(f"{url}:trigger", headers=_auth(owner))
+    assert triggered.status_code == 202, triggered.text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = client.get(f"{url}/runs", headers=_auth(owner)).json()["runs"]
+        [run] = [r for r in runs if r["id"] == triggered.json()["id"]]
+        if run["state"] in ("succeeded", "failed"):
+            return dict(run)
+        time.sleep(0.3)
+    raise AssertionError("the triggered job run did not end")
 
 
 def test_an_owner_over_the_quotas_an_admin_set_is_429_and_nothing_is_stored(suite: Suite) -> None:
@@ -70,7 +90,7 @@ def test_an_owner_over_the_quotas_an_admin_set_is_429_and_nothing_is_stored(suit
         threads = client.get("/api/v1/agent/threads", headers=_auth(owner)).json()["threads"]
         assert len(threads) == 3
         # The usage the owner reads is what the runs reported.
-        usage = _usage(client, owner, 3)
+        usage = _usage(client, owner)
         assert usage["total"]["runs"] == 3
         assert usage["total"]["totalTokens"] == tokens
         assert usage["current"]["tokensToday"] == tokens
@@ -81,6 +101,8 @@ def test_an_owner_over_the_quotas_an_admin_set_is_429_and_nothing_is_stored(suit
             headers=_auth("ops", admin=True),
         )
         assert tokens > 0  # the scripted model's runs report (estimated) usage
+        # A gateway reads the owner's tokens at most every 2 s (services/gateway/usage.py).
+        time.sleep(TOKENS_CACHE_SECONDS + 0.2)
         over, _ = _chat(client, _auth(owner))
         assert over.status_code == 429, over.text
         assert over.json()["error"]["quota"] == "tokens per day"
@@ -107,3 +129,45 @@ def test_an_api_key_runs_a_chat_run_as_its_owner_until_revoked(suite: Suite) -> 
         )
         assert revoked.status_code == 200
         assert _chat(client, key)[0].status_code == 401
+
+
+def test_usage_counts_automation_runs_and_chat_runs_from_their_run_records(suite: Suite) -> None:
+    owner = f"usage-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=suite.gateway_url, timeout=30) as client:
+        registered = client.post("/api/v1/users", json={}, headers=_auth(owner))
+        assert registered.status_code == 200, registered.text
+        [job] = [j for j in registered.json()["jobs"] if j["defaultJob"]]
+        resp, chat_id = _chat(client, _auth(owner))
+        assert resp.status_code == 200, resp.text
+        # The memory job reads the chat, so its model call has tokens to count.
+        job_run = _triggered_run(client, owner, job["id"])
+        assert job_run["state"] == "succeeded", job_run
+        automation_tokens, automation_estimated = _run_tokens(client, owner, job_run["runId"])
+        chat_tokens, chat_estimated = _run_tokens(client, owner, chat_id)
+        assert chat_tokens == _tokens(resp) > 0
+        assert automation_tokens > 0
+
+        usage = _usage(client, owner)
+        total = usage["total"]
+        assert (total["runs"], total["automationRuns"], total["failedRuns"]) == (2, 1, 0)
+        assert total["totalTokens"] == chat_tokens + automation_tokens
+        assert total["inputTokens"] + total["outputTokens"] == total["totalTokens"]
+        assert total["durationMs"] > 0
+        assert total["tokensEstimated"] is (chat_estimated or automation_estimated)
+        assert usage["current"]["tokensToday"] == total["totalTokens"]
+        # The admin's view is the same numbers.
+        admin = client.get(
+            f"/api/v1/admin/owners/{owner}/usage", headers=_auth("ops", admin=True)
+        )
+        assert admin.status_code == 200, admin.text
+        assert admin.json()["total"] == total
+        # The automation run's tokens count against the tokens-per-day quota too.
+        client.put(
+            f"/api/v1/admin/owners/{owner}/quotas",
+            json={"tokensPerDay": chat_tokens + automation_tokens},
+            headers=_auth("ops", admin=True),
+        )
+        time.sleep(TOKENS_CACHE_SECONDS + 0.2)
+        over, _ = _chat(client, _auth(owner))
+        assert over.status_code == 429, over.text
+        assert over.json()["error"]["quota"] == "tokens per day"

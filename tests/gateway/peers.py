@@ -206,6 +206,8 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
     messages: dict[tuple[str, str], list[message_pb2.Message]] = field(default_factory=dict)
     runs: dict[tuple[str, str], history_service_pb2.Run] = field(default_factory=dict)
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
+    # What GetOwnerUsage answers, by owner (the real sum is history's, tests/history).
+    usage: dict[str, list[history_service_pb2.OwnerUsageDay]] = field(default_factory=dict)
     calls: list[Recorded] = field(default_factory=list)
 
     def seed(self, owner: str, thread_id: str, messages: list[message_pb2.Message]) -> None:
@@ -250,6 +252,14 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
         if run is None:
             raise NotFound(f"run {request.run_id} not found")
         return history_service_pb2.GetRunResponse(run=run)
+
+    async def GetOwnerUsage(self, request, context):  # type: ignore[no-untyped-def]
+        _record(self.calls, request, context)
+        days = [
+            d for d in self.usage.get(owner_id(context), [])
+            if request.from_day <= d.day <= request.to_day
+        ]
+        return history_service_pb2.GetOwnerUsageResponse(days=days)
 
     # A double (as above).
     async def ListAudit(self, request, context):  # type: ignore[no-untyped-def]

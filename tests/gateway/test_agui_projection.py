@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from pydantic import TypeAdapter
 
 from services.gateway.convert import agui_messages, message_json, stored_messages_within
+from shared.domain import MessageKind
 from shared.messages import (
     DataBlock,
     HintBlock,
@@ -22,8 +23,10 @@ from shared.messages import (
     ToolCallBlock,
     ToolResultBlock,
     ToolResultState,
+    Usage,
     assistant,
     msg_to_pb,
+    system,
     tool_result_message_id,
     user,
 )
@@ -177,3 +180,19 @@ def test_a_page_is_cut_after_the_stored_messages_that_fit() -> None:
 
 def test_a_stored_message_is_never_split_even_when_it_alone_is_over_the_page_size() -> None:
     assert stored_messages_within([msg_to_pb(_results("m1", 3))], 2) == 1
+
+
+def test_a_route_message_shows_in_the_audit_with_its_decision_and_usage() -> None:
+    route = system(
+        "Route: lookup. the model's decision",
+        kind=MessageKind.ROUTE,
+        metadata={"route": {"tools": ["lookup"], "reason": "the model's decision"}},
+        usage=Usage(29, 11, estimated=True),
+    )
+    [shown] = message_json(msg_to_pb(route), audit=True)
+    assert shown["kind"] == "route" and shown["role"] == "system"
+    assert shown["metadata"]["route"] == {
+        "tools": ["lookup"],
+        "reason": "the model's decision",
+        "usage": [{"inputTokens": 29, "outputTokens": 11, "totalTokens": 40, "estimated": True}],
+    }

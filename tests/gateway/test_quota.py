@@ -1,27 +1,33 @@
 """Quotas per owner (runs per minute, concurrent runs, tokens per UTC day): 429 with
-Retry-After before anything of the run is stored; usage per owner, readable by the owner
-and an admin; quotas overridden per owner by an admin."""
+Retry-After before anything of the run is stored; usage per owner (history's sum of its run
+records, here a fake history's answer), readable by the owner and an admin; quotas
+overridden per owner by an admin."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+from agentmesh.history.v1 import history_service_pb2 as history_pb
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from services.gateway.clients import Clients
 from services.gateway.quota import Quota
 from services.gateway.routes_runs import StreamEnd
 from services.gateway.store import GatewayStore, QuotaOverride
+from services.gateway.usage import TOKENS_CACHE_SECONDS, OwnerUsage
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, app_client, bearer, gateway_settings, run_body
 
 PER_MINUTE = 5
 CONCURRENT = 2
-TOKENS_PER_DAY = 300  # two "usage-" runs (120 + 30 tokens each)
+TOKENS_PER_DAY = 300
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +75,11 @@ def _refused(resp: httpx.Response, quota: str) -> dict[str, Any]:
     return error
 
 
-async def _usage(
-    http: httpx.AsyncClient, settings: Settings, owner: str, *, until: int | None = None
-) -> dict[str, Any]:
-    """The owner's usage; with `until`, once its run count reaches it (usage is counted
-    right after a stream ends, in the background)."""
-    for _ in range(100):
-        resp = await http.get("/api/v1/usage", headers=bearer(settings, owner))
-        assert resp.status_code == 200, resp.text
-        body: dict[str, Any] = resp.json()
-        if until is None or body["total"]["runs"] >= until:
-            return body
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"usage of {owner} never reached {until} runs: {body}")
+async def _usage(http: httpx.AsyncClient, settings: Settings, owner: str) -> dict[str, Any]:
+    resp = await http.get("/api/v1/usage", headers=bearer(settings, owner))
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
 
 
 async def test_a_run_over_the_runs_per_minute_quota_is_429_and_never_started(
@@ -141,13 +139,32 @@ async def test_a_run_refused_after_admission_does_not_keep_a_concurrent_slot(
     assert (await _run(q_http, q_settings, owner)).status_code == 200
 
 
-async def test_tokens_per_day_are_counted_from_run_usage_and_refuse_the_next_run(
+def _day(day: str, runs: int, failed: int, inp: int, out: int, **kw: Any) -> Any:
+    return history_pb.OwnerUsageDay(
+        day=day, runs=runs, failed_runs=failed, input_tokens=inp, output_tokens=out, **kw
+    )
+
+
+def _today() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d")
+
+
+def _usage_reads(peers: Peers, owner: str) -> list[Any]:
+    return [
+        c.request
+        for c in peers.history.calls
+        if isinstance(c.request, history_pb.GetOwnerUsageRequest)
+        and c.metadata.get("x-agentmesh-owner") == owner
+    ]
+
+
+async def test_tokens_per_day_are_historys_usage_of_the_day_and_refuse_the_next_run(
     q_http: httpx.AsyncClient, q_settings: Settings, peers: Peers
 ) -> None:
-    owner = _owner()
-    for _ in range(2):
-        assert (await _run(q_http, q_settings, owner, thread="usage")).status_code == 200
-    usage = await _usage(q_http, q_settings, owner, until=2)
+    owner, under = _owner(), _owner()
+    peers.history.usage[owner] = [_day(_today(), 2, 0, TOKENS_PER_DAY - 50, 50)]
+    peers.history.usage[under] = [_day(_today(), 2, 0, TOKENS_PER_DAY - 50, 49)]
+    usage = await _usage(q_http, q_settings, owner)
     assert usage["current"]["tokensToday"] == TOKENS_PER_DAY
     run_id = "r-over-tokens"
     resp = await q_http.post(
@@ -159,34 +176,66 @@ async def test_tokens_per_day_are_counted_from_run_usage_and_refuse_the_next_run
     # Until the next UTC midnight.
     assert int(resp.headers["Retry-After"]) <= 86_400
     assert not _started(peers, run_id)
+    # One token under the quota: admitted. The check asked history about today only.
+    assert (await _run(q_http, q_settings, under)).status_code == 200
+    assert [(r.from_day, r.to_day) for r in _usage_reads(peers, under)] == [(_today(), _today())]
 
 
-async def test_usage_counts_runs_tokens_failures_and_duration_for_its_owner_only(
-    q_http: httpx.AsyncClient, q_settings: Settings
+async def test_the_tokens_check_reads_history_once_for_runs_close_together(
+    q_http: httpx.AsyncClient, q_settings: Settings, peers: Peers
+) -> None:
+    owner = _owner()
+    peers.history.usage[owner] = [_day(_today(), 1, 0, 10, 5)]
+    answers = await asyncio.gather(*(_run(q_http, q_settings, owner) for _ in range(CONCURRENT)))
+    assert [a.status_code for a in answers] == [200] * CONCURRENT
+    assert (await _run(q_http, q_settings, owner)).status_code == 200
+    # Within TOKENS_CACHE_SECONDS, one read served them all.
+    assert len(_usage_reads(peers, owner)) == 1
+    await asyncio.sleep(TOKENS_CACHE_SECONDS + 0.1)
+    assert (await _run(q_http, q_settings, owner)).status_code == 200
+    assert len(_usage_reads(peers, owner)) == 2
+
+
+async def test_usage_is_historys_sum_per_day_for_its_owner_only(
+    q_http: httpx.AsyncClient, q_settings: Settings, peers: Peers
 ) -> None:
     owner, other = _owner(), _owner()
-    assert (await _run(q_http, q_settings, owner, thread="usage")).status_code == 200
-    assert (await _run(q_http, q_settings, owner, thread="error")).status_code == 200
-    usage = await _usage(q_http, q_settings, owner, until=2)
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d")
+    peers.history.usage[owner] = [
+        _day(yesterday, 3, 1, 100, 20, automation_runs=1, duration_ms=900),
+        _day(_today(), 2, 0, 20, 10, duration_ms=100, tokens_estimated=True),
+    ]
+    usage = await _usage(q_http, q_settings, owner)
     total = usage["total"]
     assert usage["ownerId"] == owner
-    assert (total["runs"], total["failedRuns"]) == (2, 1)
-    assert (total["inputTokens"], total["outputTokens"], total["totalTokens"]) == (120, 30, 150)
-    assert total["durationMs"] >= 0
-    assert [d["day"] for d in usage["days"]] == [usage["to"]]
+    assert total == {
+        "runs": 5,
+        "failedRuns": 1,
+        "automationRuns": 1,
+        "inputTokens": 120,
+        "outputTokens": 30,
+        "totalTokens": 150,
+        "durationMs": 1000,
+        "tokensEstimated": True,
+    }
+    assert [d["day"] for d in usage["days"]] == [yesterday, usage["to"]]
+    assert usage["days"][0]["tokensEstimated"] is False
+    assert usage["current"]["tokensToday"] == 30
     assert usage["quotas"] == {
         "runsPerMinute": PER_MINUTE,
         "concurrentRuns": CONCURRENT,
         "tokensPerDay": TOKENS_PER_DAY,
         "overridden": False,
     }
+    [asked] = _usage_reads(peers, owner)
+    assert (asked.from_day, asked.to_day) == (usage["from"], usage["to"])
     # Nothing of it shows in another owner's usage.
     theirs = await _usage(q_http, q_settings, other)
     assert theirs["total"]["runs"] == 0 and theirs["days"] == []
     assert theirs["current"]["tokensToday"] == 0
     # An admin reads the same numbers; a user may not read another's.
     admin = await q_http.get(
-        f"/api/v1/admin/owners/{owner}/usage", headers=bearer(q_settings, "root", admin=True)
+        f"/api/v1/admin/owners/{owner}/usage?days=2", headers=bearer(q_settings, "root", admin=True)
     )
     assert admin.status_code == 200, admin.text
     assert admin.json()["total"] == total
@@ -296,7 +345,11 @@ async def quota(q_settings: Settings) -> AsyncIterator[Quota]:
     """The quotas of the backend under test (leases and counters on Redis on PostgreSQL +
     Redis), on a store of their own."""
     store = await GatewayStore.open(q_settings)
-    quota = Quota.open(q_settings, store)
+
+    def no_clients() -> Clients:
+        raise AssertionError("these tests read no usage")
+
+    quota = Quota.open(q_settings, store, OwnerUsage(q_settings, no_clients))
     try:
         yield quota
     finally:
@@ -377,3 +430,24 @@ async def test_a_browser_app_may_read_the_retry_after_of_a_refused_run(
     assert refused.status_code == 429
     exposed = refused.headers["access-control-expose-headers"].lower()
     assert "retry-after" in exposed.replace(" ", "").split(",")
+
+
+async def test_an_owner_deletion_removes_the_usage_rows_an_earlier_version_counted(
+    quota: Quota,
+) -> None:
+    owner, other, store = _owner(), _owner(), quota.store
+    legacy = text(
+        "INSERT INTO usage_days (owner_id, day, runs, failed_runs, input_tokens, "
+        "output_tokens, duration_ms) VALUES (:owner, :day, 1, 0, 10, 5, 100)"
+    )
+    async with store.engine.begin() as conn:
+        for who, day in ((owner, "2026-11-30"), (owner, "2026-12-01"), (other, "2026-12-01")):
+            await conn.execute(legacy, {"owner": who, "day": day})
+    assert await store.delete_owner_data(owner) == {"usage_days": 2}
+    assert await store.delete_owner_data(owner) == {"usage_days": 0}  # idempotent
+    async with store.engine.connect() as conn:
+        left = await conn.execute(
+            text("SELECT owner_id FROM usage_days WHERE owner_id IN (:a, :b)"),
+            {"a": owner, "b": other},
+        )
+        assert [r[0] for r in left] == [other]

@@ -53,13 +53,15 @@ async def running_suite(
     router: bool = True,
     executor: bool = True,
     model: ChatModel | None = None,
+    router_model: ChatModel | None = None,
     token_latency: float = 0.0,
     profiles: ProfileRegistry | None = None,
     memory: bool = False,
     policy: RunPolicy | None = None,
 ) -> AsyncIterator[Suite]:
     """Start the services the orchestrator calls (a missing one gets a dead address), then it.
-    With `memory`, a memory service for the executor's memory tools and agent."""
+    With `memory`, a memory service for the executor's memory tools and agent; with
+    `router_model`, a router that asks that model when it has a choice."""
     async with AsyncExitStack() as stack:
         memory_addr = (
             await stack.enter_async_context(running_service("memory", build_memory, settings))
@@ -76,7 +78,9 @@ async def running_suite(
             if history
             else dead_address(),
             "router_addr": await stack.enter_async_context(
-                running_service("router", build_router, peers)
+                running_service(
+                    "router", functools.partial(build_router, model=router_model), peers
+                )
             )
             if router
             else dead_address(),

@@ -9,8 +9,8 @@ from typing import Any
 
 from services.router.core import RouteInput
 from services.router.deciders import MODEL_CONTEXT_MESSAGES, MODEL_MAX_TOKENS, ModelDecider
-from shared.messages import Msg, TextBlock, user
-from shared.model.base import ChatResponse, ModelError, ModelUnavailable, ToolSpec
+from shared.messages import Msg, TextBlock, Usage, user
+from shared.model.base import ChatResponse, ModelError, ModelUnavailable, OutputSchema, ToolSpec
 from shared.model.cards import load_card
 from shared.profiles import CHAT_DEFAULT
 
@@ -29,6 +29,7 @@ class CountingModel:
         self.card = load_card("smollm2-local")
         self.answer, self.fail, self.stall = answer, fail, stall
         self.error = error or ModelUnavailable("model counting: cannot reach it")
+        self.usage: Usage | None = None  # what the endpoint reports (None: nothing)
         self.calls: list[tuple[list[Msg], Mapping[str, Any] | None]] = []
 
     async def stream(
@@ -37,6 +38,7 @@ class CountingModel:
         *,
         tools: Sequence[ToolSpec] = (),
         options: Mapping[str, Any] | None = None,
+        output_schema: OutputSchema | None = None,
     ) -> AsyncIterator[ChatResponse]:
         self.calls.append((list(messages), options))
         if self.stall:
@@ -44,7 +46,7 @@ class CountingModel:
         if self.fail:
             raise self.error
         yield ChatResponse(content=(TextBlock(self.answer),))
-        yield ChatResponse(is_last=True, finished_reason="stop")
+        yield ChatResponse(is_last=True, finished_reason="stop", usage=self.usage)
 
 
 def request(text: str, tools: tuple[str, ...]) -> RouteInput:
@@ -84,6 +86,7 @@ async def test_a_failing_or_late_model_falls_back_to_the_rule() -> None:
             request("hi", tools), [user("hi")]
         )
         assert route.tool_names == tools and len(model.calls) == 1
+        assert route.usage is None  # no answer: nothing known to count
 
 
 async def test_a_model_error_of_a_kind_of_its_own_falls_back_to_the_rule_too() -> None:
@@ -93,3 +96,29 @@ async def test_a_model_error_of_a_kind_of_its_own_falls_back_to_the_rule_too() -
     model = CountingModel(fail=True, error=ModelError("model counting: its own failure"))
     route = await ModelDecider(model, timeout_seconds=1).decide(request("hi", tools), [user("hi")])
     assert route.tool_names == tools and len(model.calls) == 1
+
+
+async def test_the_models_answer_carries_the_calls_usage_reported_or_estimated() -> None:
+    tools = ("memory_search", "web_search")
+    estimating = CountingModel()
+    estimated = await ModelDecider(estimating, timeout_seconds=1).decide(
+        request("hi", tools), [user("hi")]
+    )
+    assert estimated.usage is not None and estimated.usage.estimated
+    assert estimated.usage.input_tokens > 0 and estimated.usage.output_tokens > 0
+    reporting = CountingModel()
+    reporting.usage = Usage(40, 7)
+    reported = await ModelDecider(reporting, timeout_seconds=1).decide(
+        request("hi", tools), [user("hi")]
+    )
+    assert reported.usage == Usage(40, 7)
+    # An answer that is no route still cost its tokens; the rule decides.
+    prose = await ModelDecider(CountingModel("no idea"), timeout_seconds=1).decide(
+        request("hi", tools), [user("hi")]
+    )
+    assert prose.tool_names == tools and prose.usage is not None
+    # No choice: no model call, no usage.
+    ruled = await ModelDecider(CountingModel(), timeout_seconds=1).decide(
+        request("hi", ("memory_search",)), [user("hi")]
+    )
+    assert ruled.usage is None

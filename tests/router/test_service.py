@@ -60,6 +60,7 @@ async def test_route_passes_the_profiles_executor_and_narrows_to_named_tools(
         )
     assert response.executor == execution_profile_pb2.EXECUTOR_WORKER
     assert list(response.tool_names) == ["web_search"]
+    assert not response.HasField("usage")  # the rule decided
     assert memory.executor == execution_profile_pb2.EXECUTOR_MEMORY
     assert list(memory.tool_names) == ["memory_write"]
 
@@ -73,6 +74,9 @@ async def test_a_model_that_tries_to_widen_is_clamped(settings: Settings) -> Non
         )
     assert response.executor == execution_profile_pb2.EXECUTOR_WORKER
     assert list(response.tool_names) == ["web_search"]
+    # The model was asked: its call's usage comes back (here estimated: it reported none).
+    assert response.HasField("usage") and response.usage.estimated
+    assert response.usage.input_tokens > 0
 
 
 async def test_an_unusable_model_answer_falls_back_to_the_rule(settings: Settings) -> None:

@@ -77,3 +77,11 @@ def test_every_mode_and_kind_has_a_mask() -> None:
     for mode in RuntimeMode:
         for kind in MessageKind:
             assert visibility_mask_for(mode, kind) in (0, 1, 3)
+
+
+@pytest.mark.parametrize("mode", [CHAT, AUTO])
+@pytest.mark.parametrize("kind", [MessageKind.MEMORY_RECALL, MessageKind.ROUTE])
+def test_what_a_run_records_for_the_audit_is_neither_shown_nor_assembled(
+    mode: RuntimeMode, kind: MessageKind
+) -> None:
+    assert visibility_mask_for(mode, kind) == 0

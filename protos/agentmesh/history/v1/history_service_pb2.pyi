@@ -1608,3 +1608,96 @@ class AcknowledgeWebhookEventsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AcknowledgeWebhookEventsResponse: _TypeAlias = AcknowledgeWebhookEventsResponse  # noqa: Y015
+
+@_typing.final
+class GetOwnerUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_DAY_FIELD_NUMBER: _builtins.int
+    TO_DAY_FIELD_NUMBER: _builtins.int
+    from_day: _builtins.str
+    """The first and the last UTC day counted, both included, as YYYY-MM-DD; at most 366 days."""
+    to_day: _builtins.str
+    def __init__(
+        self,
+        *,
+        from_day: _builtins.str = ...,
+        to_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_day", b"from_day", "to_day", b"to_day"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOwnerUsageRequest: _TypeAlias = GetOwnerUsageRequest  # noqa: Y015
+
+@_typing.final
+class OwnerUsageDay(_message.Message):
+    """One UTC day of an owner's runs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAY_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    FAILED_RUNS_FIELD_NUMBER: _builtins.int
+    AUTOMATION_RUNS_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    TOKENS_ESTIMATED_FIELD_NUMBER: _builtins.int
+    day: _builtins.str
+    """YYYY-MM-DD."""
+    runs: _builtins.int
+    """Runs created that day, in any state (queued and running ones included)."""
+    failed_runs: _builtins.int
+    automation_runs: _builtins.int
+    """Of `runs`, those of automation (scheduled or triggered jobs)."""
+    input_tokens: _builtins.int
+    """The runs' recorded usage (Run.usage; a run records it when it finishes)."""
+    output_tokens: _builtins.int
+    duration_ms: _builtins.int
+    """Sum of the finished runs' time from start to finish."""
+    tokens_estimated: _builtins.bool
+    """Some of the tokens were agentmesh's estimate (Usage.estimated)."""
+    def __init__(
+        self,
+        *,
+        day: _builtins.str = ...,
+        runs: _builtins.int = ...,
+        failed_runs: _builtins.int = ...,
+        automation_runs: _builtins.int = ...,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        duration_ms: _builtins.int = ...,
+        tokens_estimated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["automation_runs", b"automation_runs", "day", b"day", "duration_ms", b"duration_ms", "failed_runs", b"failed_runs", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "runs", b"runs", "tokens_estimated", b"tokens_estimated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnerUsageDay: _TypeAlias = OwnerUsageDay  # noqa: Y015
+
+@_typing.final
+class GetOwnerUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAYS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def days(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnerUsageDay]:
+        """The days in the range that have runs, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        days: _abc.Iterable[Global___OwnerUsageDay] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["days", b"days"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOwnerUsageResponse: _TypeAlias = GetOwnerUsageResponse  # noqa: Y015

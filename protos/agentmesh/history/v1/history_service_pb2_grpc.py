@@ -147,6 +147,11 @@ class HistoryServiceStub:
                 request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
                 _registered_method=True)
+        self.GetOwnerUsage = channel.unary_unary(
+                '/agentmesh.history.v1.HistoryService/GetOwnerUsage',
+                request_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -311,6 +316,15 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOwnerUsage(self, request, context):
+        """The caller's usage per UTC day, from the run records: every run (chat and automation)
+        counts on the UTC day it was created. The one source of the usage an owner or an admin
+        reads and of the tokens-per-day quota.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -423,6 +437,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.AcknowledgeWebhookEvents,
                     request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.FromString,
                     response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.SerializeToString,
+            ),
+            'GetOwnerUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOwnerUsage,
+                    request_deserializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.FromString,
+                    response_serializer=agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1022,6 +1041,33 @@ class HistoryService:
             '/agentmesh.history.v1.HistoryService/AcknowledgeWebhookEvents',
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
             agentmesh_dot_history_dot_v1_dot_history__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOwnerUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.history.v1.HistoryService/GetOwnerUsage',
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageRequest.SerializeToString,
+            agentmesh_dot_history_dot_v1_dot_history__service__pb2.GetOwnerUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,11 @@ class HistoryServiceStub:
     """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
     after the retention period.
     """
+    GetOwnerUsage: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]
+    """The caller's usage per UTC day, from the run records: every run (chat and automation)
+    counts on the UTC day it was created. The one source of the usage an owner or an admin
+    reads and of the tokens-per-day quota.
+    """
 
 @_typing.type_check_only
 class HistoryServiceAsyncStub(HistoryServiceStub):
@@ -150,6 +155,11 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     AcknowledgeWebhookEvents: _aio.UnaryUnaryMultiCallable[_history_service_pb2.AcknowledgeWebhookEventsRequest, _history_service_pb2.AcknowledgeWebhookEventsResponse]  # type: ignore[assignment]
     """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
     after the retention period.
+    """
+    GetOwnerUsage: _aio.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]  # type: ignore[assignment]
+    """The caller's usage per UTC day, from the run records: every run (chat and automation)
+    counts on the UTC day it was created. The one source of the usage an owner or an admin
+    reads and of the tokens-per-day quota.
     """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -341,6 +351,17 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_history_service_pb2.AcknowledgeWebhookEventsResponse, _abc.Awaitable[_history_service_pb2.AcknowledgeWebhookEventsResponse]]:
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOwnerUsage(
+        self,
+        request: _history_service_pb2.GetOwnerUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_history_service_pb2.GetOwnerUsageResponse, _abc.Awaitable[_history_service_pb2.GetOwnerUsageResponse]]:
+        """The caller's usage per UTC day, from the run records: every run (chat and automation)
+        counts on the UTC day it was created. The one source of the usage an owner or an admin
+        reads and of the tokens-per-day quota.
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

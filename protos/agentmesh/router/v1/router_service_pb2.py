@@ -26,7 +26,7 @@ from agentmesh.type.v1 import execution_profile_pb2 as agentmesh_dot_type_dot_v1
 from agentmesh.type.v1 import message_pb2 as agentmesh_dot_type_dot_v1_dot_message__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentmesh/router/v1/router_service.proto\x12\x13\x61gentmesh.router.v1\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\"\xe9\x01\n\x0cRouteRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x07profile\x18\x02 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x34\n\x10\x63ontext_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x31\n\rinput_message\x18\x04 \x01(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x05 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\"b\n\rRouteResponse\x12-\n\x08\x65xecutor\x18\x01 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x12\n\ntool_names\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t2_\n\rRouterService\x12N\n\x05Route\x12!.agentmesh.router.v1.RouteRequest\x1a\".agentmesh.router.v1.RouteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentmesh/router/v1/router_service.proto\x12\x13\x61gentmesh.router.v1\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\"\xe9\x01\n\x0cRouteRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x34\n\x07profile\x18\x02 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x34\n\x10\x63ontext_messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x31\n\rinput_message\x18\x04 \x01(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x05 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\"\x8b\x01\n\rRouteResponse\x12-\n\x08\x65xecutor\x18\x01 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x12\n\ntool_names\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\'\n\x05usage\x18\x04 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage2_\n\rRouterService\x12N\n\x05Route\x12!.agentmesh.router.v1.RouteRequest\x1a\".agentmesh.router.v1.RouteResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ROUTEREQUEST']._serialized_start=142
   _globals['_ROUTEREQUEST']._serialized_end=375
-  _globals['_ROUTERESPONSE']._serialized_start=377
-  _globals['_ROUTERESPONSE']._serialized_end=475
-  _globals['_ROUTERSERVICE']._serialized_start=477
-  _globals['_ROUTERSERVICE']._serialized_end=572
+  _globals['_ROUTERESPONSE']._serialized_start=378
+  _globals['_ROUTERESPONSE']._serialized_end=517
+  _globals['_ROUTERSERVICE']._serialized_start=519
+  _globals['_ROUTERSERVICE']._serialized_end=614
 # @@protoc_insertion_point(module_scope)

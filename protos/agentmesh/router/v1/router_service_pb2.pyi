@@ -64,20 +64,26 @@ class RouteResponse(_message.Message):
     EXECUTOR_FIELD_NUMBER: _builtins.int
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     executor: _execution_profile_pb2.Executor.ValueType
     reason: _builtins.str
     @_builtins.property
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def usage(self) -> _message_pb2.Usage:
+        """The routing model call's usage; absent when no model was asked (the rule decided)."""
+
     def __init__(
         self,
         *,
         executor: _execution_profile_pb2.Executor.ValueType = ...,
         tool_names: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
+        usage: _message_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "reason", b"reason", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "reason", b"reason", "tool_names", b"tool_names", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

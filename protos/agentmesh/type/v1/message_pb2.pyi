@@ -75,6 +75,11 @@ class _MessageKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageKi
     """The owner's memories a run recalled into its context (a system message): audit only,
     never in /history nor in a later run's context.
     """
+    MESSAGE_KIND_ROUTE: _MessageKind.ValueType  # 6
+    """The router's decision when a model made it (a system message with the tools chosen,
+    the reason and the routing call's usage): audit only, like MEMORY_RECALL. Its usage is
+    part of the run's (Run.usage sums the output messages').
+    """
 
 class MessageKind(_MessageKind, metaclass=_MessageKindEnumTypeWrapper):
     """What a message is within its run; with the runtime mode it decides the visibility mask."""
@@ -87,6 +92,11 @@ MESSAGE_KIND_TOOL_RESULT: MessageKind.ValueType  # 4
 MESSAGE_KIND_MEMORY_RECALL: MessageKind.ValueType  # 5
 """The owner's memories a run recalled into its context (a system message): audit only,
 never in /history nor in a later run's context.
+"""
+MESSAGE_KIND_ROUTE: MessageKind.ValueType  # 6
+"""The router's decision when a model made it (a system message with the tools chosen,
+the reason and the routing call's usage): audit only, like MEMORY_RECALL. Its usage is
+part of the run's (Run.usage sums the output messages').
 """
 Global___MessageKind: _TypeAlias = MessageKind  # noqa: Y015
 
