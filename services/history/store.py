@@ -22,11 +22,11 @@ from sqlalchemy.engine import Dialect, Row
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial
 from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
+from services.history.pgdirect import Conn, reused
+from services.history.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.messages import Usage
-from shared.pgdirect import Conn, reused
 from shared.profiles import ExecutionProfile
-from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -278,7 +278,7 @@ async def get_thread(
 
 # The statements of the run hot path (BeginRun, FinishRun, lease renewal) are built once,
 # with bound parameters: no statement construction or cache-key computation per call; on
-# PostgreSQL asyncpg runs them directly (shared.pgdirect).
+# PostgreSQL asyncpg runs them directly (services.history.pgdirect).
 _T = threads.c
 _GET_THREAD = reused(
     sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))
