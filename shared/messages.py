@@ -197,7 +197,7 @@ _ROLE_BLOCKS: dict[Role, tuple[type, ...]] = {
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
-    # Counted by agentmesh (shared.model.tokens) because the endpoint reported none; a sum
+    # Counted by agentmesh (services.executor.tokens) because the endpoint reported none; a sum
     # with any estimated part is estimated.
     estimated: bool = False
 

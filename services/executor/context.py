@@ -4,7 +4,7 @@ A call must fit card.context_size, less the output it may produce (the call's ma
 else the card's output_size) and less what it must carry whatever the thread holds (the
 prompt's own size: leading system messages, this step's input and turns, the offered
 tools). What is left is the budget of the thread's earlier messages, counted with
-shared.model.tokens' estimate. The oldest go first, whole groups at a time: an assistant
+services.executor.tokens' estimate. The oldest go first, whole groups at a time: an assistant
 message with tool calls and the message(s) carrying their results are one group, so a call
 never reaches the model without its result or a result without its call. So a thread
 never dies of its own length: its newest messages always fit, down to none. Pure; no I/O.
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.executor.tokens import message_tokens, messages_tokens, tools_tokens
 from shared.messages import Msg, Role
 from shared.model.base import ToolSpec
 from shared.model.cards import ModelCard
-from shared.model.tokens import message_tokens, messages_tokens, tools_tokens
 
 
 @dataclass(frozen=True)

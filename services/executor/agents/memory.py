@@ -52,6 +52,7 @@ from services.executor.memory_tools import (
     Watermark,
     parse_extraction,
 )
+from services.executor.tokens import messages_tokens, tools_tokens
 from services.executor.toolcalls import ToolCallTracker
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
@@ -79,7 +80,6 @@ from shared.model.scripted import (
     MEMORY_PROMPT,
     NO_MEMORIES,
 )
-from shared.model.tokens import messages_tokens, tools_tokens
 from shared.tools import DenialReason, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")

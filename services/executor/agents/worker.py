@@ -11,7 +11,7 @@ step always ends.
 Each turn's messages fit the model card's context (services.executor.context): the oldest
 of the thread go first. Should the endpoint still find them too long (the count is an
 estimate), the turn is tried once more, before anything streamed, within half the budget.
-A turn whose endpoint reports no usage gets an estimated one (shared.model.tokens).
+A turn whose endpoint reports no usage gets an estimated one (services.executor.tokens).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
+from services.executor.tokens import messages_tokens, text_tokens, tools_tokens
 from services.executor.tools import (
     ToolContext,
     ToolError,
@@ -67,7 +68,6 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
-from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")
@@ -86,7 +86,7 @@ class TurnOutput:
     produced: bool = False
 
     def estimated_usage(self, input_tokens: int) -> Usage:
-        """The turn's usage when the endpoint reported none (shared.model.tokens)."""
+        """The turn's usage when the endpoint reported none (services.executor.tokens)."""
         output = text_tokens("".join(self.text)) + text_tokens("".join(self.thinking))
         output += sum(text_tokens(c.name) + text_tokens(c.input) for c in self.calls.blocks())
         return Usage(input_tokens, output, estimated=True)
