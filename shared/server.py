@@ -31,10 +31,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from shared import heap, inproc, logs, metrics, telemetry
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
+from shared.version import VERSION
 
 log = logging.getLogger("agentmesh.server")
-
-VERSION = "0.1.0"
 
 # Large enough for a context of many messages; the gateway bounds client input well below.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
