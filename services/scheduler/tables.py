@@ -4,31 +4,10 @@ both backends; JSON columns are JSONB on PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-
-class UtcDateTime(sa.TypeDecorator[datetime]):
-    """Aware UTC datetimes in and out; SQLite stores them as naive UTC text."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the database")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
+from shared.db import UtcDateTime
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 TS = UtcDateTime()

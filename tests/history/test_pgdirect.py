@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import pgdirect
 from services.history.pgdirect import reused
-from services.history.store import UtcDateTime
 from shared import db
+from shared.db import UtcDateTime
 from tests.conftest import PG_URL, drop_schemas, make_settings
 
 meta = sa.MetaData()
