@@ -353,7 +353,7 @@ async def main() -> None:
         print("service-side:", json.dumps(result["service_side"], indent=1))
 
         # The statements the servicer sent, for EXPLAIN: through SQLAlchemy (the listener
-        # above) or, for the pre-built ones, on asyncpg directly (shared.pgdirect).
+        # above) or, for the pre-built ones, on asyncpg directly (services.history.pgdirect).
         direct_fetch = asyncpg.connection.Connection.fetch
 
         async def capturing_fetch(self: Any, query: str, *params: Any, **kw: Any) -> Any:

@@ -44,7 +44,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.memory import core, store
+from services.memory import core, store, tables
 from services.memory.core import MemoryWrite
 from services.memory.embedding_server import (
     LOCAL_EMBEDDING_DIMENSIONS,
@@ -208,7 +208,7 @@ async def fill(
     template_vectors = np.asarray(await client.embed(templates, query=False), dtype=np.float32)
     np_rng = np.random.default_rng(7)
     base = datetime(2026, 1, 1, tzinfo=UTC)
-    memories = store.memories
+    memories = tables.memories
     model, dims = client.config.model, client.config.dimensions
     batch = 2000
     for start in range(0, len(texts), batch):
@@ -282,9 +282,9 @@ async def _fact_ids(engine: AsyncEngine, facts: Sequence[dict[str, str]]) -> dic
             key = core.content_key(fact["fact"])
             ids[fact["id"]] = (
                 await conn.execute(
-                    sa.select(store.memories.c.id).where(
-                        store.memories.c.owner_id == owner(fact["lang"]),
-                        store.memories.c.content_hash == store._hash(key),
+                    sa.select(tables.memories.c.id).where(
+                        tables.memories.c.owner_id == owner(fact["lang"]),
+                        tables.memories.c.content_hash == store._hash(key),
                     )
                 )
             ).scalar_one()

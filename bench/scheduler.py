@@ -35,8 +35,9 @@ import grpc
 import sqlalchemy as sa
 
 from bench.stats import percentile
-from services.scheduler import core, store
+from services.scheduler import core, tables
 from services.scheduler.dispatch import ClaimLoop, Dispatcher
+from services.scheduler.rows import job_values
 from services.scheduler.schedule import fire_time, zone
 from services.scheduler.settings import SchedulerSettings
 from shared.settings import Settings
@@ -73,10 +74,10 @@ async def _seed(engine: Any, count: int, *, slot_in: float, jitter: int = 0) -> 
         fire = fire_time(job.id, slot, jitter, spec.schedule, tz)
         job = core.Job(**{**job.__dict__, "next_run_at": fire})
         fires[job.id] = fire
-        rows.append(store.job_values(job))
+        rows.append(job_values(job))
     async with engine.begin() as conn:
         for start in range(0, len(rows), 5000):
-            await conn.execute(store.jobs.insert(), rows[start : start + 5000])
+            await conn.execute(tables.jobs.insert(), rows[start : start + 5000])
     return fires
 
 
@@ -109,7 +110,7 @@ async def _claim_until_empty(url: str, prefix: str, batch: int, start_at: float)
 
 
 async def _counts(engine: Any) -> tuple[int, int]:
-    r = store.runs
+    r = tables.runs
     async with engine.connect() as conn:
         total = (await conn.execute(sa.select(sa.func.count()).select_from(r))).scalar_one()
         distinct = (
@@ -174,7 +175,7 @@ async def dispatch_lag(url: str, jobs: int, replicas: int, jitter: int) -> dict[
             await asyncio.sleep(3)  # replicas up before the slot
             fires = await _seed(engine, jobs, slot_in=5, jitter=jitter)
             deadline = time.time() + 5 + jitter + 300
-            r = store.runs
+            r = tables.runs
             while time.time() < deadline:
                 async with engine.connect() as conn:
                     done = (

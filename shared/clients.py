@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import grpc
 
 from shared import inproc, telemetry
-from shared.server import KEEPALIVE_CLIENT_OPTIONS, MAX_MESSAGE_BYTES
+from shared.transport import KEEPALIVE_CLIENT_OPTIONS, MAX_MESSAGE_BYTES
 
 # The longest pause between two connection attempts to a peer that is down (+-20% jitter).
 RECONNECT_BACKOFF_MS = 250

@@ -8,18 +8,41 @@ keeps its tables in its own schema (search_path), so no service reads another's 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event, text
+from sqlalchemy import DateTime, Dialect, TypeDecorator, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from shared.settings import Settings
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp column: aware datetimes in, stored in UTC, aware UTC datetimes out on
+    every backend. A naive datetime is refused (its zone would be a guess)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database")
+        value = value.astimezone(UTC)
+        # SQLite keeps text; one fixed offset-free form keeps its comparisons correct.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is UTC:
+            return value
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def is_postgres(engine: AsyncEngine) -> bool:

@@ -11,7 +11,7 @@ take it like a grpc.aio.Channel (unary_unary, unary_stream, stream_unary, stream
 What a call keeps, as over the network:
 - messages: the request is serialized by the stub's serializer and parsed by the handler's
   deserializer, the response the other way round, so caller and callee never share an
-  object; the size limit of shared.server (MAX_MESSAGE_BYTES) is enforced on both ways
+  object; the size limit of shared.transport (MAX_MESSAGE_BYTES) is enforced on both ways
   (RESOURCE_EXHAUSTED);
 - metadata (owner id, request id, trace context) as invocation metadata, and the
   handler's trailing metadata (google.rpc.Status details, x-agentmesh-version) in the
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import grpc
 
 from shared import telemetry
+from shared.transport import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     # Generic only in the grpc stubs (the handlers of every method and shape are held alike).
@@ -87,10 +88,6 @@ class _Failed(Exception):
 
 
 def _check_size(raw: bytes, direction: str) -> None:
-    # The limit the network servers and channels are given (shared.server imports this
-    # module, so it is read here, not at import).
-    from shared.server import MAX_MESSAGE_BYTES
-
     if len(raw) > MAX_MESSAGE_BYTES:
         raise _Failed(
             _Status(

@@ -3,7 +3,8 @@
 
 Blocks follow AgentScope 2.x's six: text, thinking, hint, data (any media by MIME type),
 tool_call (raw JSON input string) and tool_result (text or text/data blocks). Tool calls
-carry the pre-execution state, tool results the post-execution state (see shared.toolcalls).
+carry the pre-execution state, tool results the post-execution state (see
+services.executor.toolcalls).
 
 Role rules: a user message holds text and data blocks only, a system message text blocks
 only, an assistant message any block (tool results travel in assistant messages too).

@@ -27,6 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared import metrics
+from shared.version import VERSION
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -76,8 +77,6 @@ def configure(service: str, settings: Settings, *, exporter: SpanExporter | None
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-    from shared.server import VERSION
-
     provider = TracerProvider(
         resource=Resource.create(
             {"service.name": service, "service.namespace": "agentmesh", "service.version": VERSION}
@@ -122,8 +121,6 @@ def _tracer(service: str) -> Tracer | None:
     name = service or _process_service
     found = _tracers.get(name)
     if found is None:
-        from shared.server import VERSION
-
         found = _tracers.setdefault(name, provider.get_tracer(f"agentmesh.{name}", VERSION))
     return found
 

@@ -64,8 +64,8 @@ class ToolDenied:
     reason: str  # a shared.tools.DenialReason value
 
 
-# Tool-call events produced by shared.toolcalls.ToolCallTracker (which speaks the run-event
-# protobuf so that "START was emitted" has one owner) travel as they are.
+# Tool-call events produced by services.executor.toolcalls.ToolCallTracker (which speaks the
+# run-event protobuf so that "START was emitted" has one owner) travel as they are.
 TrackedEvent = run_event_pb2.RunEvent
 
 StepEvent = (

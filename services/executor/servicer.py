@@ -10,10 +10,9 @@ import grpc
 from agentmesh.executor.v1 import executor_service_pb2 as pb
 from agentmesh.executor.v1 import executor_service_pb2_grpc as pb_grpc
 
-from services.executor import convert, core
+from services.executor import convert, core, streams
 from services.executor.agents import Agent
 from services.executor.tools import ToolRegistry
-from shared import streams
 from shared.domain import ExecutorKind
 from shared.identity import owner_id
 from shared.logs import run_id_var, thread_id_var

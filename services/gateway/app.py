@@ -55,8 +55,8 @@ from shared.admission import InFlight
 from shared.errors import as_domain_error
 from shared.ids import is_request_id
 from shared.logs import request_id_var
-from shared.server import VERSION
 from shared.settings import Settings
+from shared.version import VERSION
 
 log = logging.getLogger("agentmesh.gateway")
 

@@ -115,10 +115,10 @@ return 1
 
 
 def redis_pool(url: str) -> aioredis.BlockingConnectionPool:
-    """The quota's connections to Redis. As the event log's (shared/eventlog.py): a pooled
-    connection that Redis closed (a restart, a failover) is dropped and the command retried
-    on a new one, instead of failing the first run after it; a caller that finds every
-    connection busy waits for one."""
+    """The quota's connections to Redis. As the event log's
+    (services/orchestrator/eventlog.py): a pooled connection that Redis closed (a restart, a
+    failover) is dropped and the command retried on a new one, instead of failing the first
+    run after it; a caller that finds every connection busy waits for one."""
     return aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=_REDIS_CONNECTIONS,

@@ -47,10 +47,12 @@ class ApiKey:
     revoke_time_ms: int | None
 
 
+# The admin's quota override of one owner (:owner), if any.
 _GET_QUOTA = text(
     "SELECT runs_per_minute, concurrent_runs, tokens_per_day, update_time_ms "
     "FROM owner_quotas WHERE owner_id = :owner"
 )
+# Set one owner's override (:rpm, :conc, :tpd; NULL: the default) at :now, replacing any.
 # One statement for both dialects: SQLite and PostgreSQL share ON CONFLICT ... DO UPDATE.
 _PUT_QUOTA = text(
     "INSERT INTO owner_quotas (owner_id, runs_per_minute, concurrent_runs, tokens_per_day, "
@@ -59,6 +61,7 @@ _PUT_QUOTA = text(
     "concurrent_runs = excluded.concurrent_runs, tokens_per_day = excluded.tokens_per_day, "
     "update_time_ms = excluded.update_time_ms"
 )
+# Drop one owner's override: the deployment defaults apply again.
 _DELETE_QUOTA = text("DELETE FROM owner_quotas WHERE owner_id = :owner")
 # The usage rows an earlier version wrote (issue 23: an owner deletion removes them).
 _DELETE_USAGE = text("DELETE FROM usage_days WHERE owner_id = :owner")
@@ -71,6 +74,9 @@ async def delete_owner_usage(engine: AsyncEngine, owner: str) -> dict[str, int]:
     async with engine.begin() as conn:
         usage = await conn.execute(_DELETE_USAGE, {"owner": owner})
     return {"usage_days": int(usage.rowcount or 0)}
+
+
+# Store a new API key (:id, :owner, :admin, :name, its secret's :hash) created at :now.
 _INSERT_KEY = text(
     "INSERT INTO api_keys (id, owner_id, admin, name, secret_sha256, create_time_ms) "
     "VALUES (:id, :owner, :admin, :name, :hash, :now)"
@@ -78,12 +84,14 @@ _INSERT_KEY = text(
 _KEY_COLUMNS = (
     "id, owner_id, admin, name, secret_sha256, create_time_ms, last_used_time_ms, revoke_time_ms"
 )
+# One key by its id (authentication looks it up so, then checks the secret's hash).
 _GET_KEY = text(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = :id")
 # An owner's keys, newest first; :all_owners lists every owner's (admin listing).
 _LIST_KEYS = text(
     f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE (:all_owners OR owner_id = :owner) "
     "ORDER BY create_time_ms DESC, id LIMIT :limit"
 )
+# Revoke a key (:id) at :now, unless it is revoked already.
 _REVOKE_KEY = text(
     "UPDATE api_keys SET revoke_time_ms = :now WHERE id = :id AND revoke_time_ms IS NULL"
 )

@@ -15,12 +15,12 @@ from enum import StrEnum
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from services.history.visibility import in_history, visibility_mask_for
 from shared.domain import TERMINAL_RUN_STATES, ExecutorKind, MessageKind, RuntimeMode
 from shared.domain import RunState as RunState  # the one vocabulary of run states, re-exported
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from shared.ids import check_time_zone
 from shared.profiles import WINDOW_RE, ExecutionProfile
-from shared.visibility import in_history, visibility_mask_for
 
 DEFAULT_TIME_ZONE = "Asia/Shanghai"
 

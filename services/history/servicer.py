@@ -14,10 +14,12 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, deletions, store
+from services.history import convert, core, deletions, pgdirect, store
 from services.history.core import Message, NewMessage, Run, RunState, Thread
+from services.history.pgdirect import Conn
 from services.history.store import ContextKey
-from shared import outbox, pgdirect
+from services.history.visibility import CONTEXT_ASSEMBLY
+from shared import outbox
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -33,10 +35,8 @@ from shared.pagination import (
     position_str,
     position_time,
 )
-from shared.pgdirect import Conn
 from shared.profiles import profile_from_pb
 from shared.settings import Settings
-from shared.visibility import CONTEXT_ASSEMBLY
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")

@@ -12,44 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Dialect, Row
+from sqlalchemy.engine import Row
 
 from services.history.core import Message, Run, RunState, Thread, ToolDenial, UsageDay
 from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
+from services.history.pgdirect import Conn, reused
+from services.history.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from shared import outbox
+from shared.db import UtcDateTime
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
 from shared.messages import Usage
-from shared.pgdirect import Conn, reused
 from shared.profiles import ExecutionProfile
-from shared.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
-
-
-class UtcDateTime(sa.TypeDecorator[datetime]):
-    """Timestamps are stored in UTC and come back timezone-aware on every backend."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the history store")
-        value = value.astimezone(UTC)
-        # SQLite keeps text; one fixed offset-free form keeps its comparisons correct.
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None or value.tzinfo is UTC:
-            return value
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 _JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 metadata_obj = sa.MetaData()
@@ -280,7 +259,7 @@ async def get_thread(
 
 # The statements of the run hot path (BeginRun, FinishRun, lease renewal) are built once,
 # with bound parameters: no statement construction or cache-key computation per call; on
-# PostgreSQL asyncpg runs them directly (shared.pgdirect).
+# PostgreSQL asyncpg runs them directly (services.history.pgdirect).
 _T = threads.c
 _GET_THREAD = reused(
     sa.select(threads).where(_T.owner_id == sa.bindparam("o"), _T.id == sa.bindparam("t"))

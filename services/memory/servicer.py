@@ -15,7 +15,7 @@ from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.memory import convert, core, store
+from services.memory import convert, core, store, tables
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
 from shared import outbox, pagination
 from shared.errors import InvalidArgument
@@ -136,7 +136,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
-            context, self.engine.connect(), store.webhook_outbox, request.page_size
+            context, self.engine.connect(), tables.webhook_outbox, request.page_size
         )
         return pb.ListWebhookEventsResponse(events=events)
 
@@ -146,7 +146,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
-            context, self.engine.begin(), store.webhook_outbox, request.event_ids
+            context, self.engine.begin(), tables.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 

@@ -21,77 +21,18 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.memory import core
+from services.memory import core, queries
 from services.memory.core import Memory, MemoryWrite, Watermark
+from services.memory.tables import (
+    MEMORY_COLUMNS,
+    changes,
+    memories,
+    memory_embeddings,
+    watermarks,
+    webhook_outbox,
+)
 from shared import outbox
 from shared.errors import Aborted, AlreadyExists, NotFound
-
-_meta = sa.MetaData()
-
-memories = sa.Table(
-    "memories",
-    _meta,
-    sa.Column("seq", sa.BigInteger, primary_key=True),
-    sa.Column("id", sa.String(36), nullable=False),
-    sa.Column("owner_id", sa.String(128), nullable=False),
-    sa.Column("content", sa.Text, nullable=False),
-    sa.Column("content_key", sa.Text, nullable=False),
-    sa.Column("content_hash", sa.String(64), nullable=False),
-    sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("source_run_id", sa.String(128), nullable=False),
-    sa.Column("source_message_ids", sa.JSON, nullable=False),
-    sa.Column("create_time", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("version", sa.BigInteger, nullable=False),
-    # core.search_text(content): what the full-text indexes read (migration 0002).
-    sa.Column("search_text", sa.Text, nullable=False),
-)
-
-memory_embeddings = sa.Table(
-    "memory_embeddings",
-    _meta,
-    sa.Column("memory_id", sa.String(36), primary_key=True),
-    sa.Column("owner_id", sa.String(128), nullable=False),
-    sa.Column("model", sa.String(200), nullable=False),
-    sa.Column("dimensions", sa.Integer, nullable=False),
-    sa.Column("memory_version", sa.BigInteger, nullable=False),
-    sa.Column("content_digest", sa.String(64), nullable=False),
-    # pgvector `vector` on PostgreSQL (written and read as text here), float32 bytes on SQLite.
-    sa.Column("embedding", sa.LargeBinary, nullable=False),
-    sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
-)
-
-watermarks = sa.Table(
-    "watermarks",
-    _meta,
-    sa.Column("owner_id", sa.String(128), primary_key=True),
-    sa.Column("name", sa.String(63), primary_key=True),
-    sa.Column("position", sa.Text, nullable=False),
-    sa.Column("position_time", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
-)
-
-changes = sa.Table(
-    "memory_changes",
-    _meta,
-    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
-    sa.Column("owner_id", sa.String(128), nullable=False),
-    sa.Column("action", sa.String(16), nullable=False),
-    sa.Column("memory_id", sa.String(36), nullable=False),
-    sa.Column("content", sa.Text, nullable=False),
-    sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("previous_content", sa.Text, nullable=False),
-    sa.Column("actor", sa.String(8), nullable=False),
-    sa.Column("source_run_id", sa.String(128), nullable=False),
-    sa.Column("source_message_ids", sa.JSON, nullable=False),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("create_time", sa.DateTime(timezone=True), nullable=False),
-)
-
-# The webhook events of memory changes (memory.changed), written with their change records.
-webhook_outbox = outbox.table(_meta)
-
-_MEMORY_COLUMNS = [c for c in memories.c if c.name not in ("seq", "search_text")]
 
 _NOT_FOUND = "memory not found"
 
@@ -175,7 +116,7 @@ async def write(
         updates["source_run_id"] = stmt.excluded.source_run_id
     upsert = stmt.on_conflict_do_update(
         index_elements=["owner_id", "content_hash"], set_=updates
-    ).returning(*_MEMORY_COLUMNS)
+    ).returning(*MEMORY_COLUMNS)
     memory = _memory((await conn.execute(upsert)).one())
     created = memory.version == 1
     if not created:
@@ -195,7 +136,7 @@ async def write(
 async def get(conn: AsyncConnection, owner: str, memory_id: str) -> Memory:
     row = (
         await conn.execute(
-            sa.select(*_MEMORY_COLUMNS).where(
+            sa.select(*MEMORY_COLUMNS).where(
                 memories.c.owner_id == owner, memories.c.id == memory_id
             )
         )
@@ -209,7 +150,7 @@ async def list_page(
     conn: AsyncConnection, owner: str, after: tuple[datetime, str] | None, limit: int
 ) -> list[Memory]:
     """The owner's memories, newest update first (ties by id), after the keyset `after`."""
-    stmt = sa.select(*_MEMORY_COLUMNS).where(memories.c.owner_id == owner)
+    stmt = sa.select(*MEMORY_COLUMNS).where(memories.c.owner_id == owner)
     if after is not None:
         # One row-value bound, so both databases start the index search at the position:
         # written as an OR of its two cases, it left owner_id as the only key, and each page
@@ -225,7 +166,7 @@ async def forget_by_id(conn: AsyncConnection, owner: str, memory_id: str) -> lis
         await conn.execute(
             memories.delete()
             .where(memories.c.owner_id == owner, memories.c.id == memory_id)
-            .returning(*_MEMORY_COLUMNS)
+            .returning(*MEMORY_COLUMNS)
         )
     ).all()
     if not deleted:
@@ -254,7 +195,7 @@ async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list
         await conn.execute(
             memories.delete()
             .where(memories.c.owner_id == owner, memories.c.id.in_(ids))
-            .returning(*_MEMORY_COLUMNS)
+            .returning(*MEMORY_COLUMNS)
         )
     ).all()
     return sorted(map(_memory, deleted), key=lambda m: ids.index(m.id))
@@ -267,7 +208,7 @@ async def update(
     version than expected), ALREADY_EXISTS (the new content is another memory's fact)."""
     row = (
         await conn.execute(
-            sa.select(*_MEMORY_COLUMNS)
+            sa.select(*MEMORY_COLUMNS)
             .where(memories.c.owner_id == owner, memories.c.id == edit.id)
             .with_for_update()
         )
@@ -308,7 +249,7 @@ async def update(
             memories.update()
             .where(memories.c.owner_id == owner, memories.c.id == edit.id)
             .values(**values)
-            .returning(*_MEMORY_COLUMNS)
+            .returning(*MEMORY_COLUMNS)
         )
     ).one()
     return before, _memory(after)
@@ -422,28 +363,15 @@ async def _lexical(
     """Memories holding every token of at least one of `groups`, best ranked first."""
     if not groups:
         return []
-    columns = ", ".join(f"m.{c.name}" for c in _MEMORY_COLUMNS)
     # Tokens are runs of letters and digits (core.query_tokens), quoted all the same: user
     # text never reaches either query syntax as operators.
     if _postgres(conn):
-        sql = sa.text(
-            f"SELECT {columns} FROM memories m, to_tsquery('simple'::regconfig, :query) q "
-            "WHERE m.owner_id = :owner AND m.search_tsv @@ q "
-            "ORDER BY ts_rank(m.search_tsv, q) DESC, m.update_time DESC, m.id DESC "
-            "LIMIT :limit"
-        )
+        sql = queries.PG_LEXICAL
         query = " | ".join("(" + " & ".join(f"'{t}'" for t in g) + ")" for g in groups)
-        params: dict[str, Any] = {"query": query}
     else:
-        sql = sa.text(
-            f"SELECT {columns} FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
-            "WHERE memories_fts MATCH :query AND m.owner_id = :owner "
-            "ORDER BY bm25(memories_fts), m.update_time DESC, m.id DESC LIMIT :limit"
-        )
+        sql = queries.SQLITE_LEXICAL
         query = " OR ".join("(" + " AND ".join(f'"{t}"' for t in g) + ")" for g in groups)
-        params = {"query": query}
-    typed = sql.columns(*_MEMORY_COLUMNS)
-    rows = (await conn.execute(typed, {**params, "owner": owner, "limit": limit})).all()
+    rows = (await conn.execute(sql, {"query": query, "owner": owner, "limit": limit})).all()
     return [_memory(r) for r in rows]
 
 
@@ -456,22 +384,11 @@ async def _nearest(
         # iterative scan keeps reading the graph until `limit` rows of this owner and
         # model are found (pgvector >= 0.8), instead of filtering a fixed candidate list.
         await conn.execute(
-            sa.text(
-                "SELECT set_config('hnsw.ef_search', :ef, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-            ),
-            {"ef": str(max(HNSW_EF_SEARCH, min(limit, 1000)))},
+            queries.PG_SEARCH_SETTINGS, {"ef": str(max(HNSW_EF_SEARCH, min(limit, 1000)))}
         )
-        vector = f"CAST(CAST(:vector AS text) AS public.vector({dims}))"
         nearest = (
             await conn.execute(
-                sa.text(
-                    "SELECT memory_id, distance FROM ("
-                    f"SELECT memory_id, embedding::public.vector({dims}) "
-                    f"OPERATOR(public.<=>) {vector} AS distance FROM memory_embeddings "
-                    "WHERE owner_id = :owner AND model = :model AND dimensions = :dims "
-                    "ORDER BY distance LIMIT :limit) nn"
-                ),
+                queries.pg_nearest(dims),
                 {
                     "vector": _vector_text(embedding),
                     "owner": owner,
@@ -502,7 +419,7 @@ async def _nearest(
         return []
     found = (
         await conn.execute(
-            sa.select(*_MEMORY_COLUMNS).where(
+            sa.select(*MEMORY_COLUMNS).where(
                 memories.c.owner_id == owner, memories.c.id.in_(list(order))
             )
         )
@@ -611,22 +528,13 @@ async def put_embedding(
         "content_digest": digest(task.content),
         "update_time": now,
     }
-    columns = ", ".join(values) + ", embedding"
-    placeholders = ", ".join(f":{k}" for k in values)
+    # pgvector reads its text form; SQLite keeps float32 bytes.
+    stored: str | bytes
     if _postgres(conn):
-        vector = "CAST(CAST(:embedding AS text) AS public.vector)"
-        stored: Any = _vector_text(embedding)
+        put, stored = queries.PG_PUT_EMBEDDING, _vector_text(embedding)
     else:
-        vector = ":embedding"
-        stored = np.asarray(embedding, dtype="<f4").tobytes()
-    updates = ", ".join(f"{k} = excluded.{k}" for k in [*values, "embedding"] if k != "memory_id")
-    await conn.execute(
-        sa.text(
-            f"INSERT INTO memory_embeddings ({columns}) VALUES ({placeholders}, {vector}) "
-            f"ON CONFLICT (memory_id) DO UPDATE SET {updates}"
-        ),
-        {**values, "embedding": stored},
-    )
+        put, stored = queries.SQLITE_PUT_EMBEDDING, np.asarray(embedding, "<f4").tobytes()
+    await conn.execute(put, {**values, "embedding": stored})
     return True
 
 
@@ -634,17 +542,9 @@ async def ensure_vector_index(conn: AsyncConnection, dims: int) -> None:
     """PostgreSQL: the HNSW index (cosine) of `dims`-dimensional embeddings, made once."""
     if not _postgres(conn) or not 1 <= dims <= 2000:  # pgvector's HNSW limit
         return
-    await conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('agentmesh:hnsw'))"))
-    # Building over existing rows: the graph built in memory is much faster than on disk.
-    await conn.execute(sa.text("SELECT set_config('maintenance_work_mem', '256MB', true)"))
-    await conn.execute(
-        sa.text(
-            f"CREATE INDEX IF NOT EXISTS ix_memory_embeddings_hnsw_{dims} ON memory_embeddings "
-            f"USING hnsw ((embedding::public.vector({dims})) public.vector_cosine_ops) "
-            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
-            f"WHERE dimensions = {dims}"
-        )
-    )
+    await conn.execute(queries.PG_LOCK_INDEX_BUILDS)
+    await conn.execute(queries.PG_INDEX_BUILD_MEMORY)
+    await conn.execute(queries.pg_create_vector_index(dims, HNSW_M, HNSW_EF_CONSTRUCTION))
 
 
 def unit(vector: Sequence[float]) -> list[float]:

@@ -36,6 +36,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy
+from services.orchestrator.eventlog import EventLog, LogExists
 from services.orchestrator.writer import RunEventWriter
 from shared import approvals, metrics
 from shared.admission import InFlight
@@ -48,7 +49,6 @@ from shared.errors import (
     NotFound,
     Unavailable,
 )
-from shared.eventlog import EventLog, LogExists
 from shared.logs import run_id_var, thread_id_var
 from shared.messages import Msg, msg_from_pb
 

@@ -13,10 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import RunPolicy
+from services.orchestrator.eventlog import RedisEventLog, open_event_log
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.admission import InFlight
-from shared.eventlog import RedisEventLog, open_event_log
 from shared.model.factory import agent_problem
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts

@@ -13,11 +13,11 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert, core
+from services.orchestrator.eventlog import EventLog
 from services.orchestrator.runs import ActiveRun, RunManager
 from shared import telemetry, wire
 from shared.domain import RuntimeMode
 from shared.errors import DeadlineExceeded, DomainError, InvalidArgument, NotFound, Unavailable
-from shared.eventlog import EventLog
 from shared.identity import owner_id
 from shared.ids import check_identifier
 from shared.pagination import MAX_PAGE_SIZE

@@ -22,8 +22,8 @@ from functools import partial
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator.core import Sequencer
+from services.orchestrator.eventlog import Entry, EventLog, Feed, LogLost
 from shared import metrics
-from shared.eventlog import Entry, EventLog, Feed, LogLost
 
 log = logging.getLogger("agentmesh.orchestrator.events")
 

@@ -14,12 +14,13 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
+from shared.model.tokens import messages_tokens, text_tokens
+
 from services.router import core
 from services.router.core import Route, RouteInput
 from shared.messages import Msg, TextBlock, Usage, system
 from shared.model.base import ChatModel, ModelError
 from shared.model.cards import ModelCard
-from shared.model.tokens import messages_tokens, text_tokens
 
 log = logging.getLogger("agentmesh.router")
 

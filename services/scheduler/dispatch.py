@@ -51,7 +51,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import content_pb2, message_pb2, run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.scheduler import core, store
+from services.scheduler import core, store, tables
 from services.scheduler.core import Job, JobRun, Next, RunEnd, RunError, RunState
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.settings import SchedulerSettings
@@ -563,7 +563,7 @@ class Dispatcher:
                         }
                     },
                 )
-            await outbox.add(conn, store.webhook_outbox, ended)
+            await outbox.add(conn, tables.webhook_outbox, ended)
         return written
 
 

@@ -12,7 +12,7 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.scheduler import core, store
+from services.scheduler import core, store, tables
 from services.scheduler import schedule as sched
 from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
 from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
@@ -168,7 +168,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
-            context, self._engine.connect(), store.webhook_outbox, request.page_size
+            context, self._engine.connect(), tables.webhook_outbox, request.page_size
         )
         return pb.ListWebhookEventsResponse(events=events)
 
@@ -178,7 +178,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
-            context, self._engine.begin(), store.webhook_outbox, request.event_ids
+            context, self._engine.begin(), tables.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 

@@ -11,8 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.server import LIVENESS, VERSION
+from shared.server import LIVENESS
 from shared.settings import DEFAULT_PORTS, GRPC_SERVICES, Settings
+from shared.version import VERSION
 from tests.deploy.manifests import (
     ALL_SERVICES,
     AUTOSCALED,

@@ -34,7 +34,7 @@ from agentmesh.type.v1 import message_pb2
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.launcher import Suite, free_port
-from services.scheduler import core, store
+from services.scheduler import core, tables
 from services.scheduler.core import JobConfig, JobSpec
 from services.scheduler.schedule import Schedule, ScheduleType
 from shared.domain import ExecutorKind
@@ -207,7 +207,7 @@ async def _job_runs(engine: AsyncEngine, jobs: list[core.Job]) -> dict[str, list
     async with engine.connect() as conn:
         rows = list(
             await conn.execute(
-                sa.select(store.runs).where(store.runs.c.job_id.in_([j.id for j in jobs]))
+                sa.select(tables.runs).where(tables.runs.c.job_id.in_([j.id for j in jobs]))
             )
         )
     out: dict[str, list[Any]] = {j.id: [] for j in jobs}

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 
-from services.memory import store
+from services.memory import store, tables
 from services.memory.embedding_server import LocalEmbeddingServer, free_port
 from services.memory.service import MIGRATIONS, build
 from shared.settings import Settings
@@ -72,7 +72,7 @@ async def _embedded(settings: Settings, timeout: float = 60.0) -> None:
 async def _embedding_rows(settings: Settings) -> dict[str, tuple[int, str]]:
     """memory id -> (embedded version, digest of the embedded content)."""
     async with migrated_engine(settings, "memory", MIGRATIONS) as engine, engine.connect() as c:
-        e = store.memory_embeddings
+        e = tables.memory_embeddings
         rows = await c.execute(sa.select(e.c.memory_id, e.c.memory_version, e.c.content_digest))
         return {r.memory_id: (r.memory_version, r.content_digest) for r in rows}
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from services.memory import core, store
+from services.memory import core, store, tables
 from services.memory.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
@@ -25,7 +25,7 @@ async def test_memories_written_before_0002_are_found_after_it(settings: Setting
             old = sa.Table(
                 "memories",
                 sa.MetaData(),
-                *(sa.Column(c.name, c.type) for c in store.memories.c if c.name != "search_text"),
+                *(sa.Column(c.name, c.type) for c in tables.memories.c if c.name != "search_text"),
             )
             for content in ("User likes hiking in the mountains", "我每天早上都会喝一杯绿茶"):
                 key = core.content_key(content)

@@ -16,8 +16,8 @@ from services.history.service import SERVICE_NAME as HISTORY
 from services.history.service import build as build_history
 from shared import errors
 from shared.interceptors import VERSION_KEY
-from shared.server import VERSION
 from shared.settings import Settings
+from shared.version import VERSION
 from tests.grpc_helpers import channel, owner_md, running_service
 
 

@@ -10,8 +10,15 @@ import pytest
 from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert
+from services.orchestrator.eventlog import (
+    Entry,
+    EventLog,
+    LogExists,
+    LogLost,
+    RedisEventLog,
+    open_event_log,
+)
 from services.orchestrator.writer import LogUnavailable, RunEventWriter
-from shared.eventlog import Entry, EventLog, LogExists, LogLost, RedisEventLog, open_event_log
 from shared.settings import Settings
 
 

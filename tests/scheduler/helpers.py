@@ -27,9 +27,10 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import run_event_pb2
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.scheduler import core, store
+from services.scheduler import core, store, tables
 from services.scheduler.core import Job, JobConfig, JobSpec, JobStatus
 from services.scheduler.dispatch import ClaimLoop, Dispatcher
+from services.scheduler.rows import job_values
 from services.scheduler.schedule import Schedule, ScheduleType
 from services.scheduler.service import MIGRATIONS
 from services.scheduler.settings import SchedulerSettings
@@ -194,10 +195,10 @@ def due_job(owner: str, spec: JobSpec, slot: datetime, now: datetime) -> Job:
 
 
 async def insert_jobs(engine: AsyncEngine, jobs: Sequence[Job]) -> None:
-    rows = [store.job_values(j) for j in jobs]
+    rows = [job_values(j) for j in jobs]
     async with engine.begin() as conn:
         for start in range(0, len(rows), 1000):
-            await conn.execute(store.jobs.insert(), rows[start : start + 1000])
+            await conn.execute(tables.jobs.insert(), rows[start : start + 1000])
 
 
 async def db_now(engine: AsyncEngine) -> datetime:
@@ -218,13 +219,13 @@ async def seed_due_jobs(engine: AsyncEngine, count: int, *, owners: int = 50) ->
 
 async def run_rows(engine: AsyncEngine) -> list[Any]:
     async with engine.connect() as conn:
-        return list(await conn.execute(sa.select(store.runs)))
+        return list(await conn.execute(sa.select(tables.runs)))
 
 
 async def count_runs(engine: AsyncEngine, state: str | None = None) -> int:
-    query = sa.select(sa.func.count()).select_from(store.runs)
+    query = sa.select(sa.func.count()).select_from(tables.runs)
     if state is not None:
-        query = query.where(store.runs.c.state == state)
+        query = query.where(tables.runs.c.state == state)
     async with engine.connect() as conn:
         return int((await conn.execute(query)).scalar_one())
 

@@ -17,9 +17,10 @@ from agentmesh.history.v1 import history_service_pb2 as hist_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.scheduler import core, store
+from services.scheduler import core, store, tables
 from services.scheduler.core import CatchUpPolicy
 from services.scheduler.dispatch import start_request
+from services.scheduler.rows import job_from_row
 from services.scheduler.schedule import fire_time, zone
 from services.scheduler.schedule import next_slot as sched_next_slot
 from shared.profiles import CHAT_DEFAULT
@@ -50,8 +51,8 @@ async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrches
 
 async def get_job(engine: AsyncEngine, job_id: str) -> core.Job:
     async with engine.connect() as conn:
-        row = (await conn.execute(sa.select(store.jobs).where(store.jobs.c.id == job_id))).one()
-    return store.job_from_row(row)
+        row = (await conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id))).one()
+    return job_from_row(row)
 
 
 def by_state(rows: list[Any]) -> dict[str, list[datetime]]:
@@ -130,7 +131,7 @@ async def test_clock_moved_back_an_hour_fires_no_slot_twice(env) -> None:
     assert behind.slot == slot
     async with engine.begin() as conn:
         await conn.execute(
-            store.jobs.update().where(store.jobs.c.id == job.id).values(next_slot=slot, next_run_at=slot)
+            tables.jobs.update().where(tables.jobs.c.id == job.id).values(next_slot=slot, next_run_at=slot)
         )
     # ... and with the high-water mark the same computation moves past it.
     assert core.next_run(job.id, spec, slot - timedelta(hours=1), slot).slot == slot + timedelta(days=1)
@@ -210,7 +211,7 @@ async def test_stale_replicas_late_write_is_refused(env) -> None:
     (order,) = claimed.orders
 
     async with engine.begin() as conn:  # its lease runs out
-        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
+        await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
     fresh, fresh_dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="fresh")
     (taken,) = await fresh.take_over()
     assert taken.run.attempt == 2 and taken.resume
@@ -244,7 +245,7 @@ async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starti
         async for _ in orch_grpc.OrchestratorServiceStub(ch).StartRun(start_request(order.job, first_id)):
             pass
     async with engine.begin() as conn:
-        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
+        await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
 
     alive, dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="alive")
     await alive.tick()
@@ -258,7 +259,7 @@ async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starti
 
 async def _expire_leases(engine: AsyncEngine, now: datetime, **values: Any) -> None:
     async with engine.begin() as conn:
-        await conn.execute(store.runs.update().values(lease_expires_at=now - timedelta(seconds=1), **values))
+        await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1), **values))
 
 
 async def test_third_attempt_follows_the_first_run_when_the_second_holder_died_following_it(env) -> None:
@@ -364,7 +365,7 @@ async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
     # Forget the high-water mark too: UNIQUE(job_id, scheduled_slot) still holds the line.
     async with engine.begin() as conn:
         await conn.execute(
-            store.jobs.update().values(next_slot=job.next_slot, next_run_at=job.next_slot, last_slot=None)
+            tables.jobs.update().values(next_slot=job.next_slot, next_run_at=job.next_slot, last_slot=None)
         )
     await loop.tick()
     await dispatcher.idle()

@@ -9,7 +9,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
 
-from services.scheduler import store
+from services.scheduler import tables
+from services.scheduler.rows import job_from_row
 from services.scheduler.service import MIGRATIONS
 from shared import db
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, parse_profile
@@ -34,7 +35,7 @@ async def test_existing_jobs_get_the_automation_memory_default_profile(settings:
         now = datetime.now(UTC)
         old_jobs = sa.table(
             "automation_jobs",
-            *(sa.column(c.name, c.type) for c in store.jobs.columns if c.name != "execution_profile"),
+            *(sa.column(c.name, c.type) for c in tables.jobs.columns if c.name != "execution_profile"),
         )
         async with engine.begin() as conn:  # jobs in the shape before execution profiles
             await conn.execute(
@@ -51,8 +52,8 @@ async def test_existing_jobs_get_the_automation_memory_default_profile(settings:
             )
         await db.migrate(engine, MIGRATIONS, schema)
         async with engine.connect() as conn:
-            jobs = [store.job_from_row(r) for r in await conn.execute(sa.select(store.jobs))]
-            profiles = [r[0] for r in await conn.execute(sa.select(store.jobs.c.execution_profile))]
+            jobs = [job_from_row(r) for r in await conn.execute(sa.select(tables.jobs))]
+            profiles = [r[0] for r in await conn.execute(sa.select(tables.jobs.c.execution_profile))]
         assert len(jobs) == 3
         assert all(j.spec.profile == AUTOMATION_MEMORY_DEFAULT for j in jobs)
         assert all(parse_profile(p) == AUTOMATION_MEMORY_DEFAULT for p in profiles)

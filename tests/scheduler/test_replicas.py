@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.scheduler import store
+from services.scheduler import tables
 from shared.settings import Settings
 from tests.conftest import USES_POSTGRES
 from tests.scheduler.helpers import (
@@ -46,7 +46,7 @@ async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrches
 
 async def slot_stats(engine: AsyncEngine) -> tuple[int, int, int]:
     """(job runs, distinct (job, slot), succeeded)."""
-    r = store.runs
+    r = tables.runs
     async with engine.connect() as conn:
         total = (await conn.execute(sa.select(sa.func.count()).select_from(r))).scalar_one()
         distinct = (

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.scheduler import store
+from services.scheduler import store, tables
 from shared import outbox
 from shared.settings import Settings
 from tests.scheduler.helpers import (
@@ -37,7 +37,7 @@ async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrches
 
 async def _events(engine: AsyncEngine) -> list[outbox.Event]:
     async with engine.connect() as conn:
-        return await outbox.pending(conn, store.webhook_outbox, 100)
+        return await outbox.pending(conn, tables.webhook_outbox, 100)
 
 
 async def _run_job(

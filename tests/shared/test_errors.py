@@ -16,8 +16,9 @@ import redis.asyncio as aioredis
 from sqlalchemy import literal_column, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from services.history import pgdirect
 from services.launcher import free_port
-from shared import db, errors, pgdirect
+from shared import db, errors
 from shared.server import GrpcServer, ServiceParts
 from shared.settings import Settings
 from tests.conftest import PG_URL, USES_POSTGRES

@@ -22,7 +22,9 @@ from shared.errors import InvalidArgument, from_rpc_error
 from shared.identity import OWNER_KEY, REQUEST_ID_KEY, call_metadata
 from shared.interceptors import VERSION_KEY
 from shared.logs import request_id_var
-from shared.server import MAX_MESSAGE_BYTES, VERSION, GrpcServer, ServiceParts
+from shared.server import GrpcServer, ServiceParts
+from shared.transport import MAX_MESSAGE_BYTES
+from shared.version import VERSION
 
 NAME = "conformance"
 ROUTER = router_service_pb2.DESCRIPTOR.services_by_name["RouterService"].full_name

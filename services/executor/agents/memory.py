@@ -13,7 +13,7 @@ prompt as the system message, the owner's memories those messages recall
 as the conversation), runs the memory_write / memory_forget calls that shared.tools
 authorises (or, for a card with memory_extraction "structured", the writes and forgets of
 its one JSON document, as those calls), streams TOOL_CALL_* events through
-shared.toolcalls.ToolCallTracker, then moves the watermark with a compare-and-set.
+services.executor.toolcalls.ToolCallTracker, then moves the watermark with a compare-and-set.
 
 Two runs at once: before running any tool the agent re-reads the watermark; if another run
 moved it, the messages are that run's and this one writes nothing. If the final
@@ -53,6 +53,8 @@ from services.executor.memory_tools import (
     Watermark,
     parse_extraction,
 )
+from shared.model.tokens import messages_tokens, tools_tokens
+from services.executor.toolcalls import ToolCallTracker
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
 from shared.errors import FailedPrecondition, InvalidArgument
@@ -79,8 +81,6 @@ from shared.model.scripted import (
     MEMORY_PROMPT,
     NO_MEMORIES,
 )
-from shared.model.tokens import messages_tokens, tools_tokens
-from shared.toolcalls import ToolCallTracker
 from shared.tools import DenialReason, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")

@@ -39,6 +39,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
+from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from services.executor.tools import (
     ToolContext,
     ToolError,
@@ -67,7 +68,6 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
-from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")

@@ -1,4 +1,5 @@
-"""shared.streams.batches: items in order, grouped as they were ready, producer stopped on close."""
+"""services.executor.streams.batches: items in order, grouped as they were ready, producer
+stopped on close."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import aclosing
 
 import pytest
 
-from shared.streams import batches
+from services.executor.streams import batches
 
 
 async def produce(n: int, *, pause_every: int = 0, fail: bool = False) -> AsyncIterator[int]:

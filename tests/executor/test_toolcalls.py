@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from shared.messages import (
-    ToolCallBlock,
-    ToolCallState,
-    ToolResultBlock,
-    ToolResultState,
-    assistant,
-)
-from shared.toolcalls import (
+from services.executor.toolcalls import (
     CALL_TRANSITIONS,
     IllegalTransition,
     ToolCallLifecycle,
     ToolCallTracker,
     next_call_state,
     tool_call_events,
+)
+from shared.messages import (
+    ToolCallBlock,
+    ToolCallState,
+    ToolResultBlock,
+    ToolResultState,
+    assistant,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.eventlog import InMemoryEventLog
+from services.orchestrator.eventlog import InMemoryEventLog
 
 
 async def test_finished_logs_are_dropped_oldest_first_past_the_budget() -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import MessageKind, RuntimeMode
-from shared.visibility import (
+from services.history.visibility import (
     CONTEXT_ASSEMBLY,
     UI_HISTORY,
     in_context,
     in_history,
     visibility_mask_for,
 )
+from shared.domain import MessageKind, RuntimeMode
 
 CHAT, AUTO = RuntimeMode.CHAT, RuntimeMode.AUTOMATION
 USER, REPLY = MessageKind.USER_MESSAGE, MessageKind.AGENT_REPLY

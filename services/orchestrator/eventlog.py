@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -305,6 +305,11 @@ _WRITE_CONNECTIONS = 64
 _FOLLOWER_CONNECTIONS = 10_000
 
 
+# What XRANGE / XREVRANGE / XREAD give per stream on a bytes connection (redis-py types
+# them loosely): (entry id, fields) pairs.
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
+
+
 class RedisEventLog:
     """A Redis stream per run; entry id = "<seq>-0", so a resume is an XRANGE from seq+1.
     The end marker's id is the time, above every event's: once a log is closed no event can
@@ -385,7 +390,7 @@ class RedisEventLog:
         await self._write(self._key(key), key, [], close=True)
 
     @staticmethod
-    def _decode(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[list[Entry], bool]:
+    def _decode(raw: _Entries) -> tuple[list[Entry], bool]:
         entries: list[Entry] = []
         closed = False
         for entry_id, fields in raw:
@@ -400,7 +405,9 @@ class RedisEventLog:
 
     async def read(self, key: str, after: int) -> tuple[list[Entry], bool]:
         k = self._key(key)
-        raw = await self.redis.xrange(k, min=f"({max(after, 0)}-0" if after > 0 else "-")
+        raw = cast(
+            _Entries, await self.redis.xrange(k, min=f"({max(after, 0)}-0" if after > 0 else "-")
+        )
         if not raw:
             # Nothing after `after`, not even the end marker, whose id (a time) is below a
             # large enough `after`: whether the log exists and is closed is its last entry.
@@ -409,7 +416,7 @@ class RedisEventLog:
 
     async def _closed(self, k: str, key: str) -> bool:
         """Whether stream `k` ends with the end marker; KeyError when it does not exist."""
-        top = await self.redis.xrevrange(k, count=1)
+        top = cast(_Entries, await self.redis.xrevrange(k, count=1))
         if not top:
             raise KeyError(key)
         return _END in top[0][1]
@@ -428,7 +435,10 @@ class RedisEventLog:
         last_id = f"{entries[-1][0]}-0" if entries else f"{max(after, 0)}-0"
         k = self._key(key)
         while True:
-            response = await self._followers.xread({k: last_id}, block=5000, count=500)
+            response = cast(
+                list[tuple[bytes, _Entries]],
+                await self._followers.xread({k: last_id}, block=5000, count=500),
+            )
             if not response:
                 # An end marker below `last_id` (a follower that asked past the last event)
                 # is never read: the log's last entry tells.

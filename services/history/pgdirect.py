@@ -95,7 +95,7 @@ def _plan(stmt: Any, dialect: Dialect, keys: Sequence[str]) -> _Plan:
         compiled=compiled,
         processors=processors,
         expanding=bool(compiled.post_compile_params),
-        row=namedtuple("Row", [c.key for c in columns], rename=True),  # type: ignore[misc]
+        row=namedtuple("Row", [c.key for c in columns], rename=True),
         results=tuple(results),
         returns_rows=bool(columns),
     )

@@ -13,7 +13,14 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from shared.eventlog import Entry, EventLog, LogExists, LogLost, RedisEventLog, open_event_log
+from services.orchestrator.eventlog import (
+    Entry,
+    EventLog,
+    LogExists,
+    LogLost,
+    RedisEventLog,
+    open_event_log,
+)
 from shared.settings import Settings
 
 EVENTS: list[Entry] = [(seq, f"event {seq}".encode()) for seq in range(1, 7)]

@@ -1,6 +1,7 @@
-"""shared.pgdirect on real PostgreSQL (on both test backends: the module is PostgreSQL's own):
-statements marked `reused` run on asyncpg with SQLAlchemy's type processing, share the unit's
-transaction with statements SQLAlchemy runs, and a broken connection leaves the pool."""
+"""services.history.pgdirect on real PostgreSQL (on both test backends: the module is
+PostgreSQL's own): statements marked `reused` run on asyncpg with SQLAlchemy's type processing,
+share the unit's transaction with statements SQLAlchemy runs, and a broken connection leaves
+the pool."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from sqlalchemy import exc
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history.store import UtcDateTime
-from shared import db, pgdirect
-from shared.pgdirect import reused
+from services.history import pgdirect
+from services.history.pgdirect import reused
+from shared import db
+from shared.db import UtcDateTime
 from tests.conftest import PG_URL, drop_schemas, make_settings
 
 meta = sa.MetaData()

@@ -1,0 +1,112 @@
+"""The memory store's named statements, per dialect (procrastinate's queries.sql, in Python):
+each a constant, or for a statement that names an embedding dimension a function of it, with
+a line saying what it does and takes. These are the statements SQLAlchemy Core does not
+write: full-text search (PostgreSQL's tsquery, SQLite's FTS5), pgvector's operators, casts and
+HNSW indexes, and session settings. Statements the dialects share are built where they are
+used, in services/memory/store.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sqlalchemy as sa
+
+from services.memory.tables import MEMORY_COLUMNS
+
+_COLUMNS = ", ".join(f"m.{c.name}" for c in MEMORY_COLUMNS)
+# The columns of an embedding's row the upserts set, besides the embedding itself.
+_EMBEDDING_VALUES = (
+    "memory_id",
+    "owner_id",
+    "model",
+    "dimensions",
+    "memory_version",
+    "content_digest",
+    "update_time",
+)
+_EMBEDDING_UPDATES = ", ".join(
+    f"{k} = excluded.{k}" for k in [*_EMBEDDING_VALUES, "embedding"] if k != "memory_id"
+)
+_EMBEDDING_INSERT = (
+    f"INSERT INTO memory_embeddings ({', '.join(_EMBEDDING_VALUES)}, embedding) "
+    f"VALUES ({', '.join(':' + k for k in _EMBEDDING_VALUES)}, "
+)
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+# The owner's (:owner) memories matching the tsquery :query, best ts_rank first, then the
+# newest, up to :limit.
+PG_LEXICAL = sa.text(
+    f"SELECT {_COLUMNS} FROM memories m, to_tsquery('simple'::regconfig, :query) q "
+    "WHERE m.owner_id = :owner AND m.search_tsv @@ q "
+    "ORDER BY ts_rank(m.search_tsv, q) DESC, m.update_time DESC, m.id DESC "
+    "LIMIT :limit"
+).columns(*MEMORY_COLUMNS)
+
+# For this transaction: the HNSW candidates kept while searching (:ef, text), and the
+# iterative scan that keeps reading the graph until enough rows pass the filter.
+PG_SEARCH_SETTINGS = sa.text(
+    "SELECT set_config('hnsw.ef_search', :ef, true), "
+    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+)
+
+
+@functools.cache
+def pg_nearest(dims: int) -> sa.TextClause:
+    """The :limit embeddings of :owner's memories by :model in `dims` (:dims) dimensions
+    nearest (cosine distance) to :vector (pgvector's text form): memory_id, distance. Written
+    so the HNSW index of `dims` dimensions serves the ORDER BY."""
+    vector = f"CAST(CAST(:vector AS text) AS public.vector({dims}))"
+    return sa.text(
+        "SELECT memory_id, distance FROM ("
+        f"SELECT memory_id, embedding::public.vector({dims}) "
+        f"OPERATOR(public.<=>) {vector} AS distance FROM memory_embeddings "
+        "WHERE owner_id = :owner AND model = :model AND dimensions = :dims "
+        "ORDER BY distance LIMIT :limit) nn"
+    )
+
+
+# Store a memory's embedding (:embedding, pgvector's text form) with its row's other
+# columns (:memory_id, :owner_id, :model, :dimensions, :memory_version, :content_digest,
+# :update_time), replacing the one it had.
+PG_PUT_EMBEDDING = sa.text(
+    _EMBEDDING_INSERT + "CAST(CAST(:embedding AS text) AS public.vector)) "
+    f"ON CONFLICT (memory_id) DO UPDATE SET {_EMBEDDING_UPDATES}"
+)
+
+# Wait for (and hold until commit) the lock that serialises HNSW index builds.
+PG_LOCK_INDEX_BUILDS = sa.text("SELECT pg_advisory_xact_lock(hashtext('agentmesh:hnsw'))")
+
+# For this transaction: memory enough to build an HNSW graph over existing rows in memory
+# (much faster than on disk).
+PG_INDEX_BUILD_MEMORY = sa.text("SELECT set_config('maintenance_work_mem', '256MB', true)")
+
+
+def pg_create_vector_index(dims: int, m: int, ef_construction: int) -> sa.TextClause:
+    """Create, unless it exists, the HNSW index (cosine) of the `dims`-dimensional
+    embeddings, its graph built with `m` and `ef_construction`."""
+    return sa.text(
+        f"CREATE INDEX IF NOT EXISTS ix_memory_embeddings_hnsw_{dims} ON memory_embeddings "
+        f"USING hnsw ((embedding::public.vector({dims})) public.vector_cosine_ops) "
+        f"WITH (m = {m}, ef_construction = {ef_construction}) "
+        f"WHERE dimensions = {dims}"
+    )
+
+
+# --- SQLite -------------------------------------------------------------------------------
+
+# The owner's (:owner) memories matching the FTS5 query :query, best bm25 first, then the
+# newest, up to :limit.
+SQLITE_LEXICAL = sa.text(
+    f"SELECT {_COLUMNS} FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
+    "WHERE memories_fts MATCH :query AND m.owner_id = :owner "
+    "ORDER BY bm25(memories_fts), m.update_time DESC, m.id DESC LIMIT :limit"
+).columns(*MEMORY_COLUMNS)
+
+# Store a memory's embedding (:embedding, float32 bytes) with its row's other columns (as
+# PG_PUT_EMBEDDING), replacing the one it had.
+SQLITE_PUT_EMBEDDING = sa.text(
+    _EMBEDDING_INSERT + ":embedding) "
+    f"ON CONFLICT (memory_id) DO UPDATE SET {_EMBEDDING_UPDATES}"
+)
