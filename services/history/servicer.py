@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
@@ -15,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, deletions, store
-from services.history.core import Message, NewMessage, Run, RunState, Thread
+from services.history.core import Message, NewMessage, Run, Thread
 from services.history.store import ContextKey
 from shared import pgdirect
 from shared.db import is_postgres
@@ -36,7 +37,7 @@ from shared.pagination import (
 from shared.pgdirect import Conn
 from shared.profiles import profile_from_pb
 from shared.settings import Settings
-from shared.visibility import CONTEXT_ASSEMBLY
+from shared.visibility import in_context
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -182,157 +183,114 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.BeginRunResponse:
         """Create the run (or, called again, start it when it was queued): one active run
-        per thread, decided here under the thread's row lock, so every orchestrator replica
-        sees the same order."""
+        per thread, planned by core.plan_begin under the thread's row lock, so every
+        orchestrator replica sees the same order."""
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         run_id = convert.identifier(request.run_id, "run_id")
         mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
         profile = profile_from_pb(request.profile, "profile")
         inputs = convert.new_messages(request.input_messages, "input_messages")
-        window, zone, max_chars = convert.context_options(
-            request.context, profile.history_policy.window
-        )
+        options = convert.context_options(request.context, profile.history_policy.window)
         strategy = convert.multitask_strategy(request.multitask_strategy)
-        if len(request.lease_holder) > 200:
-            raise InvalidArgument("lease_holder", "must be at most 200 characters")
-        lease = timedelta(seconds=core.lease_seconds(request.lease_seconds))
         now = self._clock()
-
-        def new_run(state: RunState) -> Run:
-            return Run(
-                owner_id=owner,
-                id=run_id,
-                thread_id=thread_id,
-                state=state,
-                origin=mode,
-                profile=profile,
-                create_time=now,
-                start_time=now if state is RunState.RUNNING else None,
-                finish_time=None,
-                lease_holder=request.lease_holder,
-                lease_expire_time=now + lease,
-            )
+        lease = core.begin_lease(request.lease_holder, request.lease_seconds, now)
+        begin = core.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
 
         async def admit(
             conn: Conn, check_ids: bool
-        ) -> tuple[Thread, Run, list[Run], list[Message]]:
-            ahead: list[Run] = []
-            ctx: list[Message] = []
+        ) -> tuple[Thread, Run, core.BeginPlan, list[Message]]:
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
-            # A new run on an idle thread, the common case, is admitted by its INSERT alone
-            # (any strategy runs it at once). Otherwise, and when the unit runs again
-            # because an id was taken, the lookup decides.
-            fresh = None if check_ids else await store.insert_run_if_idle(
-                conn, new_run(RunState.RUNNING)
+            # A new run on an idle thread, the common case: the plan for no stored run and
+            # no active one, which its INSERT checks (one round trip). Otherwise, and when
+            # the unit runs again because an id was taken, the lookup decides.
+            plan = core.plan_begin(begin, None, ())
+            run = None if check_ids else await store.insert_run_if_idle(conn, plan.run)
+            if run is None:
+                stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
+                plan = core.plan_begin(begin, stored, active)
+                run = await store.write_begin(conn, plan)
+            if not plan.stores_input:
+                return thread, run, plan, []
+            thread, ctx = await self._store_input(
+                conn, thread, run, inputs, options, now, check_ids=check_ids or plan.retry
             )
-            stored, active = (
-                (None, [])
-                if fresh is not None
-                else await store.begin_lookup(conn, owner, thread_id, run_id)
-            )
-            if fresh is not None:
-                run = fresh
-            elif stored is not None:
-                run = stored
-                check_ids = True  # called again: its input is probably stored
-                core.check_run_retry(run, thread_id)
-                if run.state is RunState.QUEUED and not run.cancel_requested:
-                    ahead = core.runs_ahead(run, active)
-                    if not ahead:
-                        run = await store.update_run(
-                            conn, owner, run_id, state=RunState.RUNNING.value, start_time=now
-                        )
-                if run.active:
-                    run = await store.update_run(
-                        conn, owner, run_id,
-                        lease_holder=request.lease_holder or run.lease_holder,
-                        lease_expire_time=now + lease,
-                    )
-            else:
-                admission = core.admit(active, strategy)
-                await store.request_cancel(
-                    conn, owner, admission.cancel, rollback=admission.rollback
-                )
-                if admission.rollback:
-                    await store.hide_run_messages(conn, owner, admission.cancel)
-                run = await store.insert_run(conn, new_run(admission.state))
-                ahead = [r for r in active if r.id != run_id]
-            # A queued run stores its input when it starts: the reply of the run before it
-            # comes first in the thread, as the conversation happened.
-            if run.started:
-                was_empty = thread.message_count == 0
-                thread, stored = await self._append(
-                    conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
-                    now, check_ids=check_ids,
-                )
-                if was_empty:
-                    # A new thread holds only what was just stored: no need to read it back.
-                    found = [m for m in stored if m.visibility_mask & CONTEXT_ASSEMBLY]
-                else:
-                    found = await store.context_messages(
-                        conn,
-                        owner,
-                        thread_id,
-                        upto=thread.message_count,
-                        since=core.window_since(window, now, zone),
-                        last_n=core.window_limit(window),
-                    )
-                ctx = core.assemble_context(found, window, now, zone, max_chars)
-            return thread, run, ahead, ctx
+            return thread, run, plan, ctx
 
-        thread, run, ahead, ctx = await self._write_trusting_ids(admit)
+        thread, run, plan, ctx = await self._write_trusting_ids(admit)
         run_pb = convert.run_to_pb(run)
-        run_pb.ahead_run_ids.extend(r.id for r in ahead)
+        run_pb.ahead_run_ids.extend(plan.ahead)
         return pb.BeginRunResponse(
             thread=convert.thread_to_pb(thread),
             run=run_pb,
             context_messages=[convert.message_to_pb(m) for m in ctx],
         )
 
+    async def _store_input(
+        self,
+        conn: Conn,
+        thread: Thread,
+        run: Run,
+        inputs: Sequence[NewMessage],
+        options: tuple[core.Window, ZoneInfo, int],
+        now: datetime,
+        *,
+        check_ids: bool,
+    ) -> tuple[Thread, list[Message]]:
+        """Store a started run's input (its thread is locked); the thread, and the run's
+        context."""
+        window, zone, max_chars = options
+        was_empty = thread.message_count == 0
+        thread, stored = await self._append(
+            conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
+            now, check_ids=check_ids,
+        )
+        if was_empty:
+            # A new thread holds only what was just stored: no need to read it back.
+            found = [m for m in stored if in_context(m.visibility_mask)]
+        else:
+            found = await store.context_messages(
+                conn,
+                thread.owner_id,
+                thread.id,
+                upto=thread.message_count,
+                since=core.window_since(window, now, zone),
+                last_n=core.window_limit(window),
+            )
+        return thread, core.assemble_context(found, window, now, zone, max_chars)
+
     async def FinishRun(
         self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.FinishRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        state = convert.run_state(request.state)
-        if state not in core.TERMINAL_STATES:
-            raise InvalidArgument("state", "must be SUCCEEDED, FAILED, CANCELLED or INTERRUPTED")
-        if len(request.error_code) > 100:
-            raise InvalidArgument("error_code", "must be at most 100 characters")
+        end = core.run_end(
+            convert.run_state(request.state), request.error_code, request.error_message
+        )
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         usage = convert.messages_usage(request.output_messages, "output_messages")
-        now = self._clock()
+        plan = core.plan_finish(run_id, end, usage, self._clock())
+        now = plan.finish_time
 
         async def finish(conn: Conn, check_ids: bool) -> Run:
             # Locks in the order BeginRun takes them (thread, then run), so the two never
-            # deadlock; the run's state is then changed only if it is still active.
-            thread, finished = await store.lock_thread_finish_run(
-                conn,
-                owner,
-                run_id,
-                state=state,
-                now=now,
-                error_code=request.error_code,
-                error_message=request.error_message[:10_000],
-                usage=usage,
-            )
+            # deadlock; the plan is written only if the run is still active.
+            thread, finished = await store.lock_thread_finish_run(conn, owner, plan)
             if thread is None:
                 raise NotFound(f"run {run_id} not found")
             if finished is None:
                 # It ended meanwhile (or before): a retry of the same end, or a conflict.
                 current = await store.get_run(conn, owner, run_id)
                 assert current is not None  # runs are never deleted
-                core.finish_is_noop(current.state, state, current.cancel_requested)
+                core.finish_is_noop(current.state, end.state, current.cancel_requested)
                 return current
+            writes = core.plan_finished(finished, outputs, denials, now)
             await self._append(
-                conn, thread, core.for_run(outputs, finished, "output_messages"),
-                "output_messages", now, check_ids=check_ids,
+                conn, thread, writes.outputs, "output_messages", now, check_ids=check_ids
             )
-            await store.insert_denials(conn, core.denials_for_run(denials, finished, now))
-            if finished.rolled_back:
-                await store.hide_run_messages(conn, owner, [finished.id])
+            await store.insert_denials(conn, writes.denials)
+            await store.hide_run_messages(conn, owner, writes.hide)
             return finished
 
         run = await self._write_trusting_ids(finish)
@@ -539,15 +497,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.RenewRunLeaseResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        if not request.lease_holder:
-            raise InvalidArgument("lease_holder", "must not be empty")
-        now = self._clock()
-        expires = now + timedelta(seconds=core.lease_seconds(request.lease_seconds))
+        lease = core.renewal(request.lease_holder, request.lease_seconds, self._clock())
         async with self._write() as conn:
-            renewed = await store.renew_lease(conn, owner, run_id, request.lease_holder, expires)
+            renewed = await store.renew_lease(conn, owner, run_id, lease)
             run = renewed or await store.get_run(conn, owner, run_id)
-            if run is None:
-                raise NotFound(f"run {run_id} not found")
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
         return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=renewed is not None)
 
     async def RequestRunCancellation(
@@ -559,7 +514,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             run = await store.lock_run(conn, owner, run_id)
             if run is None:
                 raise NotFound(f"run {run_id} not found")
-            if run.active and not run.cancel_requested:
+            if core.plan_cancel(run):
                 run = await store.update_run(conn, owner, run_id, cancel_requested=True)
         return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
 
@@ -571,9 +526,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         limit = page_size(request.page_size, default=100)
         now = self._clock()
         async with self._write() as conn:
-            expired = await store.expire_leases(
-                conn, now, limit=limit, code=core.LEASE_EXPIRED, message=core.LEASE_EXPIRED_MESSAGE
-            )
+            expired = await store.expire_leases(conn, now, core.plan_expiry(), limit=limit)
         response = pb.ExpireRunLeasesResponse()
         for run in expired:
             item = response.runs.add()
