@@ -182,9 +182,13 @@ def check_denial(tool_call_id: str, tool_name: str, digest: str, reason: str, fi
     if not tool_name or len(tool_name) > 200:
         raise InvalidArgument(f"{field}.tool_name", "must be 1 to 200 characters")
     if len(digest) != 64 or not set(digest) <= _SHA256_HEX:
-        raise InvalidArgument(f"{field}.arguments_sha256", "must be a sha256 digest in lowercase hex")
+        raise InvalidArgument(
+            f"{field}.arguments_sha256", "must be a sha256 digest in lowercase hex"
+        )
     if reason not in DENIAL_REASONS:
-        raise InvalidArgument(f"{field}.reason", "must be NOT_DECLARED, NOT_IN_PROFILE or NOT_REGISTERED")
+        raise InvalidArgument(
+            f"{field}.reason", "must be NOT_DECLARED, NOT_IN_PROFILE or NOT_REGISTERED"
+        )
 
 
 def denials_for_run(

@@ -23,7 +23,7 @@ from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
-from shared.ids import OWNER_RULE, is_owner_id
+from shared.ids import OWNER_RULE, is_owner_id, optional_identifier
 from shared.pagination import (
     PageTokens,
     bad_token,
@@ -180,7 +180,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return thread, [existing[m.id] for m in core.unique_by_id(items)]
 
     async def BeginRun(
-        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BeginRunResponse:
         """Create the run (or, called again, start it when it was queued): one active run
         per thread, planned by core.plan_begin under the thread's row lock, so every
@@ -260,7 +260,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return thread, core.assemble_context(found, window, now, zone, max_chars)
 
     async def FinishRun(
-        self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FinishRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -297,7 +297,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AppendMessagesResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -337,7 +337,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     # --- reading ------------------------------------------------------------------------
 
     async def ListHistory(
-        self, request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListHistoryResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -365,7 +365,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return response
 
     async def LoadContext(
-        self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext
+        self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LoadContextResponse:
         owner = owner_id(context)
         across = request.across_threads
@@ -450,7 +450,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def ListThreads(
-        self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListThreadsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
@@ -471,7 +471,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def GetThread(
-        self, request: pb.GetThreadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetThreadRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -482,7 +482,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetThreadResponse(thread=convert.thread_to_pb(thread))
 
     async def GetRun(
-        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -493,7 +493,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetRunResponse(run=convert.run_to_pb(run))
 
     async def RenewRunLease(
-        self, request: pb.RenewRunLeaseRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RenewRunLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewRunLeaseResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -506,7 +506,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=renewed is not None)
 
     async def RequestRunCancellation(
-        self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RequestRunCancellationResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -519,7 +519,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
 
     async def ExpireRunLeases(
-        self, request: pb.ExpireRunLeasesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ExpireRunLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ExpireRunLeasesResponse:
         owner_id(context)
         require_admin(context)
@@ -535,7 +535,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return response
 
     async def ListAudit(
-        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListAuditResponse:
         # The operator is a caller like any other (UNAUTHENTICATED without an identity);
         # the admin scope then lets them read the owner they name.
@@ -581,7 +581,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     # --- deletion -----------------------------------------------------------------------
 
     async def DeleteThread(
-        self, request: pb.DeleteThreadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteThreadRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -593,7 +593,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
 
     async def DeleteOwnerData(
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         async with self._write() as conn:
@@ -613,7 +613,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     async def StartOwnerDeletion(
-        self, request: pb.StartOwnerDeletionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.StartOwnerDeletionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.StartOwnerDeletionResponse:
         owner = owner_id(context)
         requested_by = _requester(request.requested_by, owner, context)
@@ -636,7 +636,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def RecordDeletionStep(
-        self, request: pb.RecordDeletionStepRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RecordDeletionStepRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RecordDeletionStepResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
@@ -653,7 +653,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.RecordDeletionStepResponse(deletion=convert.deletion_to_pb(updated))
 
     async def GetDeletion(
-        self, request: pb.GetDeletionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetDeletionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetDeletionResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
@@ -664,7 +664,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
     async def ListRuns(
-        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListRunsResponse:
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
@@ -680,7 +680,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def ListDeletions(
-        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListDeletionsResponse:
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
@@ -719,7 +719,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return page, token
 
     async def ListUnfinishedDeletions(
-        self, request: pb.ListUnfinishedDeletionsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ListUnfinishedDeletionsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListUnfinishedDeletionsResponse:
         owner_id(context)
         require_admin(context)
@@ -788,7 +790,7 @@ async def _delete_thread(
     return deletion, run_ids
 
 
-def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext) -> str:
+def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """Who asked for an owner deletion: the owner, or (admin scope) "admin:<admin's id>"."""
     if not requested_by or requested_by == owner:
         return owner
@@ -857,7 +859,7 @@ def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:
         origin=convert.optional_mode(f.origin, "filter.origin"),
         executor=convert.optional_executor(f.executor, "filter.executor"),
         execution_profile_name=f.execution_profile_name,
-        thread_id=convert.optional_identifier(f.thread_id, "filter.thread_id"),
+        thread_id=optional_identifier(f.thread_id, "filter.thread_id"),
         start_time=start,
         end_time=end,
     )

@@ -872,8 +872,9 @@ async def write_begin(conn: Conn, plan: BeginPlan) -> Run:
     return await update_run(conn, owner_id, plan.run.id, **values) if values else plan.run
 
 
-def _part(row: Row[Any], prefix: str) -> SimpleNamespace:
-    """The columns of `row` labelled `prefix`<name>, by name."""
+def _part(row: Row[Any], prefix: str) -> Any:
+    """The columns of `row` labelled `prefix`<name>, by name (read as _thread and _run read a
+    row: Any, since a SimpleNamespace is not a Row)."""
     return SimpleNamespace(
         **{k[len(prefix) :]: v for k, v in row._asdict().items() if k.startswith(prefix)}
     )
