@@ -873,8 +873,8 @@ async def write_begin(conn: Conn, plan: BeginPlan) -> Run:
 
 
 def _part(row: Row[Any], prefix: str) -> Any:
-    """The columns of `row` labelled `prefix`<name>, by name (read as _thread and _run read a
-    row: Any, since a SimpleNamespace is not a Row)."""
+    """The columns of `row` labelled `prefix`<name>, by name: _thread and _run read them as
+    they read a Row (so typed Any: a SimpleNamespace is not a Row)."""
     return SimpleNamespace(
         **{k[len(prefix) :]: v for k, v in row._asdict().items() if k.startswith(prefix)}
     )
