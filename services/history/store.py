@@ -872,9 +872,8 @@ async def write_begin(conn: Conn, plan: BeginPlan) -> Run:
     return await update_run(conn, owner_id, plan.run.id, **values) if values else plan.run
 
 
-def _part(row: Row[Any], prefix: str) -> Any:
-    """The columns of `row` labelled `prefix`<name>, by name: _thread and _run read them as
-    they read a Row (so typed Any: a SimpleNamespace is not a Row)."""
+def _part(row: Row[Any], prefix: str) -> SimpleNamespace:
+    """The columns of `row` labelled `prefix`<name>, by name."""
     return SimpleNamespace(
         **{k[len(prefix) :]: v for k, v in row._asdict().items() if k.startswith(prefix)}
     )
