@@ -401,8 +401,9 @@ def finish_is_noop(current: RunState, requested: RunState, cancel_requested: boo
 # Three plans are written on an assumption that the store's statement checks as it writes
 # (one round trip, the common case): a new run on an idle thread (plan_begin with no stored
 # run and no active one), a FinishRun of a run still queued or running, and a lease renewal
-# by the run's holder. When the assumption fails, nothing is written, and the servicer reads
-# what is stored and asks again.
+# by the run's holder. When the assumption fails, nothing is written and the servicer reads
+# what is stored: BeginRun plans again from it, FinishRun tells a retry from a conflict
+# (finish_is_noop), a renewal answers that the lease is not held.
 
 
 @dataclass(frozen=True)
