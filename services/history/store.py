@@ -1093,7 +1093,9 @@ def _thread_context_page_stmt(after: bool) -> Any:
     return stmt.order_by(c.position).limit(sa.bindparam("n", type_=sa.Integer))
 
 
-_HISTORY_PAGE = {(b, a): reused(_history_page_stmt(b, a)) for b in (False, True) for a in (False, True)}
+_HISTORY_PAGE = {
+    (b, a): reused(_history_page_stmt(b, a)) for b in (False, True) for a in (False, True)
+}
 _THREAD_CONTEXT_PAGE = {a: reused(_thread_context_page_stmt(a)) for a in (False, True)}
 
 
