@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
@@ -15,16 +16,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, deletions, pgdirect, store
-from services.history.core import Message, NewMessage, Run, RunState, Thread
+from services.history.core import Message, NewMessage, Run, Thread
 from services.history.pgdirect import Conn
 from services.history.store import ContextKey
-from services.history.visibility import CONTEXT_ASSEMBLY
+from services.history.visibility import in_context
 from shared import outbox
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
-from shared.ids import OWNER_RULE, is_owner_id
+from shared.ids import OWNER_RULE, is_owner_id, optional_identifier
 from shared.pagination import (
     PageTokens,
     bad_token,
@@ -179,167 +180,124 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return thread, [existing[m.id] for m in core.unique_by_id(items)]
 
     async def BeginRun(
-        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BeginRunResponse:
         """Create the run (or, called again, start it when it was queued): one active run
-        per thread, decided here under the thread's row lock, so every orchestrator replica
-        sees the same order."""
+        per thread, planned by core.plan_begin under the thread's row lock, so every
+        orchestrator replica sees the same order."""
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         run_id = convert.identifier(request.run_id, "run_id")
         mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
         profile = profile_from_pb(request.profile, "profile")
         inputs = convert.new_messages(request.input_messages, "input_messages")
-        window, zone, max_chars = convert.context_options(
-            request.context, profile.history_policy.window
-        )
+        options = convert.context_options(request.context, profile.history_policy.window)
         strategy = convert.multitask_strategy(request.multitask_strategy)
-        if len(request.lease_holder) > 200:
-            raise InvalidArgument("lease_holder", "must be at most 200 characters")
-        lease = timedelta(seconds=core.lease_seconds(request.lease_seconds))
         now = self._clock()
-
-        def new_run(state: RunState) -> Run:
-            return Run(
-                owner_id=owner,
-                id=run_id,
-                thread_id=thread_id,
-                state=state,
-                origin=mode,
-                profile=profile,
-                create_time=now,
-                start_time=now if state is RunState.RUNNING else None,
-                finish_time=None,
-                lease_holder=request.lease_holder,
-                lease_expire_time=now + lease,
-            )
+        lease = core.begin_lease(request.lease_holder, request.lease_seconds, now)
+        begin = core.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
 
         async def admit(
             conn: Conn, check_ids: bool
-        ) -> tuple[Thread, Run, list[Run], list[Message]]:
-            ahead: list[Run] = []
-            ctx: list[Message] = []
+        ) -> tuple[Thread, Run, core.BeginPlan, list[Message]]:
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
-            # A new run on an idle thread, the common case, is admitted by its INSERT alone
-            # (any strategy runs it at once). Otherwise, and when the unit runs again
-            # because an id was taken, the lookup decides.
-            fresh = None if check_ids else await store.insert_run_if_idle(
-                conn, new_run(RunState.RUNNING)
+            # A new run on an idle thread, the common case: the plan for no stored run and
+            # no active one, which its INSERT checks (one round trip). Otherwise, and when
+            # the unit runs again because an id was taken, the lookup decides.
+            plan = core.plan_begin(begin, None, ())
+            run = None if check_ids else await store.insert_run_if_idle(conn, plan.run)
+            if run is None:
+                stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
+                plan = core.plan_begin(begin, stored, active)
+                run = await store.write_begin(conn, plan)
+            if not plan.stores_input:
+                return thread, run, plan, []
+            thread, ctx = await self._store_input(
+                conn, thread, run, inputs, options, now, check_ids=check_ids or plan.retry
             )
-            stored, active = (
-                (None, [])
-                if fresh is not None
-                else await store.begin_lookup(conn, owner, thread_id, run_id)
-            )
-            if fresh is not None:
-                run = fresh
-            elif stored is not None:
-                run = stored
-                check_ids = True  # called again: its input is probably stored
-                core.check_run_retry(run, thread_id)
-                if run.state is RunState.QUEUED and not run.cancel_requested:
-                    ahead = core.runs_ahead(run, active)
-                    if not ahead:
-                        run = await store.update_run(
-                            conn, owner, run_id, state=RunState.RUNNING.value, start_time=now
-                        )
-                if run.active:
-                    run = await store.update_run(
-                        conn, owner, run_id,
-                        lease_holder=request.lease_holder or run.lease_holder,
-                        lease_expire_time=now + lease,
-                    )
-            else:
-                admission = core.admit(active, strategy)
-                await store.request_cancel(
-                    conn, owner, admission.cancel, rollback=admission.rollback
-                )
-                if admission.rollback:
-                    await store.hide_run_messages(conn, owner, admission.cancel)
-                run = await store.insert_run(conn, new_run(admission.state))
-                ahead = [r for r in active if r.id != run_id]
-            # A queued run stores its input when it starts: the reply of the run before it
-            # comes first in the thread, as the conversation happened.
-            if run.started:
-                was_empty = thread.message_count == 0
-                thread, stored = await self._append(
-                    conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
-                    now, check_ids=check_ids,
-                )
-                if was_empty:
-                    # A new thread holds only what was just stored: no need to read it back.
-                    found = [m for m in stored if m.visibility_mask & CONTEXT_ASSEMBLY]
-                else:
-                    found = await store.context_messages(
-                        conn,
-                        owner,
-                        thread_id,
-                        upto=thread.message_count,
-                        since=core.window_since(window, now, zone),
-                        last_n=core.window_limit(window),
-                    )
-                ctx = core.assemble_context(found, window, now, zone, max_chars)
-            return thread, run, ahead, ctx
+            return thread, run, plan, ctx
 
-        thread, run, ahead, ctx = await self._write_trusting_ids(admit)
+        thread, run, plan, ctx = await self._write_trusting_ids(admit)
         run_pb = convert.run_to_pb(run)
-        run_pb.ahead_run_ids.extend(r.id for r in ahead)
+        run_pb.ahead_run_ids.extend(plan.ahead)
         return pb.BeginRunResponse(
             thread=convert.thread_to_pb(thread),
             run=run_pb,
             context_messages=[convert.message_to_pb(m) for m in ctx],
         )
 
+    async def _store_input(
+        self,
+        conn: Conn,
+        thread: Thread,
+        run: Run,
+        inputs: Sequence[NewMessage],
+        options: tuple[core.Window, ZoneInfo, int],
+        now: datetime,
+        *,
+        check_ids: bool,
+    ) -> tuple[Thread, list[Message]]:
+        """Store a started run's input (its thread is locked); the thread, and the run's
+        context."""
+        window, zone, max_chars = options
+        was_empty = thread.message_count == 0
+        thread, stored = await self._append(
+            conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
+            now, check_ids=check_ids,
+        )
+        if was_empty:
+            # A new thread holds only what was just stored: no need to read it back.
+            found = [m for m in stored if in_context(m.visibility_mask)]
+        else:
+            found = await store.context_messages(
+                conn,
+                thread.owner_id,
+                thread.id,
+                upto=thread.message_count,
+                since=core.window_since(window, now, zone),
+                last_n=core.window_limit(window),
+            )
+        return thread, core.assemble_context(found, window, now, zone, max_chars)
+
     async def FinishRun(
-        self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FinishRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        state = convert.run_state(request.state)
-        if state not in core.TERMINAL_STATES:
-            raise InvalidArgument("state", "must be SUCCEEDED, FAILED, CANCELLED or INTERRUPTED")
-        if len(request.error_code) > 100:
-            raise InvalidArgument("error_code", "must be at most 100 characters")
+        end = core.run_end(
+            convert.run_state(request.state), request.error_code, request.error_message
+        )
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         usage = convert.messages_usage(request.output_messages, "output_messages")
-        now = self._clock()
+        plan = core.plan_finish(run_id, end, usage, self._clock())
+        now = plan.finish_time
 
         async def finish(conn: Conn, check_ids: bool) -> Run:
             # Locks in the order BeginRun takes them (thread, then run), so the two never
-            # deadlock; the run's state is then changed only if it is still active.
-            thread, finished = await store.lock_thread_finish_run(
-                conn,
-                owner,
-                run_id,
-                state=state,
-                now=now,
-                error_code=request.error_code,
-                error_message=request.error_message[:10_000],
-                usage=usage,
-            )
+            # deadlock; the plan is written only if the run is still active.
+            thread, finished = await store.lock_thread_finish_run(conn, owner, plan)
             if thread is None:
                 raise NotFound(f"run {run_id} not found")
             if finished is None:
                 # It ended meanwhile (or before): a retry of the same end, or a conflict.
                 current = await store.get_run(conn, owner, run_id)
                 assert current is not None  # runs are never deleted
-                core.finish_is_noop(current.state, state, current.cancel_requested)
+                core.finish_is_noop(current.state, end.state, current.cancel_requested)
                 return current
+            writes = core.plan_finished(finished, outputs, denials, now)
             await self._append(
-                conn, thread, core.for_run(outputs, finished, "output_messages"),
-                "output_messages", now, check_ids=check_ids,
+                conn, thread, writes.outputs, "output_messages", now, check_ids=check_ids
             )
-            await store.insert_denials(conn, core.denials_for_run(denials, finished, now))
-            if finished.rolled_back:
-                await store.hide_run_messages(conn, owner, [finished.id])
+            await store.insert_denials(conn, writes.denials)
+            await store.hide_run_messages(conn, owner, writes.hide)
             return finished
 
         run = await self._write_trusting_ids(finish)
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AppendMessagesResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -379,7 +337,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     # --- reading ------------------------------------------------------------------------
 
     async def ListHistory(
-        self, request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListHistoryResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -407,7 +365,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return response
 
     async def LoadContext(
-        self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext
+        self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LoadContextResponse:
         owner = owner_id(context)
         across = request.across_threads
@@ -492,7 +450,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def ListThreads(
-        self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListThreadsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
@@ -513,7 +471,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def GetThread(
-        self, request: pb.GetThreadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetThreadRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -524,7 +482,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetThreadResponse(thread=convert.thread_to_pb(thread))
 
     async def GetRun(
-        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -535,23 +493,20 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetRunResponse(run=convert.run_to_pb(run))
 
     async def RenewRunLease(
-        self, request: pb.RenewRunLeaseRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RenewRunLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewRunLeaseResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        if not request.lease_holder:
-            raise InvalidArgument("lease_holder", "must not be empty")
-        now = self._clock()
-        expires = now + timedelta(seconds=core.lease_seconds(request.lease_seconds))
+        lease = core.renewal(request.lease_holder, request.lease_seconds, self._clock())
         async with self._write() as conn:
-            renewed = await store.renew_lease(conn, owner, run_id, request.lease_holder, expires)
+            renewed = await store.renew_lease(conn, owner, run_id, lease)
             run = renewed or await store.get_run(conn, owner, run_id)
-            if run is None:
-                raise NotFound(f"run {run_id} not found")
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
         return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=renewed is not None)
 
     async def RequestRunCancellation(
-        self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RequestRunCancellationResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
@@ -559,21 +514,19 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             run = await store.lock_run(conn, owner, run_id)
             if run is None:
                 raise NotFound(f"run {run_id} not found")
-            if run.active and not run.cancel_requested:
+            if core.plan_cancel(run):
                 run = await store.update_run(conn, owner, run_id, cancel_requested=True)
         return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
 
     async def ExpireRunLeases(
-        self, request: pb.ExpireRunLeasesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ExpireRunLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ExpireRunLeasesResponse:
         owner_id(context)
         require_admin(context)
         limit = page_size(request.page_size, default=100)
         now = self._clock()
         async with self._write() as conn:
-            expired = await store.expire_leases(
-                conn, now, limit=limit, code=core.LEASE_EXPIRED, message=core.LEASE_EXPIRED_MESSAGE
-            )
+            expired = await store.expire_leases(conn, now, core.plan_expiry(), limit=limit)
         response = pb.ExpireRunLeasesResponse()
         for run in expired:
             item = response.runs.add()
@@ -582,7 +535,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return response
 
     async def ListAudit(
-        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListAuditResponse:
         # The operator is a caller like any other (UNAUTHENTICATED without an identity);
         # the admin scope then lets them read the owner they name.
@@ -628,7 +581,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     # --- deletion -----------------------------------------------------------------------
 
     async def DeleteThread(
-        self, request: pb.DeleteThreadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteThreadRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
@@ -640,7 +593,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
 
     async def DeleteOwnerData(
-        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
         async with self._write() as conn:
@@ -660,7 +613,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     async def StartOwnerDeletion(
-        self, request: pb.StartOwnerDeletionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.StartOwnerDeletionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.StartOwnerDeletionResponse:
         owner = owner_id(context)
         requested_by = _requester(request.requested_by, owner, context)
@@ -683,7 +636,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def RecordDeletionStep(
-        self, request: pb.RecordDeletionStepRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RecordDeletionStepRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RecordDeletionStepResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
@@ -700,7 +653,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.RecordDeletionStepResponse(deletion=convert.deletion_to_pb(updated))
 
     async def GetDeletion(
-        self, request: pb.GetDeletionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetDeletionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetDeletionResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
@@ -711,7 +664,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
     async def ListRuns(
-        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListRunsResponse:
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
@@ -727,7 +680,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         )
 
     async def ListDeletions(
-        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListDeletionsResponse:
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
@@ -766,7 +719,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         return page, token
 
     async def ListUnfinishedDeletions(
-        self, request: pb.ListUnfinishedDeletionsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ListUnfinishedDeletionsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListUnfinishedDeletionsResponse:
         owner_id(context)
         require_admin(context)
@@ -867,7 +822,7 @@ async def _delete_thread(
     return deletion, run_ids
 
 
-def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext) -> str:
+def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """Who asked for an owner deletion: the owner, or (admin scope) "admin:<admin's id>"."""
     if not requested_by or requested_by == owner:
         return owner
@@ -936,7 +891,7 @@ def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:
         origin=convert.optional_mode(f.origin, "filter.origin"),
         executor=convert.optional_executor(f.executor, "filter.executor"),
         execution_profile_name=f.execution_profile_name,
-        thread_id=convert.optional_identifier(f.thread_id, "filter.thread_id"),
+        thread_id=optional_identifier(f.thread_id, "filter.thread_id"),
         start_time=start,
         end_time=end,
     )

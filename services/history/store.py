@@ -20,14 +20,24 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 
-from services.history.core import Message, Run, RunState, Thread, ToolDenial, UsageDay
+from services.history.core import (
+    BeginPlan,
+    FinishPlan,
+    Lease,
+    Message,
+    Run,
+    RunEnd,
+    RunState,
+    Thread,
+    ToolDenial,
+    UsageDay,
+)
 from services.history.deletions import Deletion, DeletionKind, DeletionState, Step
 from services.history.pgdirect import Conn, reused
 from services.history.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from shared import outbox
 from shared.db import UtcDateTime
 from shared.domain import ExecutorKind, MessageKind, RuntimeMode
-from shared.messages import Usage
 from shared.profiles import ExecutionProfile
 
 _JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -715,21 +725,14 @@ _INSERT_RUN_IF_IDLE = reused(
     )
     .returning(_R.thread_seq)
 )
-# core.finished_state in SQL: a run whose cancel was requested before it finished (an
-# interrupt or rollback run admitted first, or CancelRun) ends cancelled, not succeeded.
-_REQUESTED_STATE = sa.bindparam("state", type_=sa.String)
+# The state core.plan_finish gives for the run as it is: one for a run whose cancel was
+# requested before it finished, one for the others.
 _FINISHED_STATE = sa.case(
     (
-        sa.and_(
-            _R.cancel_requested.is_(True),
-            sa.or_(
-                _REQUESTED_STATE == RunState.SUCCEEDED.value,
-                _REQUESTED_STATE == RunState.INTERRUPTED.value,
-            ),
-        ),
-        RunState.CANCELLED.value,
+        _R.cancel_requested.is_(True),
+        sa.bindparam("state_if_cancel_requested", type_=sa.String),
     ),
-    else_=_REQUESTED_STATE,
+    else_=sa.bindparam("state", type_=sa.String),
 )
 _FINISH_ACTIVE_RUN = reused(
     sa.update(runs)
@@ -836,6 +839,21 @@ async def insert_run_if_idle(conn: Conn, run: Run) -> Run | None:
     return None if row is None else replace(run, thread_seq=row[0])
 
 
+async def write_begin(conn: Conn, plan: BeginPlan) -> Run:
+    """Write BeginRun's plan (the caller holds the thread's row lock); the run as stored."""
+    owner_id = plan.run.owner_id
+    await request_cancel(conn, owner_id, plan.cancel, rollback=plan.rollback)
+    await hide_run_messages(conn, owner_id, plan.hide)
+    if plan.insert:
+        return await insert_run(conn, plan.run)
+    values: dict[str, Any] = {}
+    if plan.start:
+        values.update(state=plan.run.state.value, start_time=plan.run.start_time)
+    if plan.lease is not None:
+        values.update(lease_holder=plan.lease.holder, lease_expire_time=plan.lease.expire_time)
+    return await update_run(conn, owner_id, plan.run.id, **values) if values else plan.run
+
+
 def _part(row: Row[Any], prefix: str) -> SimpleNamespace:
     """The columns of `row` labelled `prefix`<name>, by name."""
     return SimpleNamespace(
@@ -844,25 +862,19 @@ def _part(row: Row[Any], prefix: str) -> SimpleNamespace:
 
 
 async def lock_thread_finish_run(
-    conn: Conn,
-    owner_id: str,
-    run_id: str,
-    *,
-    state: RunState,
-    now: datetime,
-    error_code: str,
-    error_message: str,
-    usage: Usage,
+    conn: Conn, owner_id: str, plan: FinishPlan
 ) -> tuple[Thread | None, Run | None]:
-    """lock_run_thread, then finish the run if it is queued or running: (the run's thread,
+    """lock_run_thread, then write `plan` if the run is queued or running: (the run's thread,
     row-locked, or None if the run does not exist; the run finished, or None if it was not
     queued or running, and then left as it was). One round trip on PostgreSQL."""
-    params = {"o": owner_id, "r": run_id, "state": state.value, "now": now,
-              "code": error_code, "message": error_message,
+    end, usage = plan.end, plan.usage
+    params = {"o": owner_id, "r": plan.run_id, "state": end.state.value,
+              "state_if_cancel_requested": plan.state_if_cancel_requested.value,
+              "now": plan.finish_time, "code": end.error_code, "message": end.error_message,
               "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
               "usage_estimated": usage.estimated}
     if conn.dialect.name != "postgresql":
-        thread = await lock_run_thread(conn, owner_id, run_id)
+        thread = await lock_run_thread(conn, owner_id, plan.run_id)
         if thread is None:
             return None, None
         row = (await conn.execute(_FINISH_ACTIVE_RUN, params)).first()
@@ -880,13 +892,10 @@ async def lock_thread_finish_run(
     return thread, run
 
 
-async def renew_lease(
-    conn: Conn, owner_id: str, run_id: str, holder: str, expires: datetime
-) -> Run | None:
-    """Extend the lease of an active run held by `holder`; None if it is not held by it."""
-    row = (
-        await conn.execute(_RENEW_LEASE, {"o": owner_id, "r": run_id, "holder": holder, "expires": expires})
-    ).first()
+async def renew_lease(conn: Conn, owner_id: str, run_id: str, lease: Lease) -> Run | None:
+    """Extend the lease of an active run held by `lease.holder`; None if it is not held by it."""
+    params = {"o": owner_id, "r": run_id, "holder": lease.holder, "expires": lease.expire_time}
+    row = (await conn.execute(_RENEW_LEASE, params)).first()
     return _run(row) if row else None
 
 
@@ -930,11 +939,9 @@ async def hide_run_messages(conn: Conn, owner_id: str, run_ids: Sequence[str]) -
         )
 
 
-async def expire_leases(
-    conn: Conn, now: datetime, *, limit: int, message: str, code: str
-) -> list[Run]:
-    """Mark active runs whose lease ended before `now` FAILED; each is returned to one
-    caller only (PostgreSQL: SKIP LOCKED; SQLite has one writer)."""
+async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -> list[Run]:
+    """End the active runs whose lease ended before `now` as `end` says; each is returned to
+    one caller only (PostgreSQL: SKIP LOCKED; SQLite has one writer)."""
     pick = (
         sa.select(runs.c.owner_id, runs.c.id)
         .where(runs.c.state.in_(_ACTIVE), runs.c.lease_expire_time < now)
@@ -950,10 +957,10 @@ async def expire_leases(
                 sa.update(runs)
                 .where(runs.c.owner_id == owner_id, runs.c.id == run_id, runs.c.state.in_(_ACTIVE))
                 .values(
-                    state=RunState.FAILED.value,
+                    state=end.state.value,
                     finish_time=now,
-                    error_code=code,
-                    error_message=message,
+                    error_code=end.error_code,
+                    error_message=end.error_message,
                 )
                 .returning(*runs.c)
             )
@@ -1102,7 +1109,9 @@ def _thread_context_page_stmt(after: bool) -> Any:
     return stmt.order_by(c.position).limit(sa.bindparam("n", type_=sa.Integer))
 
 
-_HISTORY_PAGE = {(b, a): reused(_history_page_stmt(b, a)) for b in (False, True) for a in (False, True)}
+_HISTORY_PAGE = {
+    (b, a): reused(_history_page_stmt(b, a)) for b in (False, True) for a in (False, True)
+}
 _THREAD_CONTEXT_PAGE = {a: reused(_thread_context_page_stmt(a)) for a in (False, True)}
 
 
