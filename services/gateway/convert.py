@@ -52,6 +52,13 @@ def timestamp(ts: timestamp_pb2.Timestamp) -> str:
     return ts.ToDatetime().isoformat(timespec="microseconds") + "Z"
 
 
+def millis_time(ms: int) -> str:
+    """A time the gateway's own store keeps as Unix milliseconds, in the format of `timestamp`."""
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return timestamp(ts)
+
+
 def _data_part(block: content_pb2.DataBlock) -> dict[str, Any]:
     mime = block.mime_type or "application/octet-stream"
     kind = mime.split("/", 1)[0]

@@ -12,8 +12,9 @@ lifecycle_sweep_seconds, which is how a deletion finishes after a service was do
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
@@ -95,11 +96,45 @@ async def _gateway_step(webhooks: WebhookStore, owner: str) -> dict[str, int]:
         raise ApiError(503, "UNAVAILABLE", f"the gateway's database failed: {err}") from None
 
 
+class _PerKey:
+    """One holder at a time per key in this process (the others wait their turn); a key's
+    lock lives while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+
+# The request that starts a deletion and this replica's resumer drive it one at a time: two
+# drivers at once would each delete and report, and history keeps the step's first report,
+# which could be the one that found nothing left (its counts 0).
+_DRIVING = _PerKey()
+
+
 async def drive(
     clients: Clients, settings: Settings, webhooks: WebhookStore, d: history_pb.Deletion
 ) -> history_pb.Deletion:
     """Try the pending steps of deletion `d` in order, recording each outcome; the first
     step that fails stops the pass (the later steps wait for it: the order matters)."""
+    async with _DRIVING.hold(d.id):
+        return await _drive(clients, settings, webhooks, d)
+
+
+async def _drive(
+    clients: Clients, settings: Settings, webhooks: WebhookStore, d: history_pb.Deletion
+) -> history_pb.Deletion:
     owner = d.owner_id
     for step in list(d.steps):
         if step.done:

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from fastapi import APIRouter, Depends, Path, Query, Request
-from google.protobuf import timestamp_pb2
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
@@ -77,12 +76,6 @@ def _owner(owner_id: str) -> str:
     if not is_owner_id(owner_id):
         raise invalid("owner_id", OWNER_RULE)
     return owner_id
-
-
-def _time(ms: int) -> str:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromMilliseconds(ms)
-    return convert.timestamp(ts)
 
 
 def _present(values: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +175,7 @@ async def _quotas_answer(request: Request, owner: str) -> dict[str, Any]:
                         "runsPerMinute": override.runs_per_minute,
                         "concurrentRuns": override.concurrent_runs,
                         "tokensPerDay": override.tokens_per_day,
-                        "updateTime": _time(override.update_time_ms),
+                        "updateTime": convert.millis_time(override.update_time_ms),
                     }
                 )
             }
@@ -252,9 +245,9 @@ def _key_json(key: ApiKey) -> dict[str, Any]:
             "ownerId": key.owner_id,
             "name": key.name,
             "admin": key.admin,
-            "createTime": _time(key.create_time_ms),
-            "lastUsedTime": None if key.last_used_time_ms is None else _time(key.last_used_time_ms),
-            "revokeTime": None if key.revoke_time_ms is None else _time(key.revoke_time_ms),
+            "createTime": convert.millis_time(key.create_time_ms),
+            "lastUsedTime": None if key.last_used_time_ms is None else convert.millis_time(key.last_used_time_ms),
+            "revokeTime": None if key.revoke_time_ms is None else convert.millis_time(key.revoke_time_ms),
             "revoked": key.revoke_time_ms is not None,
         }
     )

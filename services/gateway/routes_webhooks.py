@@ -12,12 +12,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from pydantic.alias_generators import to_camel
 
+from services.gateway import convert
 from services.gateway.auth import Caller, admin_caller, caller
 from services.gateway.errors import ApiError, invalid
 from services.gateway.jobs import validate
 from services.gateway.openapi import errors, json_body
 from services.gateway.params import IDENTIFIER, PageToken, only_params
-from services.gateway.routes_owners import _time
 from services.gateway.routes_runs import read_body
 from services.gateway.strict import json_object
 from services.gateway.webhook_store import (
@@ -71,7 +71,7 @@ def endpoint_json(e: Endpoint) -> dict[str, Any]:
         "id": e.id,
         "url": e.url,
         "eventTypes": list(e.event_types),
-        "createTime": _time(e.create_time_ms),
+        "createTime": convert.millis_time(e.create_time_ms),
     }
     if e.description:
         out["description"] = e.description
@@ -89,14 +89,14 @@ def delivery_json(d: Delivery) -> dict[str, Any]:
         "state": d.state,
         "attempts": d.attempts,
         "replays": d.replays,
-        "createTime": _time(d.create_time_ms),
+        "createTime": convert.millis_time(d.create_time_ms),
     }
     if not d.endpoint_owner_id:
         out["deploymentEndpoint"] = True
     if d.next_attempt_ms is not None and d.state == "pending":
-        out["nextAttemptTime"] = _time(d.next_attempt_ms)
+        out["nextAttemptTime"] = convert.millis_time(d.next_attempt_ms)
     if d.last_attempt_ms is not None:
-        out["lastAttemptTime"] = _time(d.last_attempt_ms)
+        out["lastAttemptTime"] = convert.millis_time(d.last_attempt_ms)
     if d.last_status_code is not None:
         out["lastStatusCode"] = d.last_status_code
     if d.last_error:
