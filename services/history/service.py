@@ -31,7 +31,9 @@ async def migrate(settings: Settings) -> None:
 
 async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     """The service's parts; `clock` lets tests decide when messages are stored."""
-    engine = db.create_engine(settings, "history")
+    # One history process per data folder (replicas need PostgreSQL): its SQLite file has
+    # no other writer.
+    engine = db.create_engine(settings, "history", sole_writer=True)
     await db.migrate(engine, MIGRATIONS, settings.schema_for("history"))
     servicer = HistoryServicer(
         engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
