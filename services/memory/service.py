@@ -28,7 +28,9 @@ async def migrate(settings: Settings) -> None:
 
 
 async def build(settings: Settings) -> ServiceParts:
-    engine = db.create_engine(settings, SERVICE)
+    # One memory process per data folder (replicas need PostgreSQL): its SQLite file has no
+    # other writer.
+    engine = db.create_engine(settings, SERVICE, sole_writer=True)
     try:
         await db.migrate(engine, MIGRATIONS, settings.schema_for(SERVICE))
     except BaseException:
