@@ -41,7 +41,7 @@ class _InlineSqlite(aiosqlite.Connection):
     close) cost more than the statement (a chat run's history work was a quarter of its
     process's CPU in these hops, bench.targets). Its busy timeout is 0, so a call never
     sleeps on the loop: one that finds the file locked by another connection (a test's, a
-    tool's) is run again in the thread, which waits for the lock as any connection does.
+    replica's) is run again in the thread, which waits for the lock as any connection does.
     Opening still goes through the thread (aiosqlite starts it, and stops it on close)."""
 
     async def _execute(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -70,16 +70,18 @@ def create_engine(
     service: str,
     *,
     pool_size: int | None = None,
-    sole_writer: bool = False,
+    inline_sqlite: bool = False,
 ) -> AsyncEngine:
-    """The service's engine. `sole_writer`: on SQLite, this engine's one connection is the
-    only writer of the service's file in normal operation (no replica of the service shares
-    the data folder), so its statements run on the event loop's thread (_InlineSqlite)."""
+    """The service's engine. `inline_sqlite`: on SQLite, run its statements on the event
+    loop's thread (_InlineSqlite). For a service whose process is its file's only writer in
+    normal operation (SQLite's one connection per process, below, and no replica sharing
+    the data folder): then no statement waits for a lock; one that does waits in the
+    thread, so a second writer (a test's connection, a replica) is slower, never stuck."""
     if not settings.database_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         path = (settings.data_dir / f"{service}.db").resolve()
         options: dict[str, Any] = {}
-        if sole_writer:
+        if inline_sqlite:
 
             async def connect() -> aiosqlite.Connection:
                 def connector() -> sqlite3.Connection:
@@ -101,7 +103,7 @@ def create_engine(
             pool_timeout=60,
             **options,
         )
-        _sqlite_pragmas(engine, busy_timeout_ms=0 if sole_writer else _BUSY_TIMEOUT_MS)
+        _sqlite_pragmas(engine, busy_timeout_ms=0 if inline_sqlite else _BUSY_TIMEOUT_MS)
         return engine
     url = make_url(settings.database_url)
     if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):

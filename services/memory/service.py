@@ -28,9 +28,8 @@ async def migrate(settings: Settings) -> None:
 
 
 async def build(settings: Settings) -> ServiceParts:
-    # One memory process per data folder (replicas need PostgreSQL): its SQLite file has no
-    # other writer.
-    engine = db.create_engine(settings, SERVICE, sole_writer=True)
+    # On SQLite the one writer of its file (replicas need PostgreSQL).
+    engine = db.create_engine(settings, SERVICE, inline_sqlite=True)
     try:
         await db.migrate(engine, MIGRATIONS, settings.schema_for(SERVICE))
     except BaseException:
