@@ -25,6 +25,7 @@ def _engine(tmp_path: Path, inline: bool) -> AsyncEngine:
 async def _thread_of_statements(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         raw = await conn.get_raw_connection()
+        # The driver connection is aiosqlite's; its sqlite3 connection is private.
         sqlite_conn = raw.driver_connection._conn  # type: ignore[union-attr]
         sqlite_conn.create_function("tid", 0, threading.get_ident)
         return int((await conn.execute(sa.text("SELECT tid()"))).scalar_one())
