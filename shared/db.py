@@ -38,8 +38,8 @@ class _InlineSqlite(aiosqlite.Connection):
     """An aiosqlite connection that runs each call on the event loop's thread, not through
     aiosqlite's worker thread: a local SQLite statement of the hot path takes microseconds,
     and every hop to that thread and back (several per statement: cursor, execute, fetch,
-    close) cost more than the statement (a chat run's history work was a quarter of its
-    process's CPU in these hops, bench.targets). Its busy timeout is 0, so a call never
+    close) cost more than the statement (a quarter of target all's samples under load were
+    these hops: README "Performance"). Its busy timeout is 0, so a call never
     sleeps on the loop: one that finds the file locked by another connection (a test's, a
     replica's) is run again in the thread, which waits for the lock as any connection does.
     Opening still goes through the thread (aiosqlite starts it, and stops it on close)."""
@@ -50,7 +50,7 @@ class _InlineSqlite(aiosqlite.Connection):
         try:
             return fn(*args, **kwargs)
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # and its extended codes
                 raise
         # A statement that failed with SQLITE_BUSY did nothing: running it again is safe.
         run_in_thread: Callable[..., Awaitable[Any]] = super()._execute  # untyped in aiosqlite
