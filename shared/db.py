@@ -85,7 +85,8 @@ def create_engine(
 
             async def connect() -> aiosqlite.Connection:
                 def connector() -> sqlite3.Connection:
-                    return sqlite3.connect(path, timeout=30, check_same_thread=False)
+                    # Busy timeout 0 from the start: the connect-time pragmas run on the loop too.
+                    return sqlite3.connect(path, timeout=0, check_same_thread=False)
 
                 conn = _InlineSqlite(connector, iter_chunk_size=64)
                 conn._thread.daemon = True  # as SQLAlchemy's aiosqlite dialect does
