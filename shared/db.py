@@ -8,10 +8,13 @@ keeps its tables in its own schema (search_path), so no service reads another's 
 from __future__ import annotations
 
 import re
+import sqlite3
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
+import aiosqlite
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import DateTime, Dialect, TypeDecorator, event, text
@@ -21,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from shared.settings import Settings
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_T = TypeVar("_T")
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -49,10 +53,69 @@ def is_postgres(engine: AsyncEngine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-def create_engine(settings: Settings, service: str, *, pool_size: int | None = None) -> AsyncEngine:
+# How long a statement waits for another connection's lock on a SQLite file.
+_BUSY_TIMEOUT_MS = 30_000
+
+
+class _InlineSqlite(aiosqlite.Connection):
+    """An aiosqlite connection that runs each call on the event loop's thread, not through
+    aiosqlite's worker thread: a local SQLite statement of the hot path takes microseconds,
+    and every hop to that thread and back (several per statement: cursor, execute, fetch,
+    close) cost more than the statement (a quarter of target all's samples under load were
+    these hops: README "Performance"). Its busy timeout is 0, so a call never
+    sleeps on the loop: one that finds the file locked by another connection (a test's, a
+    replica's) is run again in the thread, which waits for the lock as any connection does.
+    Opening still goes through the thread (aiosqlite starts it, and stops it on close)."""
+
+    async def _execute(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        if not self._running or self._connection is None:
+            raise ValueError("Connection closed")  # what aiosqlite raises
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # and its extended codes
+                raise
+        # A statement that failed with SQLITE_BUSY did nothing: running it again is safe.
+        run_in_thread: Callable[..., Awaitable[Any]] = super()._execute  # untyped in aiosqlite
+        waited = await run_in_thread(self._waiting, fn, *args, **kwargs)
+        return cast(_T, waited)
+
+    def _waiting(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._conn.execute("PRAGMA busy_timeout=0")
+
+
+def create_engine(
+    settings: Settings,
+    service: str,
+    *,
+    pool_size: int | None = None,
+    inline_sqlite: bool = False,
+) -> AsyncEngine:
+    """The service's engine. `inline_sqlite`: on SQLite, run its statements on the event
+    loop's thread (_InlineSqlite). For a service whose process is its file's only writer in
+    normal operation (SQLite's one connection per process, below, and no replica sharing
+    the data folder): then no statement waits for a lock; one that does waits in the
+    thread, so a second writer (a test's connection, a replica) is slower, never stuck."""
     if not settings.database_url:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         path = (settings.data_dir / f"{service}.db").resolve()
+        options: dict[str, Any] = {}
+        if inline_sqlite:
+
+            async def connect() -> aiosqlite.Connection:
+                def connector() -> sqlite3.Connection:
+                    # Busy timeout 0 from the start: the connect-time pragmas run on the loop too.
+                    return sqlite3.connect(path, timeout=0, check_same_thread=False)
+
+                conn = _InlineSqlite(connector, iter_chunk_size=64)
+                conn._thread.daemon = True  # as SQLAlchemy's aiosqlite dialect does
+                return await conn
+
+            options["async_creator"] = connect
         # One connection per process: SQLite has one writer at a time anyway, and waiting
         # for the pool is an asyncio wait, where waiting on the file lock is SQLite's
         # busy handler sleeping in growing steps (hundreds of ms under concurrency).
@@ -62,8 +125,9 @@ def create_engine(settings: Settings, service: str, *, pool_size: int | None = N
             pool_size=1,
             max_overflow=0,
             pool_timeout=60,
+            **options,
         )
-        _sqlite_pragmas(engine)
+        _sqlite_pragmas(engine, busy_timeout_ms=0 if inline_sqlite else _BUSY_TIMEOUT_MS)
         return engine
     url = make_url(settings.database_url)
     if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):
@@ -118,14 +182,14 @@ def health_checks(settings: Settings, service: str) -> dict[str, HealthCheck]:
     return {DATABASE: HealthCheck(settings, service)} if settings.database_url else {}
 
 
-def _sqlite_pragmas(engine: AsyncEngine) -> None:
+def _sqlite_pragmas(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cur.close()
         # Let SQLAlchemy's "begin" event issue BEGIN (the driver would issue a deferred one).
         dbapi_conn.isolation_level = None

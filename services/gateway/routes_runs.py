@@ -142,7 +142,7 @@ async def _events(
                         last = event
                         break
                 if frames:
-                    yield b"".join(frames)
+                    yield sse.LastChunk(b"".join(frames)) if ended else b"".join(frames)
                 if ended:
                     return
             response = asyncio.ensure_future(call.read())
@@ -367,7 +367,7 @@ def _run_stream(
     on_end: StreamEnd,
 ) -> StreamingResponse:
     """The 200 SSE answer of a run whose first response `first` was read from `call`."""
-    return StreamingResponse(
+    return sse.EventStream(
         _events(
             call,
             first,
@@ -529,7 +529,7 @@ async def resume_run(
         call.cancel()
         return Response(status_code=204, headers={"Cache-Control": "no-cache"})
     prefix = replay.prefix(thread_id, run_id) if position > 0 else []
-    return StreamingResponse(
+    return sse.EventStream(
         _events(
             call,
             pending,

@@ -14,6 +14,8 @@ from typing import Any
 
 from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 from google.protobuf import json_format
+from starlette.responses import StreamingResponse
+from starlette.types import Send
 
 from services.gateway.convert import agui_messages, usage_json
 from shared import run_events
@@ -39,6 +41,30 @@ def frame(event: Event, sequence: int | None = None) -> bytes:
 
 # An SSE comment line: EventSource and AG-UI clients skip it; proxies see traffic.
 HEARTBEAT = b": keepalive\n\n"
+
+
+class LastChunk(bytes):
+    """The stream's last bytes (its RUN_FINISHED or RUN_ERROR): nothing follows them."""
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream response whose LastChunk ends the body in the same write: the
+    chunked body's terminator goes out with it, not in a write of its own (one write and
+    one pass through the middlewares' send wrappers less per run)."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        ended = False
+        async for chunk in self.body_iterator:
+            if ended:
+                continue  # nothing is sent after the last chunk (the iterator just ends)
+            ended = isinstance(chunk, LastChunk)
+            body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+            await send({"type": "http.response.body", "body": body, "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _run_finished(ev: run_event_pb2.RunEvent) -> Event:

@@ -114,7 +114,8 @@ class GatewayStore:
     @classmethod
     async def open(cls, settings: Settings) -> GatewayStore:
         """The store on the gateway's database, migrated to head."""
-        engine = db.create_engine(settings, SERVICE, pool_size=4)
+        # On SQLite the one writer of its file but for a second gateway in a test.
+        engine = db.create_engine(settings, SERVICE, pool_size=4, inline_sqlite=True)
         try:
             await db.migrate(engine, MIGRATIONS, settings.schema_for(SERVICE))
         except BaseException:

@@ -32,7 +32,8 @@ async def migrate(settings: Settings) -> None:
 
 async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     """The service's parts; `clock` lets tests decide when messages are stored."""
-    engine = db.create_engine(settings, "history")
+    # On SQLite the one writer of its file (replicas need PostgreSQL).
+    engine = db.create_engine(settings, "history", inline_sqlite=True)
     await db.migrate(engine, MIGRATIONS, settings.schema_for("history"))
     servicer = HistoryServicer(
         engine, clock=clock, tokens=PageTokens(settings.page_token_secret)

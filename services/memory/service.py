@@ -28,7 +28,8 @@ async def migrate(settings: Settings) -> None:
 
 
 async def build(settings: Settings) -> ServiceParts:
-    engine = db.create_engine(settings, SERVICE)
+    # On SQLite the one writer of its file (replicas need PostgreSQL).
+    engine = db.create_engine(settings, SERVICE, inline_sqlite=True)
     try:
         await db.migrate(engine, MIGRATIONS, settings.schema_for(SERVICE))
     except BaseException:
