@@ -85,7 +85,8 @@ def level(concurrency: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
 def skeleton_median(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The pipeline's own floor (bench/skeleton.py) at c=1 and c=32, --repeats times."""
     runs = [
-        skeleton.measure([1, 32], args.duration, args.processes)["runs"] for _ in range(args.repeats)
+        skeleton.measure([1, 32], args.duration, args.processes)["runs"]
+        for _ in range(args.repeats)
     ]
     return [level(c, [r[i] for r in runs]) for i, c in enumerate((1, 32))]
 
@@ -142,7 +143,17 @@ def profile_orchestrator(suite: Any, out_dir: Path, seconds: int, processes: int
         return None
     target = out_dir / "orchestrator-profile.svg"
     proc = subprocess.Popen(
-        [spy, "record", "-p", str(suite.procs["orchestrator"].pid), "-d", str(seconds), "-o", str(target), "--nonblocking"],
+        [
+            spy,
+            "record",
+            "-p",
+            str(suite.procs["orchestrator"].pid),
+            "-d",
+            str(seconds),
+            "-o",
+            str(target),
+            "--nonblocking",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -172,7 +183,10 @@ def bench_backend(backend: str, args: argparse.Namespace, out_dir: Path) -> dict
             "events_per_s": median_of_runs([s["events_per_s"] for s in streams]),
             "events": streams[0]["events"],
         }
-        print(f"[{backend}] long stream: {result['long_stream']['events_per_s']['median']} events/s", flush=True)
+        print(
+            f"[{backend}] long stream: {result['long_stream']['events_per_s']['median']} events/s",
+            flush=True,
+        )
         if args.memory_runs:
             before = rss_mb(suite)
             done = 0
@@ -186,9 +200,14 @@ def bench_backend(backend: str, args: argparse.Namespace, out_dir: Path) -> dict
                 "seconds": round(time.perf_counter() - started, 1),
                 "before_mb": before,
                 "after_mb": after,
-                "growth_pct": {n: round((after[n] - before[n]) / before[n] * 100, 1) for n in before},
+                "growth_pct": {
+                    n: round((after[n] - before[n]) / before[n] * 100, 1) for n in before
+                },
             }
-            print(f"[{backend}] rss growth after {done} runs: {result['rss_growth']['growth_pct']}", flush=True)
+            print(
+                f"[{backend}] rss growth after {done} runs: {result['rss_growth']['growth_pct']}",
+                flush=True,
+            )
         if args.profile:
             result["profile"] = profile_orchestrator(suite, out_dir, 15, args.processes)
     finally:
@@ -206,10 +225,14 @@ def floor_median(repeats: int) -> dict[str, Any]:
 
     samples = [uvloop.run(floor.measure()) for _ in range(repeats)]
     return {
-        "grpc_unary_rtt_p50_ms": median_of_runs([s["grpc"]["unary_rtt"]["p50_ms"] for s in samples]),
+        "grpc_unary_rtt_p50_ms": median_of_runs(
+            [s["grpc"]["unary_rtt"]["p50_ms"] for s in samples]
+        ),
         "grpc_unary_rps_c32": median_of_runs([s["grpc"]["unary_rps_c32"] for s in samples]),
         "grpc_stream_msgs_per_s": median_of_runs([s["grpc"]["stream_msgs_per_s"] for s in samples]),
-        "sse_first_event_p50_ms": median_of_runs([s["sse"]["first_event"]["p50_ms"] for s in samples]),
+        "sse_first_event_p50_ms": median_of_runs(
+            [s["sse"]["first_event"]["p50_ms"] for s in samples]
+        ),
         "sse_events_per_s": median_of_runs([s["sse"]["events_per_s"] for s in samples]),
         # CPU (client + server process) of each, and the run lower bound it implies.
         **{
@@ -323,9 +346,22 @@ def chart(results: dict[str, Any], target: Path) -> None:
     fig, (lat, thr) = plt.subplots(1, 2, figsize=(11, 4))
     for b in results["backends"]:
         cs = [lv["concurrency"] for lv in b["levels"]]
-        for key, style in (("first_event_p50_ms", "-"), ("first_event_p99_ms", "--"), ("run_finished_p50_ms", "-."), ("run_finished_p99_ms", ":")):
-            lat.plot(cs, [lv[key]["median"] for lv in b["levels"]], style, marker="o", label=f"{b['backend']} {key.replace('_ms', '')}")
-        thr.plot(cs, [lv["runs_per_s"]["median"] for lv in b["levels"]], marker="o", label=b["backend"])
+        for key, style in (
+            ("first_event_p50_ms", "-"),
+            ("first_event_p99_ms", "--"),
+            ("run_finished_p50_ms", "-."),
+            ("run_finished_p99_ms", ":"),
+        ):
+            lat.plot(
+                cs,
+                [lv[key]["median"] for lv in b["levels"]],
+                style,
+                marker="o",
+                label=f"{b['backend']} {key.replace('_ms', '')}",
+            )
+        thr.plot(
+            cs, [lv["runs_per_s"]["median"] for lv in b["levels"]], marker="o", label=b["backend"]
+        )
     lat.set_xscale("log", base=2)
     lat.set_yscale("log")
     lat.set_xlabel("concurrent runs")
@@ -342,7 +378,11 @@ def chart(results: dict[str, Any], target: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--backends", default="embedded,postgres")
     parser.add_argument("--concurrency", default="1,8,32,128")
     parser.add_argument("--duration", type=float, default=10.0)
@@ -350,9 +390,15 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="client processes")
     parser.add_argument("--long-words", type=int, default=10_000)
     parser.add_argument("--memory-runs", type=int, default=20_000)
-    parser.add_argument("--history", action="store_true", help="also the 1,000,000-message history benchmark")
-    parser.add_argument("--scheduler", action="store_true", help="also the 100,000-job scheduler benchmark")
-    parser.add_argument("--profile", action="store_true", help="py-spy profile of the orchestrator under load")
+    parser.add_argument(
+        "--history", action="store_true", help="also the 1,000,000-message history benchmark"
+    )
+    parser.add_argument(
+        "--scheduler", action="store_true", help="also the 100,000-job scheduler benchmark"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy profile of the orchestrator under load"
+    )
     parser.add_argument(
         "--shedding",
         action=argparse.BooleanOptionalAction,
@@ -382,7 +428,7 @@ def main() -> None:
 
     results: dict[str, Any] = {
         "machine": machine(),
-        "command": "make bench BENCH_ARGS=\"" + " ".join(sys.argv[1:]) + "\"",
+        "command": 'make bench BENCH_ARGS="' + " ".join(sys.argv[1:]) + '"',
         "repeats": args.repeats,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -402,18 +448,41 @@ def main() -> None:
         )  # fmt: skip
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'protos'}")
     if args.history:
-        subprocess.run([sys.executable, "-m", "bench.history", "--messages", "1000000", "--threads", "10000"], cwd=ROOT, env=env, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "bench.history", "--messages", "1000000", "--threads", "10000"],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
     if args.scheduler:
-        subprocess.run([sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"], cwd=ROOT, env=env, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "bench.scheduler", "--jobs", "100000", "--replicas", "2"],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
     if args.shedding:
         results["shedding"] = []
         for backend in args.backends.split(","):
             target = out_dir / f"shedding-{backend}.json"
             target.unlink(missing_ok=True)
             subprocess.run(
-                [sys.executable, "-m", "bench.shedding", "--backend", backend, "--duration",
-                 str(args.duration), "--processes", str(args.processes), "--out", str(out_dir)],
-                cwd=ROOT, env=env, check=False,
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.shedding",
+                    "--backend",
+                    backend,
+                    "--duration",
+                    str(args.duration),
+                    "--processes",
+                    str(args.processes),
+                    "--out",
+                    str(out_dir),
+                ],
+                cwd=ROOT,
+                env=env,
+                check=False,
             )
             if target.exists():
                 results["shedding"].append(json.loads(target.read_text()))
@@ -424,7 +493,10 @@ def main() -> None:
             ["bench.spans", "--backend", "postgres", "--concurrency", "32"],
         ):
             subprocess.run(
-                [sys.executable, "-m", *command, "--out", str(out_dir)], cwd=ROOT, env=env, check=False
+                [sys.executable, "-m", *command, "--out", str(out_dir)],
+                cwd=ROOT,
+                env=env,
+                check=False,
             )
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

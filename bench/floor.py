@@ -85,7 +85,9 @@ def _serve_sse(port: int) -> None:
 
 def _spawn(kind: str, port: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'protos'}")
-    return subprocess.Popen([sys.executable, "-m", "bench.floor", kind, str(port)], cwd=ROOT, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.floor", kind, str(port)], cwd=ROOT, env=env
+    )
 
 
 async def _wait_grpc(ch: grpc.aio.Channel) -> None:

@@ -94,15 +94,17 @@ def _rows(
     ]
     texts = [json.dumps(b) for b in blocks]
     metas = {
-        (mode, mask): json.dumps({
-            "hidden_from_user": mask & 1 == 0,
-            "origin": mode,
-            "executor": "memory" if mode == "automation" else "worker",
-            "execution_profile_name": (
-                "automation_memory_default" if mode == "automation" else "chat_default"
-            ),
-            "extra": {},
-        })
+        (mode, mask): json.dumps(
+            {
+                "hidden_from_user": mask & 1 == 0,
+                "origin": mode,
+                "executor": "memory" if mode == "automation" else "worker",
+                "execution_profile_name": (
+                    "automation_memory_default" if mode == "automation" else "chat_default"
+                ),
+                "extra": {},
+            }
+        )
         for mode, mask in (("chat", 3), ("automation", 0), ("automation", 1))
     }
     seq = 0
@@ -130,34 +132,70 @@ def _rows(
                 content=blocks[seq % len(blocks)],
                 metadata={
                     "hidden_from_user": mask & 1 == 0,
-                    "origin": message_pb2.RUNTIME_MODE_AUTOMATION if automation
+                    "origin": message_pb2.RUNTIME_MODE_AUTOMATION
+                    if automation
                     else message_pb2.RUNTIME_MODE_CHAT,
                     "executor": 2 if automation else 1,
                     "execution_profile_name": profile,
                 },
-                created_at={"seconds": int(created.timestamp()),
-                            "nanos": created.microsecond * 1000},
+                created_at={
+                    "seconds": int(created.timestamp()),
+                    "nanos": created.microsecond * 1000,
+                },
                 finished_reason="" if user else "stop",
                 thread_id=thread,
                 run_id=run_id,
-                kind=message_pb2.MESSAGE_KIND_USER_MESSAGE if user
+                kind=message_pb2.MESSAGE_KIND_USER_MESSAGE
+                if user
                 else message_pb2.MESSAGE_KIND_AGENT_REPLY,
                 visibility_mask=mask,
                 position=pos,
             ).SerializeToString()
             message = (
-                owner, f"m{seq:09d}", thread, pos, run_id,
-                "user" if user else "assistant", kind, mask, "", content, meta, mode,
-                executor, profile, 0, 0, "" if user else "stop", created, wire,
+                owner,
+                f"m{seq:09d}",
+                thread,
+                pos,
+                run_id,
+                "user" if user else "assistant",
+                kind,
+                mask,
+                "",
+                content,
+                meta,
+                mode,
+                executor,
+                profile,
+                0,
+                0,
+                "" if user else "stop",
+                created,
+                wire,
             )
             thread_row = (owner, thread, mode, first, created, size) if pos == size else None
             yield thread_row, message
 
 
 MESSAGE_COLUMNS = [
-    "owner_id", "id", "thread_id", "position", "run_id", "role", "kind", "visibility_mask",
-    "name", "content", "metadata", "origin", "executor", "execution_profile_name",
-    "input_tokens", "output_tokens", "finished_reason", "created_at", "message_pb",
+    "owner_id",
+    "id",
+    "thread_id",
+    "position",
+    "run_id",
+    "role",
+    "kind",
+    "visibility_mask",
+    "name",
+    "content",
+    "metadata",
+    "origin",
+    "executor",
+    "execution_profile_name",
+    "input_tokens",
+    "output_tokens",
+    "finished_reason",
+    "created_at",
+    "message_pb",
 ]
 THREAD_COLUMNS = ["owner_id", "id", "runtime_mode", "create_time", "update_time", "message_count"]
 
@@ -258,7 +296,8 @@ async def main() -> None:
     parser.add_argument("--iterations", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
     parser.add_argument(
-        "--reuse", metavar="PREFIX",
+        "--reuse",
+        metavar="PREFIX",
         help="use the schema <PREFIX>history and keep it: load only if it holds no messages "
         "yet (or a different count), so repeated runs skip the load",
     )
@@ -273,7 +312,9 @@ async def main() -> None:
     schema = settings.schema_for("history")
     engine = db.create_engine(settings, "history")
     result: dict[str, Any] = {
-        "messages": args.messages, "threads": args.threads, "iterations": args.iterations,
+        "messages": args.messages,
+        "threads": args.threads,
+        "iterations": args.iterations,
         "started": datetime.now(UTC).isoformat(),
         "event_loop": type(asyncio.get_running_loop()).__module__,
         "timing": {
@@ -365,9 +406,7 @@ async def main() -> None:
         try:
             last.clear()
             await direct_history()
-            captured["ListHistory page 50"] = next(
-                x for x in last if "visibility_mask & 1" in x[0]
-            )
+            captured["ListHistory page 50"] = next(x for x in last if "visibility_mask & 1" in x[0])
             last.clear()
             await direct_context()
             captured["LoadContext 200-message thread"] = next(

@@ -33,7 +33,10 @@ def chunks(text: str, step: int) -> list[ChatResponse]:
     """The stream, built before timing. One-byte chunks reuse one object per distinct byte so
     that 2 M chunks fit in memory; the accumulator cannot tell."""
     if step == 1:
-        pool = {c: ChatResponse(content=(ToolCallBlock(id="call_1", name="", input=c),)) for c in set(text)}
+        pool = {
+            c: ChatResponse(content=(ToolCallBlock(id="call_1", name="", input=c),))
+            for c in set(text)
+        }
         stream = [pool[c] for c in text]
     else:
         stream = [

@@ -57,7 +57,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _settings(url: str, prefix: str) -> Settings:
-    return Settings(database_url=url, db_schema_prefix=prefix, data_dir=Path("/tmp/agentmesh-bench"))
+    return Settings(
+        database_url=url, db_schema_prefix=prefix, data_dir=Path("/tmp/agentmesh-bench")
+    )
 
 
 async def _seed(engine: Any, count: int, *, slot_in: float, jitter: int = 0) -> dict[str, datetime]:
@@ -137,7 +139,8 @@ async def claim_throughput(url: str, jobs: int, replicas: int, batch: int) -> di
         load_before = os.getloadavg()[0]
         start_at = time.time() + 3.0  # every worker imported and connected by then
         procs = [
-            ctx.Process(target=_claim_worker, args=(url, prefix, batch, start_at, out)) for _ in range(replicas)
+            ctx.Process(target=_claim_worker, args=(url, prefix, batch, start_at, out))
+            for _ in range(replicas)
         ]
         for p in procs:
             p.start()
@@ -171,7 +174,9 @@ async def dispatch_lag(url: str, jobs: int, replicas: int, jitter: int) -> dict[
         async with fake_orchestrator() as (fake, address):
             env = replica_env(settings, address, claim_interval_seconds=0.1, batch_size=1000)
             for i in range(replicas):
-                procs.append(await start_replica(env, Path(f"/tmp/agentmesh-bench-replica-{i}.log")))
+                procs.append(
+                    await start_replica(env, Path(f"/tmp/agentmesh-bench-replica-{i}.log"))
+                )
             await asyncio.sleep(3)  # replicas up before the slot
             fires = await _seed(engine, jobs, slot_in=5, jitter=jitter)
             deadline = time.time() + 5 + jitter + 300
@@ -180,7 +185,9 @@ async def dispatch_lag(url: str, jobs: int, replicas: int, jitter: int) -> dict[
                 async with engine.connect() as conn:
                     done = (
                         await conn.execute(
-                            sa.select(sa.func.count()).select_from(r).where(r.c.state == "succeeded")
+                            sa.select(sa.func.count())
+                            .select_from(r)
+                            .where(r.c.state == "succeeded")
                         )
                     ).scalar_one()
                 if done >= jobs:
@@ -188,7 +195,11 @@ async def dispatch_lag(url: str, jobs: int, replicas: int, jitter: int) -> dict[
                 await asyncio.sleep(0.5)
             async with engine.connect() as conn:
                 rows = list(
-                    await conn.execute(sa.select(r.c.job_id, r.c.scheduled_slot, r.c.dispatched_at).where(r.c.state == "succeeded"))
+                    await conn.execute(
+                        sa.select(r.c.job_id, r.c.scheduled_slot, r.c.dispatched_at).where(
+                            r.c.state == "succeeded"
+                        )
+                    )
                 )
             total, distinct = await _counts(engine)
             starts = sum(fake.starts.values())
@@ -216,7 +227,9 @@ async def dispatch_lag(url: str, jobs: int, replicas: int, jitter: int) -> dict[
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1000)

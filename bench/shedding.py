@@ -54,7 +54,6 @@ ROOT = Path(__file__).resolve().parent.parent
 REFUSED_P99_TARGET_MS = 50.0
 
 
-
 class _Seen:
     """What one client process saw: accepted runs' first events and refusals (seconds), and
     errors."""

@@ -321,10 +321,20 @@ def long_stream(suite: Suite, words: int = 10_000) -> dict[str, Any]:
 
     async def main() -> tuple[float, float, int]:
         async with http_client(1, timeout=300) as client:
-            return await one_run(client, f"{suite.gateway_url}/api/v1/agent/runs", f"Bearer {token('bench-long')}", text)
+            return await one_run(
+                client,
+                f"{suite.gateway_url}/api/v1/agent/runs",
+                f"Bearer {token('bench-long')}",
+                text,
+            )
 
     first, total, events = asyncio.run(main())
-    return {"events": events, "seconds": round(total, 3), "events_per_s": round(events / total, 1), "first_event_ms": round(first * 1000, 2)}
+    return {
+        "events": events,
+        "seconds": round(total, 3),
+        "events_per_s": round(events / total, 1),
+        "first_event_ms": round(first * 1000, 2),
+    }
 
 
 def rss_mb(suite: Suite) -> dict[str, float]:

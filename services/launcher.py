@@ -427,7 +427,9 @@ class LocalModelServer:
         deadline = time.monotonic() + timeout
         while not self.is_ready():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the model server exited with code {self.proc.returncode} while starting")
+                raise RuntimeError(
+                    f"the model server exited with code {self.proc.returncode} while starting"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("the model server did not become ready in time")
@@ -518,8 +520,8 @@ def main(argv: list[str] | None = None) -> None:
         "try:\n"
         f"  curl -N {suite.gateway_url}/api/v1/agent/runs -H 'Authorization: Bearer {token}' \\\n"
         "    -H 'Content-Type: application/json' \\\n"
-        "    -d '{\"threadId\":\"t1\",\"runId\":\"r1\",\"messages\":"
-        "[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n"
+        '    -d \'{"threadId":"t1","runId":"r1","messages":'
+        '[{"id":"m1","role":"user","content":"Hello"}]}\'\n\n'
         "Ctrl-C stops everything.",
         flush=True,
     )
@@ -527,7 +529,10 @@ def main(argv: list[str] | None = None) -> None:
         while not stop:
             for name, proc in suite.procs.items():
                 if proc.poll() is not None:
-                    print(f"{name} exited with code {proc.returncode}; stopping the suite", file=sys.stderr)
+                    print(
+                        f"{name} exited with code {proc.returncode}; stopping the suite",
+                        file=sys.stderr,
+                    )
                     stop = True
                     break
             time.sleep(0.2)

@@ -219,5 +219,3 @@ def _upgrade(conn: Connection, migrations_dir: str, revision: str) -> None:
     cfg.set_main_option("script_location", migrations_dir)
     cfg.attributes["connection"] = conn
     command.upgrade(cfg, revision)
-
-

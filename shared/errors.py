@@ -76,7 +76,9 @@ class DomainError(Exception):
     def to_status(self) -> status_pb2.Status:
         details = []
         info = any_pb2.Any()
-        info.Pack(error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata))
+        info.Pack(
+            error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
+        )
         details.append(info)
         if self.violations:
             bad = any_pb2.Any()
@@ -100,7 +102,9 @@ class InvalidArgument(DomainError):
     default_reason = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, description: str, *, reason: str | None = None) -> None:
-        super().__init__(f"{field}: {description}", reason=reason, violations=[(field, description)])
+        super().__init__(
+            f"{field}: {description}", reason=reason, violations=[(field, description)]
+        )
 
 
 class NotFound(DomainError):

@@ -19,6 +19,7 @@ SCOPE_KEY = "x-agentmesh-scope"
 REQUEST_ID_KEY = "x-request-id"
 ADMIN_SCOPE = "admin"
 
+
 def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 

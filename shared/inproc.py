@@ -240,9 +240,7 @@ class InProcessServer:
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)
 
-    def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, _Handler]
-    ) -> None:
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, _Handler]) -> None:
         for method, handler in handlers.items():
             self._registered[f"/{service}/{method}"] = handler
 
@@ -283,9 +281,7 @@ class InProcessServer:
                 return handler
         return None
 
-    async def handler(
-        self, method: str, metadata: tuple[tuple[str, str | bytes], ...]
-    ) -> _Handler:
+    async def handler(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> _Handler:
         if not self._open:
             raise _Failed(
                 _Status(grpc.StatusCode.UNAVAILABLE, f"{self.name} is not serving in process", ())

@@ -247,9 +247,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             inner_us = cast("_AsyncStream", handler.unary_stream)
 
-            async def unary_stream(
-                request: Any, context: _Context
-            ) -> AsyncIterator[Any]:
+            async def unary_stream(request: Any, context: _Context) -> AsyncIterator[Any]:
                 call = _Call(self, method, _decoded(request), context)
                 try:
                     self._mark_version(context)
@@ -275,9 +273,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             # Reflection (quiet: no span) is the only RPC streaming both ways here.
             inner_ss = cast("_AsyncStream", handler.stream_stream)
 
-            async def stream_stream(
-                requests: Any, context: _Context
-            ) -> AsyncIterator[Any]:
+            async def stream_stream(requests: Any, context: _Context) -> AsyncIterator[Any]:
                 call = _Call(self, method, None, context)
                 try:
                     self._mark_version(context)

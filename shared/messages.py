@@ -153,7 +153,9 @@ class ToolCallBlock:
                 self.id, self.name, f"is not valid JSON: {e.msg} at char {e.pos} (near {snippet!r})"
             ) from None
         if not isinstance(value, dict):
-            raise ToolInputError(self.id, self.name, f"must be a JSON object, not {type(value).__name__}")
+            raise ToolInputError(
+                self.id, self.name, f"must be a JSON object, not {type(value).__name__}"
+            )
         return value
 
 
@@ -189,7 +191,14 @@ Block = TextBlock | ThinkingBlock | HintBlock | DataBlock | ToolCallBlock | Tool
 _ROLE_BLOCKS: dict[Role, tuple[type, ...]] = {
     Role.USER: (TextBlock, DataBlock),
     Role.SYSTEM: (TextBlock,),
-    Role.ASSISTANT: (TextBlock, ThinkingBlock, HintBlock, DataBlock, ToolCallBlock, ToolResultBlock),
+    Role.ASSISTANT: (
+        TextBlock,
+        ThinkingBlock,
+        HintBlock,
+        DataBlock,
+        ToolCallBlock,
+        ToolResultBlock,
+    ),
 }
 
 
@@ -320,7 +329,9 @@ def _content(content: str | Sequence[Block]) -> tuple[Block, ...]:
     return (TextBlock(content),) if isinstance(content, str) else tuple(content)
 
 
-def user(content: str | Sequence[Block], *, id: str | None = None, name: str = "user", **kw: Any) -> Msg:
+def user(
+    content: str | Sequence[Block], *, id: str | None = None, name: str = "user", **kw: Any
+) -> Msg:
     return Msg(id=id or new_id(), role=Role.USER, content=_content(content), name=name, **kw)
 
 
@@ -344,7 +355,9 @@ _ROLE_TO_PB = {
 _ROLE_FROM_PB = {v: k for k, v in _ROLE_TO_PB.items()}
 _CALL_STATE_TO_PB = {s: getattr(content_pb2, f"TOOL_CALL_STATE_{s.name}") for s in ToolCallState}
 _CALL_STATE_FROM_PB = {v: k for k, v in _CALL_STATE_TO_PB.items()}
-_RESULT_STATE_TO_PB = {s: getattr(content_pb2, f"TOOL_RESULT_STATE_{s.name}") for s in ToolResultState}
+_RESULT_STATE_TO_PB = {
+    s: getattr(content_pb2, f"TOOL_RESULT_STATE_{s.name}") for s in ToolResultState
+}
 _RESULT_STATE_FROM_PB = {v: k for k, v in _RESULT_STATE_TO_PB.items()}
 
 
@@ -366,7 +379,10 @@ def block_to_pb(block: Block) -> content_pb2.ContentBlock:
         case ToolCallBlock():
             return content_pb2.ContentBlock(
                 tool_call=content_pb2.ToolCallBlock(
-                    id=block.id, name=block.name, input=block.input, state=_CALL_STATE_TO_PB[block.state]
+                    id=block.id,
+                    name=block.name,
+                    input=block.input,
+                    state=_CALL_STATE_TO_PB[block.state],
                 )
             )
         case ToolResultBlock():
@@ -463,7 +479,9 @@ def msg_to_pb(msg: Msg) -> message_pb2.Message:
             md.executor = EXECUTOR_TO_PB[ExecutorKind(executor)]
         md.execution_profile_name = meta.pop("execution_profile_name", "")
         if meta:
-            md.extra_json = json.dumps(meta, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            md.extra_json = json.dumps(
+                meta, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+            )
         pb.metadata.SetInParent()
     return pb
 

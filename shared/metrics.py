@@ -134,7 +134,7 @@ def exposition() -> tuple[bytes, str]:
 
 
 def split_method(method: str) -> tuple[str, str]:
-    """"/pkg.Service/Method" -> ("pkg.Service", "Method")."""
+    """ "/pkg.Service/Method" -> ("pkg.Service", "Method")."""
     service, _, name = method.lstrip("/").rpartition("/")
     return service, name
 

@@ -82,8 +82,11 @@ def create_table(op: Any) -> None:
     op.create_table(TABLE, *_columns())
     unacked = sa.text("ack_time_ms IS NULL")
     op.create_index(
-        "ix_webhook_outbox_pending", TABLE, ["seq"],
-        postgresql_where=unacked, sqlite_where=unacked,
+        "ix_webhook_outbox_pending",
+        TABLE,
+        ["seq"],
+        postgresql_where=unacked,
+        sqlite_where=unacked,
     )
     op.create_index("ix_webhook_outbox_ack", TABLE, ["ack_time_ms"])
     op.create_index("ix_webhook_outbox_owner", TABLE, ["owner_id"])
@@ -221,6 +224,4 @@ async def serve_acknowledge(
     require_admin(context)
     retention_ms = Settings().webhook_outbox_retention_seconds * 1000
     async with unit as conn:
-        return await acknowledge(
-            conn, outbox, event_ids, at_ms=now_ms(), retention_ms=retention_ms
-        )
+        return await acknowledge(conn, outbox, event_ids, at_ms=now_ms(), retention_ms=retention_ms)

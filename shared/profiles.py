@@ -88,10 +88,14 @@ class AgentConfig(BaseModel):
         try:
             names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
         except ValueError as err:
-            raise ValueError(f"not a valid template ({err}); write a literal brace as {{{{ or }}}}") from None
+            raise ValueError(
+                f"not a valid template ({err}); write a literal brace as {{{{ or }}}}"
+            ) from None
         for name in names:
             if name not in PROMPT_FIELDS:
-                raise ValueError(f"unknown placeholder {{{name}}} (known: {', '.join(PROMPT_FIELDS)})")
+                raise ValueError(
+                    f"unknown placeholder {{{name}}} (known: {', '.join(PROMPT_FIELDS)})"
+                )
         return value
 
     @field_validator("model_card")
@@ -103,7 +107,11 @@ class AgentConfig(BaseModel):
 
     def options(self) -> dict[str, float | int]:
         """The model call options this config sets (checked against the card by the caller)."""
-        values = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        values = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+        }
         return {k: v for k, v in values.items() if v is not None}
 
     def places_memories(self) -> bool:
@@ -235,7 +243,9 @@ def parse_profile(
             knows = set(registered_tools).__contains__
         unknown = [t for t in profile.tool_policy.allowlist if not knows(t)]
         if unknown:
-            raise InvalidArgument(f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}")
+            raise InvalidArgument(
+                f"{field}.tool_policy.allowlist", f"unknown tools: {', '.join(unknown)}"
+            )
     return profile
 
 
@@ -284,7 +294,9 @@ def memory_from_pb(pb: execution_profile_pb2.MemoryPolicy) -> dict[str, object]:
 
 
 def agent_to_pb(agent: AgentConfig) -> execution_profile_pb2.AgentConfig:
-    pb = execution_profile_pb2.AgentConfig(system_prompt=agent.system_prompt, model_card=agent.model_card)
+    pb = execution_profile_pb2.AgentConfig(
+        system_prompt=agent.system_prompt, model_card=agent.model_card
+    )
     if agent.temperature is not None:
         pb.temperature = agent.temperature
     if agent.top_p is not None:
@@ -302,7 +314,9 @@ def agent_from_pb(pb: execution_profile_pb2.AgentConfig) -> dict[str, object]:
     return data
 
 
-def profile_from_pb(pb: execution_profile_pb2.ExecutionProfile, field: str = "profile") -> ExecutionProfile:
+def profile_from_pb(
+    pb: execution_profile_pb2.ExecutionProfile, field: str = "profile"
+) -> ExecutionProfile:
     if pb.executor not in EXECUTOR_FROM_PB:
         raise InvalidArgument(f"{field}.executor", "must be worker or memory")
     return parse_profile(
@@ -352,18 +366,24 @@ class ProfileRegistry:
         if path is None:
             return cls(profiles)
         tools = (
-            registered_tools
-            if isinstance(registered_tools, KnowsTools)
-            else list(registered_tools)
+            registered_tools if isinstance(registered_tools, KnowsTools) else list(registered_tools)
         )
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as err:
-            raise ProfileFileError(f"{path}: cannot read the profiles file ({err.strerror})") from None
+            raise ProfileFileError(
+                f"{path}: cannot read the profiles file ({err.strerror})"
+            ) from None
         except yaml.YAMLError as err:
             raise ProfileFileError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(raw, dict) or set(raw) != {"profiles"} or not isinstance(raw["profiles"], list):
-            raise ProfileFileError(f"{path}: expected a mapping with exactly one key, 'profiles', holding a list")
+        if (
+            not isinstance(raw, dict)
+            or set(raw) != {"profiles"}
+            or not isinstance(raw["profiles"], list)
+        ):
+            raise ProfileFileError(
+                f"{path}: expected a mapping with exactly one key, 'profiles', holding a list"
+            )
         for i, entry in enumerate(raw["profiles"]):
             if not isinstance(entry, dict):
                 raise ProfileFileError(f"{path}: profiles[{i}]: must be a mapping")
@@ -384,7 +404,9 @@ class ProfileRegistry:
                     "use another name"
                 )
             if profile.name in profiles:
-                raise ProfileFileError(f"{path}: profiles[{i}].name: {profile.name!r} is defined twice")
+                raise ProfileFileError(
+                    f"{path}: profiles[{i}].name: {profile.name!r} is defined twice"
+                )
             profiles[profile.name] = profile
         return cls(profiles)
 

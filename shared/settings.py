@@ -115,7 +115,9 @@ class Settings(BaseSettings):
     quota_tokens_per_day: int = Field(default=1_000_000, ge=0)
     # HMAC-SHA256 key of the page tokens of history, memory and scheduler (shared/pagination.py);
     # every replica of a service must have the same one.
-    page_token_secret: str = Field(default="agentmesh-development-page-tokens-change-me", min_length=1)
+    page_token_secret: str = Field(
+        default="agentmesh-development-page-tokens-change-me", min_length=1
+    )
     # Graceful shutdown: in-flight calls and streams get this long to finish.
     grace_seconds: float = 10.0
     # How often a service checks the stores it depends on (SELECT 1 on its database, PING

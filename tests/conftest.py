@@ -70,7 +70,8 @@ async def drop_schemas(prefix: str) -> None:
     conn = await asyncpg.connect(PG_URL)
     try:
         rows = await conn.fetch(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", prefix.replace("_", r"\_") + "%"
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1",
+            prefix.replace("_", r"\_") + "%",
         )
         for row in rows:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{row["nspname"]}" CASCADE')

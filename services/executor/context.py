@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.model.tokens import message_tokens, messages_tokens, tools_tokens
 from shared.messages import Msg, Role
 from shared.model.base import ToolSpec
 from shared.model.cards import ModelCard
+from shared.model.tokens import message_tokens, messages_tokens, tools_tokens
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.model.tokens import text_tokens
 from shared.domain import MessageKind
 from shared.errors import DomainError, InvalidArgument
 from shared.messages import Msg, system
+from shared.model.tokens import text_tokens
 from shared.profiles import MemoryPolicy
 
 log = logging.getLogger("agentmesh.executor.recall")

@@ -181,7 +181,9 @@ class ToolCallTracker:
         """Calls whose START went out and whose END did not."""
         return [cid for cid, e in self._emitted.items() if e.start and not e.end]
 
-    def start(self, call_id: str, name: str, parent_message_id: str = "") -> list[run_event_pb2.RunEvent]:
+    def start(
+        self, call_id: str, name: str, parent_message_id: str = ""
+    ) -> list[run_event_pb2.RunEvent]:
         e = self._emitted.setdefault(call_id, _Emitted(name, parent_message_id))
         if e.start:
             return []
@@ -204,7 +206,9 @@ class ToolCallTracker:
         e.args = True
         if not delta:
             return []
-        return [_event(tool_call_args=run_event_pb2.ToolCallArgs(tool_call_id=call_id, delta=delta))]
+        return [
+            _event(tool_call_args=run_event_pb2.ToolCallArgs(tool_call_id=call_id, delta=delta))
+        ]
 
     def end(self, call_id: str) -> list[run_event_pb2.RunEvent]:
         e = self._emitted.get(call_id)

@@ -284,8 +284,7 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
     app = FastAPIOffline(
         title="agentmesh gateway",
         version=VERSION,
-        description="AG-UI runs over SSE, history, audit and memories. "
-        "See docs/protocols/agent/.",
+        description="AG-UI runs over SSE, history, audit and memories. See docs/protocols/agent/.",
         docs_url="/docs",
         redoc_url="/redoc",
         openapi_url="/openapi.json",
@@ -320,7 +319,14 @@ def create_app(settings: Settings, clients: Clients | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Timezone", "Idempotency-Key", "Last-Event-ID"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "X-Request-ID",
+                "X-Timezone",
+                "Idempotency-Key",
+                "Last-Event-ID",
+            ],
             # Retry-After: a browser app reads when to send a refused (429, 503) run again.
             expose_headers=["X-Request-ID", "Retry-After"],
         )

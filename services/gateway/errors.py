@@ -1,7 +1,7 @@
 """Every error the gateway answers: one JSON shape, one gRPC-status -> HTTP-status table.
 
-    {"error": {"code": "INVALID_ARGUMENT", "message": "...", "requestId": "...",
-               "details": [{"field": "threadId", "description": "..."}]}}
+{"error": {"code": "INVALID_ARGUMENT", "message": "...", "requestId": "...",
+           "details": [{"field": "threadId", "description": "..."}]}}
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def from_rpc(
         for f, d in domain.violations:
             name = renames.get(f) or (camel_field(f) if camel_fields else f)
             if f in renames and message.startswith(f"{f}:"):
-                message = f"{name}:{message[len(f) + 1:]}"
+                message = f"{name}:{message[len(f) + 1 :]}"
             violations.append((name, d))
         # A service's own reason (ErrorInfo, e.g. VERSION_MISMATCH) says more than the code;
         # the code's default reason says nothing the code does not.

@@ -320,4 +320,3 @@ def renamed(err: ApiError) -> ApiError:
             message = f"{name}:{message[len(field) + 1 :]}"
         violations.append((name, description))
     return ApiError(err.status, err.code, message, violations=violations, headers=err.headers)
-

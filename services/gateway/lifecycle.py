@@ -212,9 +212,7 @@ async def start_owner_deletion(
     return await drive(clients, settings, webhooks, started.deletion)
 
 
-async def resume_deletions(
-    clients: Clients, settings: Settings, webhooks: WebhookStore
-) -> int:
+async def resume_deletions(clients: Clients, settings: Settings, webhooks: WebhookStore) -> int:
     """Drive every unfinished owner deletion once; how many were driven."""
     listed = await unary(
         clients.history.ListUnfinishedDeletions,

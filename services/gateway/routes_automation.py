@@ -126,9 +126,7 @@ async def list_jobs(
     responses=errors(404),
     dependencies=[Depends(only_params())],
 )
-async def get_job(
-    request: Request, job_id: JobId, who: Caller = Depends(caller)
-) -> dict[str, Any]:
+async def get_job(request: Request, job_id: JobId, who: Caller = Depends(caller)) -> dict[str, Any]:
     reply = await _scheduler(request, who, "GetJob", pb.GetJobRequest(job_id=job_id))
     return jobs.job_json(reply.job)
 
@@ -189,9 +187,7 @@ async def patch_job(
     response_class=Response,
     dependencies=[Depends(only_params())],
 )
-async def delete_job(
-    request: Request, job_id: JobId, who: Caller = Depends(caller)
-) -> Response:
+async def delete_job(request: Request, job_id: JobId, who: Caller = Depends(caller)) -> Response:
     await _scheduler(request, who, "DeleteJob", pb.DeleteJobRequest(job_id=job_id))
     return Response(status_code=204)
 

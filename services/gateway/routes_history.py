@@ -42,9 +42,7 @@ def _ctx(request: Request) -> tuple[Clients, Settings]:
     return request.app.state.clients, request.app.state.settings
 
 
-async def _page_of_messages(
-    ask: Callable[[int], Awaitable[Any]], page_size: int
-) -> Any:
+async def _page_of_messages(ask: Callable[[int], Awaitable[Any]], page_size: int) -> Any:
     """history's page for `page_size` (`ask(n)` asks for n stored messages), cut to at most
     `page_size` messages as the client sees them: when the stored messages expand to more
     (several tool results each), the page is asked again for the stored messages that fit,
@@ -130,7 +128,9 @@ async def list_history(
     dependencies=[Depends(only_params())],
 )
 async def get_run(
-    request: Request, run_id: IdPath, who: Caller = Depends(caller),
+    request: Request,
+    run_id: IdPath,
+    who: Caller = Depends(caller),
 ) -> dict[str, Any]:
     clients, settings = _ctx(request)
     reply = await unary(
@@ -191,8 +191,10 @@ async def list_audit(
     start, end = _utc(start_time), _utc(end_time)
     start_ts = instant("start_time", start) if start is not None else None
     end_ts = instant("end_time", end) if end is not None else None
-    if start_ts is not None and end_ts is not None and (
-        end_ts.ToNanoseconds() <= start_ts.ToNanoseconds()
+    if (
+        start_ts is not None
+        and end_ts is not None
+        and (end_ts.ToNanoseconds() <= start_ts.ToNanoseconds())
     ):
         raise invalid("end_time", "must be after start_time")
     flt = history_service_pb2.AuditFilter(

@@ -71,8 +71,12 @@ def _accepted(deletion: history_pb.Deletion) -> JSONResponse:
 async def delete_me(request: Request, who: Annotated[Caller, Depends(caller)]) -> JSONResponse:
     clients, settings = _ctx(request)
     deletion = await lifecycle.start_owner_deletion(
-        clients, settings, request.app.state.webhook_store, who.owner,
-        requested_by=who.owner, admin=False,
+        clients,
+        settings,
+        request.app.state.webhook_store,
+        who.owner,
+        requested_by=who.owner,
+        admin=False,
     )
     return _accepted(deletion)
 
@@ -165,8 +169,12 @@ async def delete_owner(
 ) -> JSONResponse:
     clients, settings = _ctx(request)
     deletion = await lifecycle.start_owner_deletion(
-        clients, settings, request.app.state.webhook_store, _owner(owner_id),
-        requested_by=f"admin:{who.owner}", admin=True,
+        clients,
+        settings,
+        request.app.state.webhook_store,
+        _owner(owner_id),
+        requested_by=f"admin:{who.owner}",
+        admin=True,
     )
     return _accepted(deletion)
 

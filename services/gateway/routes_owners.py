@@ -246,8 +246,12 @@ def _key_json(key: ApiKey) -> dict[str, Any]:
             "name": key.name,
             "admin": key.admin,
             "createTime": convert.millis_time(key.create_time_ms),
-            "lastUsedTime": None if key.last_used_time_ms is None else convert.millis_time(key.last_used_time_ms),
-            "revokeTime": None if key.revoke_time_ms is None else convert.millis_time(key.revoke_time_ms),
+            "lastUsedTime": None
+            if key.last_used_time_ms is None
+            else convert.millis_time(key.last_used_time_ms),
+            "revokeTime": None
+            if key.revoke_time_ms is None
+            else convert.millis_time(key.revoke_time_ms),
             "revoked": key.revoke_time_ms is not None,
         }
     )

@@ -220,7 +220,9 @@ def _in_background(work: Awaitable[None]) -> None:
     task.add_done_callback(_background.discard)
 
 
-async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: str, run_id: str) -> None:
+async def _cancel_for_gone_client(
+    clients: Clients, settings: Settings, owner: str, run_id: str
+) -> None:
     try:
         await clients.orchestrator.CancelRun(
             orchestrator_service_pb2.CancelRunRequest(run_id=run_id),
@@ -228,7 +230,10 @@ async def _cancel_for_gone_client(clients: Clients, settings: Settings, owner: s
             timeout=_cancel_timeout(settings),
         )
     except grpc.RpcError as err:
-        log.warning("cancel on disconnect failed", extra={"fields": {"run_id": run_id, "code": str(err.code())}})
+        log.warning(
+            "cancel on disconnect failed",
+            extra={"fields": {"run_id": run_id, "code": str(err.code())}},
+        )
 
 
 def _outcome_unknown(run_id: str) -> sse.Event:
@@ -434,7 +439,9 @@ def _resume_position(header: str | None, after: int | None) -> int:
     return after or 0
 
 
-async def _gone_or_missing(clients: Clients, settings: Settings, owner: str, run_id: str) -> ApiError:
+async def _gone_or_missing(
+    clients: Clients, settings: Settings, owner: str, run_id: str
+) -> ApiError:
     """The run's events are gone: 410 with where its result is, if history knows the run
     (for this owner); otherwise 404."""
     try:
@@ -500,7 +507,8 @@ async def resume_run(
                 pending.cancel()
                 call.cancel()
                 raise ApiError(
-                    504, "DEADLINE_EXCEEDED",
+                    504,
+                    "DEADLINE_EXCEEDED",
                     "the orchestrator service did not answer in time; retry later",
                 )
             break  # a position past what is stored: follow the live run from here
@@ -549,7 +557,9 @@ async def resume_run(
     responses=errors(404, 409),
     dependencies=[Depends(only_params())],
 )
-async def cancel_run(request: Request, run_id: RunPath, who: Caller = Depends(caller)) -> dict[str, Any]:
+async def cancel_run(
+    request: Request, run_id: RunPath, who: Caller = Depends(caller)
+) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
     clients: Clients = request.app.state.clients
     try:

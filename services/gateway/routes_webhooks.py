@@ -248,8 +248,13 @@ async def list_deliveries(
     page_token: PageToken = "",
 ) -> dict[str, Any]:
     return await _page(
-        request, endpoint_owner=who.owner, owner=None, endpoint_id=endpoint_id,
-        state=state, page_size=page_size, page_token=page_token,
+        request,
+        endpoint_owner=who.owner,
+        owner=None,
+        endpoint_id=endpoint_id,
+        state=state,
+        page_size=page_size,
+        page_token=page_token,
     )
 
 
@@ -288,8 +293,13 @@ async def admin_list_deliveries(
     if owner_id is not None and not is_owner_id(owner_id):
         raise invalid("owner_id", OWNER_RULE)
     return await _page(
-        request, endpoint_owner=None, owner=owner_id, endpoint_id=endpoint_id,
-        state=state, page_size=page_size, page_token=page_token,
+        request,
+        endpoint_owner=None,
+        owner=owner_id,
+        endpoint_id=endpoint_id,
+        state=state,
+        page_size=page_size,
+        page_token=page_token,
     )
 
 

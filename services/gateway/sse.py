@@ -74,9 +74,9 @@ def _run_finished(ev: run_event_pb2.RunEvent) -> Event:
     if p.outcome == run_event_pb2.RUN_OUTCOME_INTERRUPT:
         # An interrupt outcome must name at least one interrupt; each pending client-side
         # tool call is one, answered by its tool call id.
-        interrupts = [
-            {"id": tc, "reason": "tool_call", "toolCallId": tc} for tc in pending
-        ] + [_approval(a) for a in p.approvals] or [{"id": ev.run_id, "reason": "input_required"}]
+        interrupts = [{"id": tc, "reason": "tool_call", "toolCallId": tc} for tc in pending] + [
+            _approval(a) for a in p.approvals
+        ] or [{"id": ev.run_id, "reason": "input_required"}]
         out["outcome"] = {"type": "interrupt", "interrupts": interrupts}
     elif p.outcome == run_event_pb2.RUN_OUTCOME_CANCELLED:
         out["outcome"] = {"type": "cancelled"}

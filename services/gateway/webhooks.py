@@ -152,7 +152,8 @@ def deployment_endpoints(settings: Settings) -> tuple[Endpoint, ...]:
     out: list[Endpoint] = []
     for i, e in enumerate(parsed):
         problem = (
-            None if is_identifier(e.id) and not e.id.startswith("whe_")
+            None
+            if is_identifier(e.id) and not e.id.startswith("whe_")
             else "id must be an identifier not starting with whe_"
         )
         problem = problem or url_problem(e.url) or event_types_problem(e.event_types)
@@ -321,8 +322,12 @@ class Deliverer:
         timeout = self._settings.rpc_timeout_seconds
         stub, messages = getattr(self._clients, service), _MESSAGES[service]
         listed = await unary(
-            stub.ListWebhookEvents, messages.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
-            owner=DELIVERER, service=service, timeout=timeout, admin=True,
+            stub.ListWebhookEvents,
+            messages.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
+            owner=DELIVERER,
+            service=service,
+            timeout=timeout,
+            admin=True,
         )
         events = [outbox.from_pb(e) for e in listed.events]
         if not events:
@@ -333,7 +338,10 @@ class Deliverer:
         await unary(
             stub.AcknowledgeWebhookEvents,
             messages.AcknowledgeWebhookEventsRequest(event_ids=[e.id for e in events]),
-            owner=DELIVERER, service=service, timeout=timeout, admin=True,
+            owner=DELIVERER,
+            service=service,
+            timeout=timeout,
+            admin=True,
         )
         return len(events)
 
@@ -363,7 +371,11 @@ class Deliverer:
         at = datetime.now(UTC)
         if endpoint is None:
             await self._store.record_attempt(
-                d.id, state=FAILED, next_attempt_ms=None, at_ms=outbox.now_ms(), status_code=None,
+                d.id,
+                state=FAILED,
+                next_attempt_ms=None,
+                at_ms=outbox.now_ms(),
+                status_code=None,
                 error="the endpoint was deleted",
             )
             return
@@ -391,7 +403,11 @@ class Deliverer:
         now = outbox.now_ms()
         state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)
         await self._store.record_attempt(
-            d.id, state=state, next_attempt_ms=next_ms, at_ms=now, status_code=code,
+            d.id,
+            state=state,
+            next_attempt_ms=next_ms,
+            at_ms=now,
+            status_code=code,
             error=error[:MAX_ERROR_CHARS],
         )
         log.info(

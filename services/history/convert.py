@@ -270,9 +270,7 @@ DENIAL_REASON_FROM_PB = {
 DENIAL_REASON_TO_PB = {v: k for k, v in DENIAL_REASON_FROM_PB.items()}
 
 
-def new_denials(
-    items: Sequence[pb.ToolDenial], field: str
-) -> list[tuple[str, str, str, str]]:
+def new_denials(items: Sequence[pb.ToolDenial], field: str) -> list[tuple[str, str, str, str]]:
     """(call id, tool, digest, reason) of FinishRun's tool_denials, validated."""
     out = []
     for i, d in enumerate(items):
@@ -309,7 +307,6 @@ def context_options(
     if opts.max_chars < 0:
         raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
     return window, zone, opts.max_chars
-
 
 
 _DELETION_KIND_TO_PB = {

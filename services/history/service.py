@@ -35,9 +35,7 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
     # On SQLite the one writer of its file (replicas need PostgreSQL).
     engine = db.create_engine(settings, "history", inline_sqlite=True)
     await db.migrate(engine, MIGRATIONS, settings.schema_for("history"))
-    servicer = HistoryServicer(
-        engine, clock=clock, tokens=PageTokens(settings.page_token_secret)
-    )
+    servicer = HistoryServicer(engine, clock=clock, tokens=PageTokens(settings.page_token_secret))
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.thread_retention_days > 0:
 

@@ -242,8 +242,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         window, zone, max_chars = options
         was_empty = thread.message_count == 0
         thread, stored = await self._append(
-            conn, thread, core.for_run(inputs, run, "input_messages"), "input_messages",
-            now, check_ids=check_ids,
+            conn,
+            thread,
+            core.for_run(inputs, run, "input_messages"),
+            "input_messages",
+            now,
+            check_ids=check_ids,
         )
         if was_empty:
             # A new thread holds only what was just stored: no need to read it back.
@@ -343,7 +347,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         thread_id = convert.identifier(request.thread_id, "thread_id")
         size = page_size(request.page_size)
         if request.direction not in (
-            pb.DIRECTION_UNSPECIFIED, pb.DIRECTION_FORWARD, pb.DIRECTION_BACKWARD
+            pb.DIRECTION_UNSPECIFIED,
+            pb.DIRECTION_FORWARD,
+            pb.DIRECTION_BACKWARD,
         ):
             raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
         backward = request.direction == pb.DIRECTION_BACKWARD
@@ -395,7 +401,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 # Nothing is cut, so no snapshot bound is needed either: page in SQL and
                 # answer from the serving copies. Rows prove the thread is the caller's.
                 wires = await store.context_page(
-                    conn, owner, thread_id, upto=None if thread_id else now, after=after,
+                    conn,
+                    owner,
+                    thread_id,
+                    upto=None if thread_id else now,
+                    after=after,
                     limit=size + 1,
                 )
                 if not wires and thread_id is not None:
@@ -446,7 +456,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             return m.position > after.position
         key = _context_key(m)
         return (key.created_at, key.thread_id, key.position) > (
-            after.created_at, after.thread_id, after.position,
+            after.created_at,
+            after.thread_id,
+            after.position,
         )
 
     async def ListThreads(
@@ -587,7 +599,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         thread_id = convert.identifier(request.thread_id, "thread_id")
         async with self._write() as conn:
             deletion, run_ids = await _delete_thread(
-                conn, owner, thread_id, self._clock(), requested_by=owner,
+                conn,
+                owner,
+                thread_id,
+                self._clock(),
+                requested_by=owner,
                 kind=deletions.DeletionKind.THREAD,
             )
         return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
@@ -646,8 +662,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             if current is None:
                 raise NotFound(f"deletion {deletion_id} not found")
             updated = deletions.record_step(
-                current, request.service, done=request.done, error=request.error,
-                counts=counts, now=self._clock(),
+                current,
+                request.service,
+                done=request.done,
+                error=request.error,
+                counts=counts,
+                now=self._clock(),
             )
             await store.save_deletion(conn, updated)
         return pb.RecordDeletionStepResponse(deletion=convert.deletion_to_pb(updated))
@@ -675,9 +695,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             ),
             lambda r: (r.create_time, r.id),
         )
-        return pb.ListRunsResponse(
-            runs=[convert.run_to_pb(r) for r in page], next_page_token=token
-        )
+        return pb.ListRunsResponse(runs=[convert.run_to_pb(r) for r in page], next_page_token=token)
 
     async def ListDeletions(
         self, request: pb.ListDeletionsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -753,6 +771,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             context, self._write(), store.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
+
     async def GetOwnerUsage(
         self,
         request: pb.GetOwnerUsageRequest,
@@ -780,7 +799,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     if thread is None or thread.update_time >= cutoff:
                         continue  # deleted meanwhile, or a message arrived since the pick
                     await _delete_thread(
-                        conn, owner, thread_id, self._clock(),
+                        conn,
+                        owner,
+                        thread_id,
+                        self._clock(),
                         requested_by=deletions.RETENTION_REQUESTER,
                         kind=deletions.DeletionKind.RETENTION,
                     )

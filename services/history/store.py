@@ -166,8 +166,24 @@ _EXECUTORS[""] = None
 def _message(row: Sequence[Any]) -> Message:
     # Positional unpacking and dict lookups: this runs for every row of every page.
     (
-        owner_id, id_, thread_id, position, run_id, role, kind, mask, name, content, meta,
-        origin, executor, profile_name, input_tokens, output_tokens, finished_reason, created_at,
+        owner_id,
+        id_,
+        thread_id,
+        position,
+        run_id,
+        role,
+        kind,
+        mask,
+        name,
+        content,
+        meta,
+        origin,
+        executor,
+        profile_name,
+        input_tokens,
+        output_tokens,
+        finished_reason,
+        created_at,
         owner_seq,
     ) = row
     return Message(
@@ -420,9 +436,7 @@ _INSERT_COUNTED_MESSAGES = reused(
 )
 
 
-async def messages_by_id(
-    conn: Conn, owner_id: str, ids: Sequence[str]
-) -> dict[str, Message]:
+async def messages_by_id(conn: Conn, owner_id: str, ids: Sequence[str]) -> dict[str, Message]:
     if not ids:
         return {}
     stmt = _MESSAGES_BY_ID[conn.dialect.name]
@@ -585,8 +599,14 @@ async def context_messages(
     `last_n` keeps the newest n; `after`/`limit` page through the result.
     """
     stmt, newest_first = _context_query(
-        MESSAGE_FIELDS, owner_id, thread_id, upto=upto, since=since, last_n=last_n,
-        after=after, limit=limit,
+        MESSAGE_FIELDS,
+        owner_id,
+        thread_id,
+        upto=upto,
+        since=since,
+        last_n=last_n,
+        after=after,
+        limit=limit,
     )
     rows = (await conn.execute(stmt)).all()
     found = [_message(r) for r in rows]
@@ -614,8 +634,14 @@ async def context_page(
             params["a"] = after.position
         return [r[0] for r in (await conn.execute(stmt, params)).all()]
     stmt, _ = _context_query(
-        [messages.c.message_pb], owner_id, thread_id,
-        upto=upto, since=None, last_n=None, after=after, limit=limit,
+        [messages.c.message_pb],
+        owner_id,
+        thread_id,
+        upto=upto,
+        since=None,
+        last_n=None,
+        after=after,
+        limit=limit,
     )
     return [r[0] for r in (await conn.execute(stmt)).all()]
 
@@ -713,9 +739,7 @@ _INSERT_RUN_IF_IDLE = reused(
         sa.select(
             *(sa.bindparam(c.key, type_=c.type) for c in _RUN_VALUES), _NEXT_THREAD_SEQ
         ).where(
-            ~sa.exists().where(
-                _R.owner_id == sa.bindparam("id_o"), _R.id == sa.bindparam("id_r")
-            ),
+            ~sa.exists().where(_R.owner_id == sa.bindparam("id_o"), _R.id == sa.bindparam("id_r")),
             ~sa.exists().where(
                 _R.owner_id == sa.bindparam("active_o"),
                 _R.thread_id == sa.bindparam("active_t"),
@@ -753,9 +777,8 @@ _FINISH_ACTIVE_RUN = reused(
 # BeginRun's order (thread, then run) as with two statements; each row, if another
 # transaction changed it meanwhile, is read again at its newest version before it changes.
 _LOCKED_THREAD = _LOCK_RUN_THREAD.cte("locked_thread")
-_FINISHED_RUN = (
-    _FINISH_ACTIVE_RUN.where(sa.exists(sa.select(1).select_from(_LOCKED_THREAD)))
-    .cte("finished_run")
+_FINISHED_RUN = _FINISH_ACTIVE_RUN.where(sa.exists(sa.select(1).select_from(_LOCKED_THREAD))).cte(
+    "finished_run"
 )
 _LOCK_THREAD_FINISH_RUN = reused(
     sa.select(
@@ -868,11 +891,18 @@ async def lock_thread_finish_run(
     row-locked, or None if the run does not exist; the run finished, or None if it was not
     queued or running, and then left as it was). One round trip on PostgreSQL."""
     end, usage = plan.end, plan.usage
-    params = {"o": owner_id, "r": plan.run_id, "state": end.state.value,
-              "state_if_cancel_requested": plan.state_if_cancel_requested.value,
-              "now": plan.finish_time, "code": end.error_code, "message": end.error_message,
-              "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-              "usage_estimated": usage.estimated}
+    params = {
+        "o": owner_id,
+        "r": plan.run_id,
+        "state": end.state.value,
+        "state_if_cancel_requested": plan.state_if_cancel_requested.value,
+        "now": plan.finish_time,
+        "code": end.error_code,
+        "message": end.error_message,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "usage_estimated": usage.estimated,
+    }
     if conn.dialect.name != "postgresql":
         thread = await lock_run_thread(conn, owner_id, plan.run_id)
         if thread is None:
@@ -969,7 +999,6 @@ async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -
             out.append(_run(row))
     await outbox.add(conn, webhook_outbox, [run_ended_event(r) for r in out])
     return out
-
 
 
 # --- webhook outbox (shared/outbox.py) ----------------------------------------------------
@@ -1127,8 +1156,14 @@ async def context_messages_served(
     """context_messages with each message's serving copy, for a context the rules cut:
     the rules read the messages, the response is the copies of those they keep."""
     stmt, newest_first = _context_query(
-        [*MESSAGE_FIELDS, messages.c.message_pb], owner_id, thread_id, upto=upto,
-        since=since, last_n=last_n, after=None, limit=None,
+        [*MESSAGE_FIELDS, messages.c.message_pb],
+        owner_id,
+        thread_id,
+        upto=upto,
+        since=since,
+        last_n=last_n,
+        after=None,
+        limit=None,
     )
     rows = (await conn.execute(stmt)).all()
     found = [(_message(r[:-1]), r[-1]) for r in rows]
@@ -1396,9 +1431,7 @@ def _usage_stmt(dialect: str) -> Any:
 _USAGE = {name: _usage_stmt(name) for name in ("postgresql", "sqlite")}
 
 
-async def owner_usage(
-    conn: Conn, owner_id: str, start: datetime, end: datetime
-) -> list[UsageDay]:
+async def owner_usage(conn: Conn, owner_id: str, start: datetime, end: datetime) -> list[UsageDay]:
     """The owner's usage per UTC day of the runs created in [start, end)."""
     rows = await conn.execute(
         _USAGE[conn.dialect.name], {"owner": owner_id, "start": start, "end": end}

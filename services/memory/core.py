@@ -282,12 +282,8 @@ def fuse(rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int) -> list
             fused[memory.id] = fused.get(memory.id, 0.0) + weight / (RRF_K + rank)
             first.setdefault(memory.id, memory)
     best = len(rankings) / (RRF_K + 1)
-    ordered = sorted(
-        first.values(), key=lambda m: (-fused[m.id], -m.update_time.timestamp(), m.id)
-    )
-    return [
-        dataclasses.replace(m, score=min(1.0, fused[m.id] / best)) for m in ordered[:limit]
-    ]
+    ordered = sorted(first.values(), key=lambda m: (-fused[m.id], -m.update_time.timestamp(), m.id))
+    return [dataclasses.replace(m, score=min(1.0, fused[m.id] / best)) for m in ordered[:limit]]
 
 
 def term_in(term: str, key: str, words: frozenset[str]) -> bool:

@@ -107,6 +107,5 @@ SQLITE_LEXICAL = sa.text(
 # Store a memory's embedding (:embedding, float32 bytes) with its row's other columns (as
 # PG_PUT_EMBEDDING), replacing the one it had.
 SQLITE_PUT_EMBEDDING = sa.text(
-    _EMBEDDING_INSERT + ":embedding) "
-    f"ON CONFLICT (memory_id) DO UPDATE SET {_EMBEDDING_UPDATES}"
+    _EMBEDDING_INSERT + f":embedding) ON CONFLICT (memory_id) DO UPDATE SET {_EMBEDDING_UPDATES}"
 )

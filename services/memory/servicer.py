@@ -172,9 +172,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
             [vector] = await client.embed([query], query=True)
         except EmbeddingUnavailable as err:
             self._vectors_paused_until = time.monotonic() + _VECTORS_PAUSE_SECONDS
-            log.warning(
-                "memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err
-            )
+            log.warning("memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err)
             return None, ""
         return vector, client.config.model
 

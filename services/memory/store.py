@@ -611,7 +611,6 @@ async def advance_watermark(
     return _watermark(row)
 
 
-
 async def delete_owner_data(conn: AsyncConnection, owner: str) -> dict[str, int]:
     """Delete every memory of the owner, with its embedding and change record (which holds
     its content), and every watermark; how many of each went."""

@@ -293,9 +293,7 @@ def stamp_output(message: message_pb2.Message, plan: RunPlan) -> Msg:
     return core.stamped(msg_from_pb(message, "message"), plan)
 
 
-def route_message(
-    decision: router_service_pb2.RouteResponse, plan: RunPlan
-) -> Msg | None:
+def route_message(decision: router_service_pb2.RouteResponse, plan: RunPlan) -> Msg | None:
     """The record of a router decision a model made (None when the rule decided): the tools
     it kept and why, with the routing call's usage, which thereby counts in the run's
     (history sums its output messages' usage). Audit only (kind route, mask 0)."""
@@ -311,7 +309,6 @@ def route_message(
         usage=usage_from_pb(decision.usage),
     )
     return core.stamped(msg, plan)
-
 
 
 # ---- events -------------------------------------------------------------------------

@@ -148,8 +148,10 @@ def input_kind(msg: Msg, field: str) -> MessageKind:
     """User messages, and tool results of client-side tools, are a run's possible input."""
     if msg.role is Role.USER:
         return MessageKind.USER_MESSAGE
-    if msg.role is Role.ASSISTANT and msg.content and all(
-        isinstance(b, ToolResultBlock) for b in msg.content
+    if (
+        msg.role is Role.ASSISTANT
+        and msg.content
+        and all(isinstance(b, ToolResultBlock) for b in msg.content)
     ):
         return MessageKind.TOOL_RESULT
     raise InvalidArgument(f"{field}.role", "must be a user message or client tool results")
@@ -242,9 +244,7 @@ def tools_for_chat(
     declared = server_tools_for(RuntimeMode.CHAT, profile, (), known)
     needs = dict(registered)
     effective = list(effective_tools(declared, profile, needs))
-    asking = [
-        n for n in effective if needs[n] or matches(profile.tool_policy.requires_approval, n)
-    ]
+    asking = [n for n in effective if needs[n] or matches(profile.tool_policy.requires_approval, n)]
     return effective, asking
 
 
@@ -361,9 +361,7 @@ class RunLifecycle:
 
     def _move(self, target: Stage) -> None:
         if target not in TRANSITIONS[self.stage]:
-            raise IllegalTransition(
-                f"a run cannot go from {self.stage.value} to {target.value}"
-            )
+            raise IllegalTransition(f"a run cannot go from {self.stage.value} to {target.value}")
         self.stage = target
 
     # ---- events of the pipeline ---------------------------------------------------

@@ -315,7 +315,9 @@ class RedisEventLog:
     The end marker's id is the time, above every event's: once a log is closed no event can
     be added to it (a replica that comes back after the sweeper ended its run's log)."""
 
-    def __init__(self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:") -> None:
+    def __init__(
+        self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:"
+    ) -> None:
         # A pooled connection that Redis closed (a restart, a failover) is dropped and the
         # command retried on a new one, instead of failing the first caller after it.
         retries: dict[str, Any] = {
@@ -336,9 +338,7 @@ class RedisEventLog:
         )
         # The health check's client: one connection, no retries of its own (the server's
         # check bounds its time), apart from the runs' writes.
-        self._health = aioredis.Redis.from_url(
-            url, max_connections=1, retry=Retry(NoBackoff(), 0)
-        )
+        self._health = aioredis.Redis.from_url(url, max_connections=1, retry=Retry(NoBackoff(), 0))
         self.retention_seconds = retention_seconds
         self.prefix = prefix
         self._append = self.redis.register_script(_APPEND)

@@ -424,9 +424,7 @@ class RunManager:
                 await self._fail(run, exc)
                 return
 
-        steps = asyncio.create_task(
-            self._steps(run, context, horizon), name=f"steps {plan.run_id}"
-        )
+        steps = asyncio.create_task(self._steps(run, context, horizon), name=f"steps {plan.run_id}")
         run.steps = steps
         if lifecycle.stopping:
             steps.cancel()

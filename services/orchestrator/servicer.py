@@ -143,7 +143,6 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             approval_tool_names=asking,
         )
 
-
     async def DeleteRunEvents(
         self, request: pb.DeleteRunEventsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteRunEventsResponse:

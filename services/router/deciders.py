@@ -14,13 +14,12 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from shared.model.tokens import messages_tokens, text_tokens
-
 from services.router import core
 from services.router.core import Route, RouteInput
 from shared.messages import Msg, TextBlock, Usage, system
 from shared.model.base import ChatModel, ModelError
 from shared.model.cards import ModelCard
+from shared.model.tokens import messages_tokens, text_tokens
 
 log = logging.getLogger("agentmesh.router")
 
@@ -47,13 +46,18 @@ class ModelDecider:
         self.model = model
         self.timeout_seconds = timeout_seconds
         card = getattr(model, "card", None)
-        offers_max_tokens = isinstance(card, ModelCard) and "max_tokens" in card.parameter_properties
+        offers_max_tokens = (
+            isinstance(card, ModelCard) and "max_tokens" in card.parameter_properties
+        )
         self.options = {"max_tokens": MODEL_MAX_TOKENS} if offers_max_tokens else None
 
     async def decide(self, request: RouteInput, conversation: Sequence[Msg]) -> Route:
         if not core.has_choice(request):
             return core.route_by_rule(request)
-        prompt = [system(core.routing_prompt(request.tools)), *conversation[-MODEL_CONTEXT_MESSAGES:]]
+        prompt = [
+            system(core.routing_prompt(request.tools)),
+            *conversation[-MODEL_CONTEXT_MESSAGES:],
+        ]
         text: list[str] = []
         reported: Usage | None = None
         try:

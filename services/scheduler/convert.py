@@ -141,7 +141,9 @@ def run_to_pb(run: JobRun) -> pb.JobRun:
         attempt=run.attempt,
         orchestrator_run_id=run.orchestrator_run_id or "",
         dispatch_time=ts(run.dispatched_at),
-        errors=[pb.JobRunError(attempt=e.attempt, error=e.error, time=ts(e.at)) for e in run.errors],
+        errors=[
+            pb.JobRunError(attempt=e.attempt, error=e.error, time=ts(e.at)) for e in run.errors
+        ],
         trigger=TRIGGER_TO_PB[run.trigger],
         lease_owner=run.lease_owner or "",
         lease_expire_time=ts(run.lease_expires_at),

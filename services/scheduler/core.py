@@ -239,7 +239,9 @@ def validate_config(
 
 
 def validate_profile(
-    profile: ExecutionProfile, prefix: str = "job.execution_profile", known: KnownTools = BUILTIN_KNOWN
+    profile: ExecutionProfile,
+    prefix: str = "job.execution_profile",
+    known: KnownTools = BUILTIN_KNOWN,
 ) -> ExecutionProfile:
     _storable(f"{prefix}.name", profile.name)
     _tool_names(f"{prefix}.tool_policy.allowlist", profile.tool_policy.allowlist, known, once=False)
@@ -265,7 +267,9 @@ def validate_spec(spec: JobSpec, known: KnownTools = BUILTIN_KNOWN) -> JobSpec:
         raise InvalidArgument(f"job.{err.field}", err.description) from None
     config = validate_config(spec.config.prompt, spec.config.tools, known=known)
     profile = validate_profile(spec.profile, known=known)
-    return replace(spec, title=title, timezone=timezone, schedule=schedule, config=config, profile=profile)
+    return replace(
+        spec, title=title, timezone=timezone, schedule=schedule, config=config, profile=profile
+    )
 
 
 # --- next runs ---------------------------------------------------------------------------
@@ -292,7 +296,11 @@ def next_run(job_id: str, spec: JobSpec, after: datetime, last_slot: datetime | 
         slot = sched.next_slot(spec.schedule, tz, base)
     if slot is None:
         return NextRun(None, None, JobStatus.COMPLETED)
-    return NextRun(slot, sched.fire_time(job_id, slot, spec.jitter_seconds, spec.schedule, tz), JobStatus.ACTIVE)
+    return NextRun(
+        slot,
+        sched.fire_time(job_id, slot, spec.jitter_seconds, spec.schedule, tz),
+        JobStatus.ACTIVE,
+    )
 
 
 @dataclass(frozen=True)
@@ -358,13 +366,17 @@ def plan_position(
     slots: tuple[datetime, ...] = ()
     unrecorded = 0
     if position.next_slot is not None:
-        due = sched.due_slots(position.schedule, tz, position.next_slot, now, limit=missed_record_limit)
+        due = sched.due_slots(
+            position.schedule, tz, position.next_slot, now, limit=missed_record_limit
+        )
         slots = tuple(s for s in due.slots if position.last_slot is None or s > position.last_slot)
         unrecorded = due.older
     candidates = [s for s in (position.last_slot, *slots) if s is not None]
     last_slot = max(candidates) if candidates else None
     next_slot: datetime | None = None
-    if last_slot is not None:  # else nothing was ever due: an inconsistent row; stop rather than loop
+    if (
+        last_slot is not None
+    ):  # else nothing was ever due: an inconsistent row; stop rather than loop
         next_slot = sched.next_slot(position.schedule, tz, max(now, last_slot))
     run: tuple[datetime, ...] | None
     if not slots:
@@ -384,7 +396,12 @@ def plan_position(
 
 
 def plan_job(
-    job_id: str, position: Position, shared: PositionPlan, now: datetime, *, misfire_grace: timedelta
+    job_id: str,
+    position: Position,
+    shared: PositionPlan,
+    now: datetime,
+    *,
+    misfire_grace: timedelta,
 ) -> ClaimPlan:
     """The claim's plan of one job at `position` (its jitter decides when a slot fires)."""
     if shared.common is not None:
@@ -399,9 +416,13 @@ def plan_job(
     if shared.next_slot is None:
         nxt = NextRun(None, None, JobStatus.COMPLETED)
     else:
-        fire = sched.fire_time(job_id, shared.next_slot, position.jitter_seconds, position.schedule, tz)
+        fire = sched.fire_time(
+            job_id, shared.next_slot, position.jitter_seconds, position.schedule, tz
+        )
         nxt = NextRun(shared.next_slot, fire, JobStatus.ACTIVE)
-    return ClaimPlan(run=run, missed=missed, unrecorded=shared.unrecorded, next=nxt, last_slot=shared.last_slot)
+    return ClaimPlan(
+        run=run, missed=missed, unrecorded=shared.unrecorded, next=nxt, last_slot=shared.last_slot
+    )
 
 
 def retry_delay(attempt: int, initial: float, maximum: float) -> timedelta:

@@ -312,7 +312,11 @@ class Dispatcher:
         if not self._lease_valid(run):
             # Waited too long for a dispatch slot without a renewal: another replica may
             # own the run by now, so starting it here could run it twice.
-            log.warning("job run %s attempt %d: lease not certain, left to its next holder", run.id, run.attempt)
+            log.warning(
+                "job run %s attempt %d: lease not certain, left to its next holder",
+                run.id,
+                run.attempt,
+            )
             return False
         started = datetime.now(UTC)
         metrics.observe_dispatch_lag((started - run.scheduled_slot).total_seconds())
@@ -325,11 +329,17 @@ class Dispatcher:
             done_as = err.run_id or done_as
         kill_point(self._cfg, "before_outcome")
         self._ensure_helpers()
-        outcome = _Outcome(order, started, done_as, error, asyncio.get_running_loop().create_future())
+        outcome = _Outcome(
+            order, started, done_as, error, asyncio.get_running_loop().create_future()
+        )
         await self._outcomes.put(outcome)
         written = await outcome.written
         if not written:
-            log.warning("job run %s attempt %d lost its lease; its result is not recorded", run.id, run.attempt)
+            log.warning(
+                "job run %s attempt %d lost its lease; its result is not recorded",
+                run.id,
+                run.attempt,
+            )
         return written
 
     async def _settle(self, order: Order) -> str:
@@ -491,7 +501,9 @@ class Dispatcher:
                     written = await self._write(batch)
                     break
                 except Exception:
-                    log.exception("writing %d run outcomes failed (try %d)", len(batch), attempt + 1)
+                    log.exception(
+                        "writing %d run outcomes failed (try %d)", len(batch), attempt + 1
+                    )
                     await asyncio.sleep(0.5 * (attempt + 1))
             for outcome in batch:
                 if not outcome.written.done():
@@ -505,7 +517,9 @@ class Dispatcher:
             written = await store.finish_runs(
                 conn,
                 [
-                    store.Finish(o.order.run.id, o.order.run.attempt, o.dispatched_at, o.orchestrator_run_id)
+                    store.Finish(
+                        o.order.run.id, o.order.run.attempt, o.dispatched_at, o.orchestrator_run_id
+                    )
                     for o in batch
                     if o.error is None
                 ],
@@ -514,8 +528,12 @@ class Dispatcher:
             # Webhook events of the ends written, in the same transaction (shared/outbox.py).
             ended = [
                 store.job_run_ended_event(
-                    o.order.run, o.order.job, failed=False, now=now,
-                    orchestrator_run_id=o.orchestrator_run_id, error="",
+                    o.order.run,
+                    o.order.job,
+                    failed=False,
+                    now=now,
+                    orchestrator_run_id=o.orchestrator_run_id,
+                    error="",
                 )
                 for o in batch
                 if o.error is None and o.order.run.id in written
@@ -526,7 +544,10 @@ class Dispatcher:
                 run, job = o.order.run, o.order.job
                 retry = o.error.retryable and run.attempt < cfg.max_attempts
                 retry_at = (
-                    now + core.retry_delay(run.attempt, cfg.backoff_initial_seconds, cfg.backoff_max_seconds)
+                    now
+                    + core.retry_delay(
+                        run.attempt, cfg.backoff_initial_seconds, cfg.backoff_max_seconds
+                    )
                     if retry
                     else None
                 )
@@ -544,7 +565,10 @@ class Dispatcher:
                     if retry_at is None:
                         ended.append(
                             store.job_run_ended_event(
-                                run, job, failed=True, now=now,
+                                run,
+                                job,
+                                failed=True,
+                                now=now,
                                 orchestrator_run_id=o.orchestrator_run_id,
                                 error=o.error.message,
                             )
@@ -634,7 +658,9 @@ class ClaimLoop:
     async def claim_due(self) -> ClaimResult:
         cfg = self._cfg
         async with self._engine.begin() as conn:
-            now, due = await store.lock_due(conn, self._clock() if self._clock else None, cfg.batch_size)
+            now, due = await store.lock_due(
+                conn, self._clock() if self._clock else None, cfg.batch_size
+            )
             if not due or now is None:
                 return ClaimResult(0, (), 0)
             grace = timedelta(seconds=cfg.misfire_grace_seconds)
@@ -650,15 +676,25 @@ class ClaimLoop:
                 if shared.unrecorded:
                     log.warning(
                         "missed slots older than the record limit",
-                        extra={"fields": {"job_ids": list(group.ids), "unrecorded": shared.unrecorded}},
+                        extra={
+                            "fields": {"job_ids": list(group.ids), "unrecorded": shared.unrecorded}
+                        },
                     )
                 if shared.common is not None:  # no jitter: one plan for the whole group
                     writes.add(group, shared.common)
                     continue
                 for i, job_id in enumerate(group.ids):
-                    writes.add(group, core.plan_job(job_id, group.position, shared, now, misfire_grace=grace), only=i)
+                    writes.add(
+                        group,
+                        core.plan_job(job_id, group.position, shared, now, misfire_grace=grace),
+                        only=i,
+                    )
             recorded = await store.record_claim(
-                conn, now, writes, self._dispatcher.lease_owner, store.lease_until(now, cfg.lease_seconds)
+                conn,
+                now,
+                writes,
+                self._dispatcher.lease_owner,
+                store.lease_until(now, cfg.lease_seconds),
             )
             kill_point(cfg, "before_commit")
         kill_point(cfg, "after_commit")

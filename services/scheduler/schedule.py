@@ -94,7 +94,9 @@ def validate(schedule: Schedule) -> Schedule:
         if schedule.type is ScheduleType.WEEKLY:
             if not 1 <= schedule.weekday <= 7:
                 raise ScheduleError("schedule.weekday", "must be 1 (Monday) to 7 (Sunday)")
-            return Schedule(ScheduleType.WEEKLY, local_time=schedule.local_time, weekday=schedule.weekday)
+            return Schedule(
+                ScheduleType.WEEKLY, local_time=schedule.local_time, weekday=schedule.weekday
+            )
         return Schedule(ScheduleType.DAILY, local_time=schedule.local_time)
     if len(schedule.cron) > MAX_CRON_CHARS:
         raise ScheduleError("schedule.cron", f"must be at most {MAX_CRON_CHARS} characters")
@@ -216,7 +218,9 @@ def due_slots(
     return DueSlots(tuple(listed), older, slot)
 
 
-def jitter_offset(job_id: str, slot: datetime, jitter_seconds: int, following: datetime | None) -> timedelta:
+def jitter_offset(
+    job_id: str, slot: datetime, jitter_seconds: int, following: datetime | None
+) -> timedelta:
     """A deterministic delay in [0, jitter_seconds] for this (job, slot), kept below the
     interval to the following slot so a jittered run never passes its successor."""
     if jitter_seconds <= 0:
@@ -231,7 +235,9 @@ def jitter_offset(job_id: str, slot: datetime, jitter_seconds: int, following: d
     return timedelta(milliseconds=int.from_bytes(digest[:8], "big") % (cap_ms + 1))
 
 
-def fire_time(job_id: str, slot: datetime, jitter_seconds: int, schedule: Schedule, tz: ZoneInfo) -> datetime:
+def fire_time(
+    job_id: str, slot: datetime, jitter_seconds: int, schedule: Schedule, tz: ZoneInfo
+) -> datetime:
     """When the run of `slot` becomes due: the slot plus the job's jitter for it."""
     if jitter_seconds <= 0:
         return slot

@@ -69,8 +69,15 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             raise NotFound("job not found")
         return job
 
-    async def _create(self, conn: AsyncConnection, owner: str, spec: core.JobSpec, *,
-                      request_id: str | None = None, default_key: str | None = None) -> Job | None:
+    async def _create(
+        self,
+        conn: AsyncConnection,
+        owner: str,
+        spec: core.JobSpec,
+        *,
+        request_id: str | None = None,
+        default_key: str | None = None,
+    ) -> Job | None:
         now = await store.db_now(conn)
         job_id = core.new_id()
         nxt = core.next_run(job_id, spec, now, None)
@@ -88,7 +95,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         )
         return job if await store.insert_job(conn, job, request_id=request_id) else None
 
-    async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.CreateJobResponse:
+    async def CreateJob(
+        self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateJobResponse:
         owner = owner_id(context)
         if len(request.request_id) > _MAX_REQUEST_ID:
             raise InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
@@ -103,13 +112,17 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 raise Aborted("the job could not be created; try again")
         return pb.CreateJobResponse(job=job_to_pb(job))
 
-    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.GetJobResponse:
+    async def GetJob(
+        self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetJobResponse:
         owner = owner_id(context)
         async with self._engine.connect() as conn:
             job = await self._job(conn, owner, request.job_id)
         return pb.GetJobResponse(job=job_to_pb(job))
 
-    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ListJobsResponse:
+    async def ListJobs(
+        self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListJobsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "jobs", "owner": owner}
@@ -122,11 +135,15 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             token = self._tokens.encode([last.create_time.isoformat(), last.id], scope)
         return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in found[:size]], next_page_token=token)
 
-    async def UpdateJob(self, request: pb.UpdateJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.UpdateJobResponse:
+    async def UpdateJob(
+        self, request: pb.UpdateJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UpdateJobResponse:
         owner = owner_id(context)
         job_id = _job_id(request.job.id, "job.id")
         if request.job.version <= 0:
-            raise InvalidArgument("job.version", "is required (the version this update is based on)")
+            raise InvalidArgument(
+                "job.version", "is required (the version this update is based on)"
+            )
         spec = core.validate_spec(spec_from_pb(request.job), self._known)
         async with self._engine.begin() as conn:
             current = await self._job(conn, owner, job_id)
@@ -140,12 +157,16 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
                 # A new schedule (or zone, jitter) gives a new next run, never one at or
                 # before the high-water mark.
                 nxt = core.next_run(current.id, spec, now, current.last_slot)
-                updated = replace(updated, next_slot=nxt.slot, next_run_at=nxt.run_at, status=nxt.status)
+                updated = replace(
+                    updated, next_slot=nxt.slot, next_run_at=nxt.run_at, status=nxt.status
+                )
             if not await store.replace_job(conn, updated, expected_version=current.version):
                 raise Aborted("the job changed since it was read; get it again and retry")
         return pb.UpdateJobResponse(job=job_to_pb(updated))
 
-    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.DeleteJobResponse:
+    async def DeleteJob(
+        self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteJobResponse:
         owner = owner_id(context)
         async with self._engine.begin() as conn:
             if not await store.delete_job(conn, owner, _job_id(request.job_id)):
@@ -188,7 +209,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             if current.status is status:
                 return current
             if current.status not in (JobStatus.ACTIVE, JobStatus.PAUSED):
-                raise FailedPrecondition(f"a {current.status.value} job cannot be paused or resumed")
+                raise FailedPrecondition(
+                    f"a {current.status.value} job cannot be paused or resumed"
+                )
             now = await store.db_now(conn)
             updated = replace(current, status=status, version=current.version + 1, update_time=now)
             if status is JobStatus.PAUSED:
@@ -196,20 +219,28 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             else:
                 # Resume starts from now: slots that passed while paused are not caught up.
                 nxt = core.next_run(current.id, current.spec, now, current.last_slot)
-                updated = replace(updated, next_slot=nxt.slot, next_run_at=nxt.run_at, status=nxt.status)
+                updated = replace(
+                    updated, next_slot=nxt.slot, next_run_at=nxt.run_at, status=nxt.status
+                )
             if not await store.replace_job(conn, updated, expected_version=current.version):
                 raise Aborted("the job changed concurrently; retry")
         return updated
 
-    async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.PauseJobResponse:
+    async def PauseJob(
+        self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.PauseJobResponse:
         job = await self._set_status(owner_id(context), request.job_id, JobStatus.PAUSED)
         return pb.PauseJobResponse(job=job_to_pb(job))
 
-    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ResumeJobResponse:
+    async def ResumeJob(
+        self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ResumeJobResponse:
         job = await self._set_status(owner_id(context), request.job_id, JobStatus.ACTIVE)
         return pb.ResumeJobResponse(job=job_to_pb(job))
 
-    async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.TriggerJobResponse:
+    async def TriggerJob(
+        self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.TriggerJobResponse:
         owner = owner_id(context)
         granted = time.monotonic()
         async with self._engine.begin() as conn:
@@ -234,7 +265,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._dispatcher.submit([Order(run, job)], granted_at=granted)
         return pb.TriggerJobResponse(job_run=run_to_pb(run))
 
-    async def ListJobRuns(self, request: pb.ListJobRunsRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.ListJobRunsResponse:
+    async def ListJobRuns(
+        self, request: pb.ListJobRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListJobRunsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
         scope = {"list": "job_runs", "owner": owner, "job": request.job_id}
@@ -246,7 +279,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if len(found) > size:
             last = found[size - 1]
             token = self._tokens.encode([last.scheduled_slot.isoformat(), last.id], scope)
-        return pb.ListJobRunsResponse(job_runs=[run_to_pb(r) for r in found[:size]], next_page_token=token)
+        return pb.ListJobRunsResponse(
+            job_runs=[run_to_pb(r) for r in found[:size]], next_page_token=token
+        )
 
     async def EnsureDefaultJobs(
         self, request: pb.EnsureDefaultJobsRequest, context: grpc.aio.ServicerContext[Any, Any]

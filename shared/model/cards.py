@@ -89,8 +89,18 @@ PARAMETER_CLASSES: dict[str, type[BaseModel]] = {
 }
 
 OVERRIDE_KEYS = frozenset(
-    {"default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "description",
-     "title", "examples", "hidden"}
+    {
+        "default",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "enum",
+        "description",
+        "title",
+        "examples",
+        "hidden",
+    }
 )
 
 
@@ -145,10 +155,14 @@ def apply_overrides(
     for name, override in overrides.items():
         field = f"{where}.{name}"
         if name in removed:
-            raise ValueError(f"{field}: not available: the card does not declare {removed[name]} output")
+            raise ValueError(
+                f"{field}: not available: the card does not declare {removed[name]} output"
+            )
         if name not in out:
             known = ", ".join(sorted(out))
-            raise ValueError(f"{field}: unknown parameter of the {provider} provider (known: {known})")
+            raise ValueError(
+                f"{field}: unknown parameter of the {provider} provider (known: {known})"
+            )
         if override is None:
             del out[name]
             continue
@@ -272,7 +286,11 @@ class ModelCard(BaseModel):
 
     @property
     def parameter_schema(self) -> dict[str, Any]:
-        return {"type": "object", "properties": self.parameter_properties, "additionalProperties": False}
+        return {
+            "type": "object",
+            "properties": self.parameter_properties,
+            "additionalProperties": False,
+        }
 
     def supports(self, capability: str) -> bool:
         return capability in self.output_types
@@ -329,7 +347,9 @@ def load_card(
     path = card_path(source, cards_dir)
     if not path.is_file():
         names = sorted(p.stem for p in cards_dir.glob("*.yaml")) if cards_dir.is_dir() else []
-        raise CardError(f"model card {source!s}: no file {path} (available: {', '.join(names) or 'none'})")
+        raise CardError(
+            f"model card {source!s}: no file {path} (available: {', '.join(names) or 'none'})"
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:

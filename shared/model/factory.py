@@ -76,7 +76,9 @@ def resolve_card(
     ms = model_settings or ModelSettings()
     provider = settings.model_provider
     if provider not in PROVIDERS:
-        raise CardError(f"AGENTMESH_MODEL_PROVIDER: {provider!r} is not one of {', '.join(PROVIDERS)}")
+        raise CardError(
+            f"AGENTMESH_MODEL_PROVIDER: {provider!r} is not one of {', '.join(PROVIDERS)}"
+        )
     source = card_name or ms.card or ("scripted" if provider == "scripted" else "")
     if not source:
         raise CardError(f"AGENTMESH_MODEL_CARD: the {provider} provider needs a model card")

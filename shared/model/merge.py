@@ -67,7 +67,9 @@ class _Slot:
         if self.kind is DataBlock:
             assert isinstance(self.block, DataBlock)
             if len(self.parts) > 1:
-                return DataBlock(self.block.mime_type, data=b"".join(self.parts), name=self.block.name)
+                return DataBlock(
+                    self.block.mime_type, data=b"".join(self.parts), name=self.block.name
+                )
             return self.block
         if self.kind is ToolResultBlock:
             assert self.block is not None

@@ -81,7 +81,9 @@ def read_api_key(card: ModelCard, secret_file: Path | None = None) -> str | None
         try:
             key = Path(path).read_text(encoding="utf-8").strip().splitlines()[0].strip()
         except (OSError, IndexError):
-            raise ModelRequestError(f"model card {card.name}: cannot read an API key from {path}") from None
+            raise ModelRequestError(
+                f"model card {card.name}: cannot read an API key from {path}"
+            ) from None
         return key
     if card.api_key_env:
         key = os.environ.get(card.api_key_env, "").strip()
@@ -108,12 +110,19 @@ def _user_part(block: TextBlock | DataBlock) -> dict[str, Any]:
     if block.media == "image":
         return {"type": "image_url", "image_url": {"url": _data_url(block)}}
     subtype = block.mime_type.split("/", 1)[-1].lower()
-    if block.media == "audio" and block.data is not None and subtype in ("wav", "x-wav", "mpeg", "mp3"):
+    if (
+        block.media == "audio"
+        and block.data is not None
+        and subtype in ("wav", "x-wav", "mpeg", "mp3")
+    ):
         fmt = "wav" if "wav" in subtype else "mp3"
         data = base64.b64encode(block.data).decode()
         return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
     if block.data is not None:
-        return {"type": "file", "file": {"file_data": _data_url(block), "filename": block.name or "file"}}
+        return {
+            "type": "file",
+            "file": {"file_data": _data_url(block), "filename": block.name or "file"},
+        }
     return {"type": "text", "text": f"[{block.mime_type} at {block.url}]"}
 
 
@@ -207,7 +216,9 @@ class _StreamState:
             raise _StreamError(event["error"])
         if isinstance(event.get("usage"), dict):
             u = event["usage"]
-            self.usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+            self.usage = Usage(
+                int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+            )
         blocks: list[Any] = []
         for choice in event.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -270,7 +281,10 @@ class _Retryable(Exception):
     """A failure worth another attempt; `final` is what it becomes when attempts run out."""
 
     def __init__(
-        self, reason: str, retry_after: float | None = None, final: type[ModelUnavailable] = ModelUnavailable
+        self,
+        reason: str,
+        retry_after: float | None = None,
+        final: type[ModelUnavailable] = ModelUnavailable,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -330,9 +344,13 @@ def classify_refusal(name: str, status: int, message: str, code: str = "") -> Mo
     inside a 200 stream)."""
     detail = f": {message}" if message else ""
     if is_context_overflow(message, code):
-        return ModelContextOverflow(f"model {name}: the request does not fit its context window{detail}")
+        return ModelContextOverflow(
+            f"model {name}: the request does not fit its context window{detail}"
+        )
     if status in (401, 403) or code in ("invalid_api_key", "authentication_error"):
-        return ModelAuthError(f"model {name}: the endpoint refused the API key (HTTP {status}){detail}")
+        return ModelAuthError(
+            f"model {name}: the endpoint refused the API key (HTTP {status}){detail}"
+        )
     if status == 404 or code == "model_not_found":
         return ModelRequestError(f"model {name}: the endpoint does not know this model{detail}")
     where = f"HTTP {status}" if status else "mid-stream"
@@ -434,7 +452,9 @@ class OpenAIChatModel:
         try:
             response = await self._http().send(request, stream=True)
         except httpx.TimeoutException as e:
-            raise _Retryable(f"{type(e).__name__} talking to {self._url}", final=ModelTimeout) from None
+            raise _Retryable(
+                f"{type(e).__name__} talking to {self._url}", final=ModelTimeout
+            ) from None
         except httpx.TransportError as e:
             raise _Retryable(f"cannot reach {self._url}: {type(e).__name__}: {e}") from None
         status = response.status_code
@@ -485,7 +505,9 @@ class OpenAIChatModel:
         except httpx.HTTPError:
             return None
         if 400 <= response.status_code < 500 and response.status_code != 429:
-            return classify_refusal(self.name, response.status_code, *_error_message(response.content))
+            return classify_refusal(
+                self.name, response.status_code, *_error_message(response.content)
+            )
         detail, code = _error_message(response.content) if response.status_code != 200 else ("", "")
         if is_context_overflow(detail, code):
             return classify_refusal(self.name, response.status_code, detail, code)
@@ -516,7 +538,9 @@ class OpenAIChatModel:
                     raise classify_refusal(self.name, 0, *_error_fields(e.error)) from None
                 except json.JSONDecodeError:
                     # Never the event itself: it may be the model's text.
-                    raise ModelBadResponse(f"model {self.name}: a stream event is not JSON") from None
+                    raise ModelBadResponse(
+                        f"model {self.name}: a stream event is not JSON"
+                    ) from None
                 except (TypeError, AttributeError, ValueError) as e:
                     raise ModelBadResponse(
                         f"model {self.name}: a stream event is not a chat-completions chunk ({e})"
@@ -532,7 +556,9 @@ class OpenAIChatModel:
         finally:
             await response.aclose()
         if broken is None and not state.done and not state.finished_reason:
-            broken = ModelStreamBroken(f"model {self.name}: the stream ended before the response finished")
+            broken = ModelStreamBroken(
+                f"model {self.name}: the stream ended before the response finished"
+            )
         if broken is not None:
             if not received:
                 # Some servers (llama-cpp-python) answer 200 before they look at the request

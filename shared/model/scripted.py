@@ -122,7 +122,12 @@ _EN_CONTENT = {
     "name": "User's name is {}",
     "place": "User lives in {}",
 }
-_ZH_CONTENT = {"preference": "用户喜欢{}", "dislike": "用户不喜欢{}", "name": "用户叫{}", "place": "用户住在{}"}
+_ZH_CONTENT = {
+    "preference": "用户喜欢{}",
+    "dislike": "用户不喜欢{}",
+    "name": "用户叫{}",
+    "place": "用户住在{}",
+}
 
 _I = re.IGNORECASE
 _PATTERNS: list[tuple[FactKind, Literal["en", "zh"], re.Pattern[str]]] = [
@@ -137,13 +142,23 @@ _PATTERNS: list[tuple[FactKind, Literal["en", "zh"], re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("dislike", "zh", re.compile(r"我(?:很|非常|真的|特别|也)?(?:不喜欢|讨厌|不爱吃|不爱喝)(?P<v>.+)")),
+    (
+        "dislike",
+        "zh",
+        re.compile(r"我(?:很|非常|真的|特别|也)?(?:不喜欢|讨厌|不爱吃|不爱喝)(?P<v>.+)"),
+    ),
     (
         "preference",
         "en",
-        re.compile(r"\bI\s+(?:really\s+|also\s+|just\s+)?(?:love|like|prefer|enjoy|adore)\s+(?P<v>.+)", _I),
+        re.compile(
+            r"\bI\s+(?:really\s+|also\s+|just\s+)?(?:love|like|prefer|enjoy|adore)\s+(?P<v>.+)", _I
+        ),
     ),
-    ("preference", "zh", re.compile(r"我(?:很|非常|真的|特别|最|也|还)?(?:喜欢|偏爱|爱吃|爱喝)(?P<v>.+)")),
+    (
+        "preference",
+        "zh",
+        re.compile(r"我(?:很|非常|真的|特别|最|也|还)?(?:喜欢|偏爱|爱吃|爱喝)(?P<v>.+)"),
+    ),
     (
         "name",
         "en",
@@ -154,7 +169,8 @@ _PATTERNS: list[tuple[FactKind, Literal["en", "zh"], re.Pattern[str]]] = [
         "place",
         "en",
         re.compile(
-            r"\bI\s+(?:live|am\s+living|'m\s+living|(?:have\s+|just\s+)?moved)\s+(?:in|to)\s+(?P<v>.+)", _I
+            r"\bI\s+(?:live|am\s+living|'m\s+living|(?:have\s+|just\s+)?moved)\s+(?:in|to)\s+(?P<v>.+)",
+            _I,
         ),
     ),
     ("place", "zh", re.compile(r"我(?:现在)?(?:住在|居住在|生活在|搬到了?)(?P<v>.+)")),
@@ -166,7 +182,9 @@ _CLAUSE_BREAK = re.compile(
     r"(?=(?:I\b|I'm\b|I'd\b|my\b|please\b|forget\b|call me\b|我|请|忘记|忘掉|忘了))",
     _I,
 )
-_TRAILING = re.compile(r"(?:\s+(?:very much|so much|a lot|too|as well))+$|[\s.,;:!?。，；：！？、~]+$", _I)
+_TRAILING = re.compile(
+    r"(?:\s+(?:very much|so much|a lot|too|as well))+$|[\s.,;:!?。，；：！？、~]+$", _I
+)
 
 
 def _clean(value: str) -> str:
@@ -274,7 +292,8 @@ class Route:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"executor": self.executor, "tools": list(self.tools), "reason": self.reason}, ensure_ascii=False
+            {"executor": self.executor, "tools": list(self.tools), "reason": self.reason},
+            ensure_ascii=False,
         )
 
 
@@ -318,11 +337,15 @@ def reply_text(messages: Sequence[Msg]) -> str:
 
 
 def _call_id(messages: Sequence[Msg], index: int, name: str) -> str:
-    seed = json.dumps([len(messages), [m.text for m in messages[-3:]], index, name], ensure_ascii=False)
+    seed = json.dumps(
+        [len(messages), [m.text for m in messages[-3:]], index, name], ensure_ascii=False
+    )
     return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 
-def _calls(messages: Sequence[Msg], requests: Sequence[tuple[str, str]]) -> tuple[ToolCallBlock, ...]:
+def _calls(
+    messages: Sequence[Msg], requests: Sequence[tuple[str, str]]
+) -> tuple[ToolCallBlock, ...]:
     return tuple(
         ToolCallBlock(id=_call_id(messages, i, name), name=name, input=raw)
         for i, (name, raw) in enumerate(requests)
@@ -333,7 +356,9 @@ def _summary(after: Sequence[Msg]) -> str:
     lines = []
     for m in after:
         for r in m.tool_results:
-            verb = "returned" if r.state == ToolResultState.SUCCESS else f"ended with {r.state.value}"
+            verb = (
+                "returned" if r.state == ToolResultState.SUCCESS else f"ended with {r.state.value}"
+            )
             lines.append(f"The {r.name or 'requested'} tool {verb}: {r.text}".rstrip(": ") + ".")
     return " ".join(lines) or "The tools returned nothing."
 
@@ -341,7 +366,9 @@ def _summary(after: Sequence[Msg]) -> str:
 def _memory_summary(after: Sequence[Msg]) -> str:
     results = [r for m in after for r in m.tool_results]
     saved = sum(1 for r in results if r.name == MEMORY_WRITE and r.state == ToolResultState.SUCCESS)
-    forgot = sum(1 for r in results if r.name == MEMORY_FORGET and r.state == ToolResultState.SUCCESS)
+    forgot = sum(
+        1 for r in results if r.name == MEMORY_FORGET and r.state == ToolResultState.SUCCESS
+    )
     failed = sum(1 for r in results if r.state != ToolResultState.SUCCESS)
     tail = f" {failed} failed." if failed else ""
     return f"Saved {saved} {'memory' if saved == 1 else 'memories'}, forgot {forgot}.{tail}"
@@ -403,13 +430,17 @@ def respond(
         requests = list(dict.fromkeys(requests))
         if not requests:
             return Reply(text=f"{NO_MEMORIES}: no durable facts found.", thinking=think)
-        return Reply(thinking=think, tool_calls=_calls(messages, requests), finished_reason="tool_calls")
+        return Reply(
+            thinking=think, tool_calls=_calls(messages, requests), finished_reason="tool_calls"
+        )
 
     if already_called:
         return Reply(text=_summary(after), thinking=think)
     requests = [(r.name, r.input) for r in tool_requests(said)]
     if requests:
-        return Reply(thinking=think, tool_calls=_calls(messages, requests), finished_reason="tool_calls")
+        return Reply(
+            thinking=think, tool_calls=_calls(messages, requests), finished_reason="tool_calls"
+        )
     return Reply(text=reply_text(messages), thinking=think)
 
 
@@ -481,4 +512,6 @@ class ScriptedModel:
                 yield ChatResponse(content=(ToolCallBlock(id=call.id, name="", input=fragment),))
 
         prompt_tokens = sum(len(m.text.split()) for m in messages)
-        yield ChatResponse(is_last=True, finished_reason=finished, usage=Usage(prompt_tokens, emitted))
+        yield ChatResponse(
+            is_last=True, finished_reason=finished, usage=Usage(prompt_tokens, emitted)
+        )

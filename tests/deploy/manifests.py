@@ -98,7 +98,6 @@ def config_env() -> dict[str, str]:
     return dict(pairs)
 
 
-
 # The oldest Kubernetes the manifests support (native gRPC probes are GA since 1.27) and the
 # newest whose schemas kubernetes-validate ships.
 K8S_VERSIONS = ("1.29", kv_utils.latest_version())

@@ -113,7 +113,7 @@ def test_final_stage_runs_as_a_fixed_non_root_uid() -> None:
     assert f"runAsUser: {uid}" in (DEPLOY / "k8s" / "base" / "history.yaml").read_text()
     # USER comes after everything that needs root.
     keywords = [kw for kw, _ in runtime.instructions]
-    assert "RUN" not in keywords[keywords.index("USER"):]
+    assert "RUN" not in keywords[keywords.index("USER") :]
 
 
 def test_final_stage_sets_the_import_path_and_container_defaults() -> None:

@@ -102,7 +102,9 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
         assert page == f"http://127.0.0.1:{gateway}/"
         assert httpx.get(page, timeout=5).headers["content-type"].startswith("text/html")
         threads = httpx.get(
-            f"{page}api/v1/agent/threads", headers={"Authorization": f"Bearer {fragment}"}, timeout=5
+            f"{page}api/v1/agent/threads",
+            headers={"Authorization": f"Bearer {fragment}"},
+            timeout=5,
         )
         assert threads.status_code == 200, threads.text
         assert all(port_in_use(base + i) for i in range(6))

@@ -78,9 +78,14 @@ def _closed_port() -> int:
 async def _run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}", **(env or {})}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.probe", *args,
-        cwd=ROOT, env=full_env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "services.probe",
+        *args,
+        cwd=ROOT,
+        env=full_env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
     assert out == b""

@@ -37,7 +37,9 @@ def _ids() -> tuple[str, str]:
     return f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
 
 
-def _run(suite: Suite, owner: str, thread_id: str, run_id: str, text: str, **extra: Any) -> tuple[httpx.Response, list[dict[str, Any]]]:
+def _run(
+    suite: Suite, owner: str, thread_id: str, run_id: str, text: str, **extra: Any
+) -> tuple[httpx.Response, list[dict[str, Any]]]:
     resp = httpx.post(
         f"{suite.gateway_url}/api/v1/agent/runs",
         json=run_body(thread_id, run_id, text, **extra),
@@ -172,10 +174,29 @@ def test_second_turn_sees_the_first_in_its_context(suite: Suite) -> None:
     ("body", "field"),
     [
         (b"{not json", None),
-        (json.dumps({"runId": "r", "messages": [{"id": "m", "role": "user", "content": "x"}]}).encode(), "threadId"),
-        (json.dumps({"threadId": "t", "messages": [{"id": "m", "role": "user", "content": "x"}]}).encode(), "runId"),
+        (
+            json.dumps(
+                {"runId": "r", "messages": [{"id": "m", "role": "user", "content": "x"}]}
+            ).encode(),
+            "threadId",
+        ),
+        (
+            json.dumps(
+                {"threadId": "t", "messages": [{"id": "m", "role": "user", "content": "x"}]}
+            ).encode(),
+            "runId",
+        ),
         (json.dumps({"threadId": "t", "runId": "r"}).encode(), "messages"),
-        (json.dumps({"threadId": "t", "runId": "r", "messages": [{"id": "m", "role": "user", "content": ""}]}).encode(), "messages"),
+        (
+            json.dumps(
+                {
+                    "threadId": "t",
+                    "runId": "r",
+                    "messages": [{"id": "m", "role": "user", "content": ""}],
+                }
+            ).encode(),
+            "messages",
+        ),
     ],
 )
 def test_bad_run_input_is_a_4xx_json_error(suite: Suite, body: bytes, field: str | None) -> None:

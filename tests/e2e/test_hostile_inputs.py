@@ -362,10 +362,22 @@ ROWS = [
         "quota negative", QUOTAS, {"runsPerMinute": -1}, "runsPerMinute", method="PUT", admin=True
     ),
     post("quota a string", QUOTAS, {"tokensPerDay": "9"}, "tokensPerDay", method="PUT", admin=True),
-    post("quota huge", QUOTAS, raw({"concurrentRuns": 1}, "1", "1" + "0" * 400), "concurrentRuns",
-         method="PUT", admin=True),
-    post("quota NaN", QUOTAS, raw({"concurrentRuns": 1}, "1", "NaN"), "concurrentRuns",
-         method="PUT", admin=True),
+    post(
+        "quota huge",
+        QUOTAS,
+        raw({"concurrentRuns": 1}, "1", "1" + "0" * 400),
+        "concurrentRuns",
+        method="PUT",
+        admin=True,
+    ),
+    post(
+        "quota NaN",
+        QUOTAS,
+        raw({"concurrentRuns": 1}, "1", "NaN"),
+        "concurrentRuns",
+        method="PUT",
+        admin=True,
+    ),
     post("quota unknown field", QUOTAS, {"runs": 1}, "runs", method="PUT", admin=True),
     post("quota body 2000 deep", QUOTAS, "[" * 2000 + "]" * 2000, "body", method="PUT", admin=True),
     post(
@@ -388,8 +400,13 @@ ROWS = [
         "name",
         admin=True,
     ),
-    post("API key admin a string", KEYS, {"ownerId": "a", "name": "k", "admin": "true"}, "admin",
-         admin=True),
+    post(
+        "API key admin a string",
+        KEYS,
+        {"ownerId": "a", "name": "k", "admin": "true"},
+        "admin",
+        admin=True,
+    ),
     get("API keys page_size -1", f"{KEYS}?page_size=-1", "page_size", admin=True),
 ]
 

@@ -14,7 +14,9 @@ from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.conftest import make_suite, parse_sse, run_body, token
 
 
-def _post_run(suite: Suite, owner: str, thread_id: str, run_id: str, text: str, timeout: float = 30) -> httpx.Response:
+def _post_run(
+    suite: Suite, owner: str, thread_id: str, run_id: str, text: str, timeout: float = 30
+) -> httpx.Response:
     return httpx.post(
         f"{suite.gateway_url}/api/v1/agent/runs",
         json=run_body(thread_id, run_id, text),
@@ -79,11 +81,18 @@ def test_orchestrator_down_gives_503_and_loses_nothing(tmp_path: Path) -> None:
     try:
         suite.start(timeout=90)
         thread_id = f"t-{uuid.uuid4().hex[:8]}"
-        assert _post_run(suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "before the outage").status_code == 200
+        assert (
+            _post_run(
+                suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "before the outage"
+            ).status_code
+            == 200
+        )
 
         suite.stop_service("orchestrator")
         started = time.monotonic()
-        resp = _post_run(suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "during the outage")
+        resp = _post_run(
+            suite, "grace", thread_id, f"r-{uuid.uuid4().hex[:8]}", "during the outage"
+        )
         assert resp.status_code == 503, resp.text
         assert resp.json()["error"]["code"]
         assert time.monotonic() - started < 10

@@ -305,9 +305,7 @@ def test_a_job_sets_its_memory_policy_in_camel_case(suite: Suite) -> None:
         assert resp.json()["error"]["details"][0]["field"] == field
 
 
-def trigger_and_wait(
-    suite: Suite, owner: str, job_id: str, timeout: float = 60
-) -> dict[str, Any]:
+def trigger_and_wait(suite: Suite, owner: str, job_id: str, timeout: float = 60) -> dict[str, Any]:
     """`:trigger` a job and wait (up to `timeout` seconds) for that run to end; the job run."""
     url = f"{suite.gateway_url}/api/v1/automation/jobs/{job_id}"
     triggered = httpx.post(f"{url}:trigger", headers=_auth(owner), timeout=10)

@@ -156,9 +156,7 @@ def test_usage_counts_automation_runs_and_chat_runs_from_their_run_records(suite
         assert total["tokensEstimated"] is (chat_estimated or automation_estimated)
         assert usage["current"]["tokensToday"] == total["totalTokens"]
         # The admin's view is the same numbers.
-        admin = client.get(
-            f"/api/v1/admin/owners/{owner}/usage", headers=_auth("ops", admin=True)
-        )
+        admin = client.get(f"/api/v1/admin/owners/{owner}/usage", headers=_auth("ops", admin=True))
         assert admin.status_code == 200, admin.text
         assert admin.json()["total"] == total
         # The automation run's tokens count against the tokens-per-day quota too.

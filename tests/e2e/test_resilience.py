@@ -343,11 +343,14 @@ async def test_resume_is_owner_scoped_and_a_finished_stream_is_204(cluster: Clus
         far = [
             await client.get(
                 f"{cluster.gw_a}/api/v1/agent/runs/{run_id}/events",
-                headers={**auth("scoped-a"), "Last-Event-ID": "999999999999999999"}, timeout=10,
+                headers={**auth("scoped-a"), "Last-Event-ID": "999999999999999999"},
+                timeout=10,
             ),
             await client.get(
                 f"{cluster.gw_a}/api/v1/agent/runs/{run_id}/events",
-                params={"after": str(10**30)}, headers=auth("scoped-a"), timeout=10,
+                params={"after": str(10**30)},
+                headers=auth("scoped-a"),
+                timeout=10,
             ),
         ]
     assert other.status_code == 404

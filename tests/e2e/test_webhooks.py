@@ -35,9 +35,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def suite(
-    tmp_path_factory: pytest.TempPathFactory, receiver: Receiver
-) -> Iterator[Suite]:
+def suite(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Suite]:
     tmp = tmp_path_factory.mktemp("webhooks")
     prefix = f"w{uuid.uuid4().hex[:10]}_"
     deployment = [
@@ -80,16 +78,17 @@ def _owner(name: str) -> str:
 def _call(suite: Suite, method: str, path: str, owner: str, **kw: Any) -> httpx.Response:
     admin = kw.pop("admin", False)
     headers = {"Authorization": f"Bearer {token(owner, admin=admin)}"}
-    return httpx.request(
-        method, f"{suite.gateway_url}{path}", headers=headers, timeout=30, **kw
-    )
+    return httpx.request(method, f"{suite.gateway_url}{path}", headers=headers, timeout=30, **kw)
 
 
 def _endpoint(
     suite: Suite, receiver: Receiver, owner: str, path: str, **extra: Any
 ) -> dict[str, Any]:
     resp = _call(
-        suite, "POST", "/api/v1/webhooks/endpoints", owner,
+        suite,
+        "POST",
+        "/api/v1/webhooks/endpoints",
+        owner,
         json={"url": extra.pop("url", receiver.url(path)), **extra},
     )
     assert resp.status_code == 201, resp.text
@@ -102,7 +101,10 @@ def _endpoint(
 def _chat(suite: Suite, owner: str, text: str = "hello") -> str:
     run_id = f"r-{uuid.uuid4().hex[:8]}"
     resp = _call(
-        suite, "POST", "/api/v1/agent/runs", owner,
+        suite,
+        "POST",
+        "/api/v1/agent/runs",
+        owner,
         json=run_body(f"t-{uuid.uuid4().hex[:6]}", run_id, text),
     )
     assert resp.status_code == 200, resp.text
@@ -127,9 +129,7 @@ def _deliveries(suite: Suite, owner: str, **params: Any) -> list[dict[str, Any]]
     return found
 
 
-def test_a_finished_run_is_delivered_signed_and_logged(
-    suite: Suite, receiver: Receiver
-) -> None:
+def test_a_finished_run_is_delivered_signed_and_logged(suite: Suite, receiver: Receiver) -> None:
     owner = _owner("ann")
     path = f"/{owner}"
     created = _endpoint(suite, receiver, owner, path, eventTypes=["run.succeeded"])
@@ -160,9 +160,7 @@ def test_a_500_is_retried_with_the_same_webhook_id(suite: Suite, receiver: Recei
     _chat(suite, owner)
     first, second = _wait(lambda: receiver.at(path)[:2] if len(receiver.at(path)) >= 2 else None)
     assert first.headers["webhook-id"] == second.headers["webhook-id"]
-    [logged] = _wait(
-        lambda: [d for d in _deliveries(suite, owner) if d["state"] == "succeeded"]
-    )
+    [logged] = _wait(lambda: [d for d in _deliveries(suite, owner) if d["state"] == "succeeded"])
     assert (logged["attempts"], logged["lastStatusCode"]) == (2, 200)
     time.sleep(1)
     assert len(receiver.at(path)) == 2  # nothing after the 200
@@ -187,9 +185,7 @@ def test_a_receiver_that_was_down_gets_the_event_when_it_is_back(suite: Suite) -
         [got] = _wait(lambda: down.at(path), what="the delivery after the receiver came back")
     finally:
         down.stop()
-    [logged] = _wait(
-        lambda: [d for d in _deliveries(suite, owner) if d["state"] == "succeeded"]
-    )
+    [logged] = _wait(lambda: [d for d in _deliveries(suite, owner) if d["state"] == "succeeded"])
     assert logged["webhookId"] == got.headers["webhook-id"]
     assert logged["attempts"] > 2 and logged["endpointId"] == created["id"]
 
@@ -212,7 +208,11 @@ def test_an_admin_replays_a_delivery_with_the_same_webhook_id(
     assert again.headers["webhook-id"] == first.headers["webhook-id"]
     assert again.body == first.body
     admin_view = _call(
-        suite, "GET", "/api/v1/admin/webhooks/deliveries", "root", admin=True,
+        suite,
+        "GET",
+        "/api/v1/admin/webhooks/deliveries",
+        "root",
+        admin=True,
         params={"owner_id": owner},
     )
     assert admin_view.status_code == 200
@@ -244,15 +244,17 @@ def test_memory_and_job_run_events_reach_owner_and_deployment_endpoints(
     assert job_run.body["data"]["jobId"] == job["id"]
     # The deployment's endpoint hears every owner's memory changes, signed with its secret.
     ours = _wait(
-        lambda: [
-            r for r in receiver.at("/deployment") if r.body["data"]["ownerId"] == owner
-        ]
+        lambda: [r for r in receiver.at("/deployment") if r.body["data"]["ownerId"] == owner]
     )
     assert ours[0].headers["webhook-id"] == changed.headers["webhook-id"]
     # ...and its deliveries are the admin's to read, not the owner's.
     assert all(not d.get("deploymentEndpoint") for d in _deliveries(suite, owner))
     admin_view = _call(
-        suite, "GET", "/api/v1/admin/webhooks/deliveries", "root", admin=True,
+        suite,
+        "GET",
+        "/api/v1/admin/webhooks/deliveries",
+        "root",
+        admin=True,
         params={"owner_id": owner, "endpoint_id": "ops"},
     ).json()["deliveries"]
     assert admin_view and all(d["deploymentEndpoint"] for d in admin_view)
@@ -343,7 +345,10 @@ def test_the_delivery_log_pages_newest_first(suite: Suite, receiver: Receiver) -
     whole = [d["id"] for d in _deliveries(suite, owner)]
     first = _call(suite, "GET", "/api/v1/webhooks/deliveries", owner, params={"page_size": 2})
     rest = _call(
-        suite, "GET", "/api/v1/webhooks/deliveries", owner,
+        suite,
+        "GET",
+        "/api/v1/webhooks/deliveries",
+        owner,
         params={"page_size": 2, "page_token": first.json()["nextPageToken"]},
     ).json()
     assert [d["id"] for d in first.json()["deliveries"]] + [

@@ -19,7 +19,10 @@ def text(value: str) -> Turn:
 def call(call_id: str, name: str, arguments: str = "{}") -> Turn:
     # Streamed as a provider does: the name first, the JSON input in fragments.
     half = len(arguments) // 2
-    return [ToolCallBlock(call_id, name, arguments[:half]), ToolCallBlock(call_id, "", arguments[half:])]
+    return [
+        ToolCallBlock(call_id, name, arguments[:half]),
+        ToolCallBlock(call_id, "", arguments[half:]),
+    ]
 
 
 class TurnsModel:

@@ -8,7 +8,6 @@ from typing import Any
 from services.executor import context
 from services.executor.agents.worker import WorkerAgent
 from services.executor.events import StepResult
-from shared.model.tokens import message_tokens, messages_tokens, text_tokens
 from services.executor.tools import ToolRegistry
 from shared.domain import MessageKind
 from shared.messages import (
@@ -24,6 +23,7 @@ from shared.messages import (
 )
 from shared.model.base import ChatResponse, ModelContextOverflow, ToolSpec
 from shared.model.cards import ModelCard
+from shared.model.tokens import message_tokens, messages_tokens, text_tokens
 from tests.executor.test_worker import run, step
 
 

@@ -13,12 +13,12 @@ from services.executor.agents.memory import MemoryAgent
 from services.executor.agents.worker import WorkerAgent
 from services.executor.memory_tools import memory_tools
 from services.executor.recall import Recalled
-from shared.model.tokens import messages_tokens, text_tokens
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import ExecutorKind, MessageKind
 from shared.errors import InvalidArgument, Unavailable
 from shared.messages import Msg, Role, user
 from shared.model.scripted import NO_MEMORIES
+from shared.model.tokens import messages_tokens, text_tokens
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, CHAT_DEFAULT, AgentConfig, MemoryPolicy
 from tests.executor.models import TurnsModel, text
 from tests.executor.test_context import SmallModel, card, long_step

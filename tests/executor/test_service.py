@@ -37,7 +37,9 @@ def request(**overrides: object) -> pb.ExecuteRequest:
     return pb.ExecuteRequest(**values)
 
 
-async def test_execute_streams_text_events_then_the_reply_then_the_result(settings: Settings) -> None:
+async def test_execute_streams_text_events_then_the_reply_then_the_result(
+    settings: Settings,
+) -> None:
     async with running_service("executor", build, settings) as addr, channel(addr) as ch:
         stub = pb_grpc.ExecutorServiceStub(ch)
         items = [r async for r in stub.Execute(request(), metadata=owner_md("alice"))]
@@ -59,7 +61,9 @@ async def test_a_caller_asking_for_batches_gets_the_same_items_grouped(settings:
     async with running_service("executor", build, settings) as addr, channel(addr) as ch:
         stub = pb_grpc.ExecutorServiceStub(ch)
         single = [r async for r in stub.Execute(request(), metadata=owner_md("alice"))]
-        batched = [r async for r in stub.Execute(request(batch_items=True), metadata=owner_md("alice"))]
+        batched = [
+            r async for r in stub.Execute(request(batch_items=True), metadata=owner_md("alice"))
+        ]
     assert all(r.items and r.WhichOneof("item") is None for r in batched)
     flat = [item for r in batched for item in r.items]
     assert [i.WhichOneof("item") for i in flat] == [i.WhichOneof("item") for i in single]
@@ -96,20 +100,35 @@ async def test_memory_agent_writes_the_facts_for_the_run_owner_once(settings: Se
             stub = pb_grpc.ExecutorServiceStub(ch)
             memories = memory_grpc.MemoryServiceStub(mch)
             context = [chat_message("I love green tea and my name is Lin", 1)]
-            first = [r async for r in stub.Execute(memory_request(context), metadata=owner_md("alice"))]
-            again = [
-                r async for r in stub.Execute(memory_request(context, "run-m2"), metadata=owner_md("alice"))
+            first = [
+                r async for r in stub.Execute(memory_request(context), metadata=owner_md("alice"))
             ]
-            alice = await memories.ListMemories(memory_pb.ListMemoriesRequest(), metadata=owner_md("alice"))
-            bob = await memories.ListMemories(memory_pb.ListMemoriesRequest(), metadata=owner_md("bob"))
+            again = [
+                r
+                async for r in stub.Execute(
+                    memory_request(context, "run-m2"), metadata=owner_md("alice")
+                )
+            ]
+            alice = await memories.ListMemories(
+                memory_pb.ListMemoriesRequest(), metadata=owner_md("alice")
+            )
+            bob = await memories.ListMemories(
+                memory_pb.ListMemoriesRequest(), metadata=owner_md("bob")
+            )
     payloads = [r.event.WhichOneof("payload") for r in first if r.WhichOneof("item") == "event"]
     assert payloads.count("tool_call_start") == 2 and payloads.count("tool_call_result") == 2
-    assert sorted(m.content for m in alice.memories) == ["User likes green tea", "User's name is Lin"]
+    assert sorted(m.content for m in alice.memories) == [
+        "User likes green tea",
+        "User's name is Lin",
+    ]
     assert {m.source_run_id for m in alice.memories} == {"run-m1"}
     assert list(bob.memories) == []
     # The second run finds nothing after the watermark: no tool call, nothing written.
     assert not any(r.event.WhichOneof("payload") == "tool_call_start" for r in again)
-    assert "No new messages" in msg_from_pb(next(r.message for r in again if r.WhichOneof("item") == "message")).text
+    assert (
+        "No new messages"
+        in msg_from_pb(next(r.message for r in again if r.WhichOneof("item") == "message")).text
+    )
 
 
 @pytest.mark.parametrize(
@@ -118,7 +137,10 @@ async def test_memory_agent_writes_the_facts_for_the_run_owner_once(settings: Se
         ({"executor": execution_profile_pb2.EXECUTOR_UNSPECIFIED}, "executor"),
         ({"reply_message_id": ""}, "reply_message_id"),
         ({"input_message": None}, "input_message"),
-        ({"client_tools": [message_pb2.ToolSpec(name="x", parameters_json="[1]")]}, "client_tools[0].parameters_json"),
+        (
+            {"client_tools": [message_pb2.ToolSpec(name="x", parameters_json="[1]")]},
+            "client_tools[0].parameters_json",
+        ),
     ],
 )
 async def test_invalid_request_is_invalid_argument_naming_the_field(

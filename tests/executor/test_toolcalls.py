@@ -91,7 +91,11 @@ def test_illegal_call_transitions_raise(current: ToolCallState, target: ToolCall
 
 
 def test_every_state_but_finished_can_finish() -> None:
-    assert all(ToolCallState.FINISHED in CALL_TRANSITIONS[s] for s in ToolCallState if s != ToolCallState.FINISHED)
+    assert all(
+        ToolCallState.FINISHED in CALL_TRANSITIONS[s]
+        for s in ToolCallState
+        if s != ToolCallState.FINISHED
+    )
 
 
 def test_success_without_running_is_illegal() -> None:
@@ -123,10 +127,18 @@ def test_events_of_a_message_are_start_args_end_then_result() -> None:
         id="a1",
     )
     events = tool_call_events(msg, ToolCallTracker())
-    assert kinds(events) == ["tool_call_start", "tool_call_args", "tool_call_end", "tool_call_result"]
+    assert kinds(events) == [
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_call_result",
+    ]
     assert events[0].tool_call_start.parent_message_id == "a1"
     assert events[1].tool_call_args.delta == '{"q":"tea"}'
-    assert (events[3].tool_call_result.message_id, events[3].tool_call_result.content) == ("a1/result/0", "found")
+    assert (events[3].tool_call_result.message_id, events[3].tool_call_result.content) == (
+        "a1/result/0",
+        "found",
+    )
 
 
 def test_events_of_the_same_message_twice_are_emitted_once() -> None:
@@ -180,7 +192,8 @@ def test_external_call_answered_in_the_next_run_gets_only_its_result() -> None:
 
     run2 = ToolCallTracker.resumed([asked])
     answered = assistant(
-        [ToolResultBlock(id="c1", name="pick_color", output="blue", state=ToolResultState.SUCCESS)], id="t1"
+        [ToolResultBlock(id="c1", name="pick_color", output="blue", state=ToolResultState.SUCCESS)],
+        id="t1",
     )
     assert kinds(tool_call_events(answered, run2)) == ["tool_call_result"]
     assert run2.start("c1", "pick_color") == []

@@ -91,7 +91,9 @@ def worker(model: Any, *tools: Any, rounds: int = 4) -> WorkerAgent:
 
 
 def results(items: list[StepItem]) -> list[ToolResultBlock]:
-    return [b for i in items if isinstance(i, Msg) for b in i.content if isinstance(b, ToolResultBlock)]
+    return [
+        b for i in items if isinstance(i, Msg) for b in i.content if isinstance(b, ToolResultBlock)
+    ]
 
 
 async def test_reply_streams_start_deltas_end_then_the_assembled_message() -> None:
@@ -101,7 +103,9 @@ async def test_reply_streams_start_deltas_end_then_the_assembled_message() -> No
     assert deltas and all(d.delta and d.message_id == "reply-1" for d in deltas)
     end = items.index(TextEnd("reply-1"))
     reply, result = items[end + 1], items[end + 2]
-    assert isinstance(reply, Msg) and reply.id == "reply-1" and reply.kind is MessageKind.AGENT_REPLY
+    assert (
+        isinstance(reply, Msg) and reply.id == "reply-1" and reply.kind is MessageKind.AGENT_REPLY
+    )
     assert reply.text == "".join(d.delta for d in deltas)
     assert result == StepResult("stop", reply.usage or result.usage)
     assert len(items) == end + 3
@@ -125,7 +129,9 @@ async def test_server_tool_runs_for_the_owner_and_its_result_feeds_the_next_turn
     assert isinstance(items[-1], StepResult) and items[-1].finished_reason == "stop"
 
 
-async def test_tool_not_authorised_for_the_run_is_not_executed_and_the_model_gets_an_error() -> None:
+async def test_tool_not_authorised_for_the_run_is_not_executed_and_the_model_gets_an_error() -> (
+    None
+):
     echo = EchoTool()
     # echo is registered here but the run did not authorise it.
     model = TurnsModel([call("c1", "echo"), text("ok")])
@@ -172,15 +178,22 @@ async def test_failing_tool_gives_the_model_an_error_without_internals() -> None
     [failed] = results(items)
     assert failed.state is ToolResultState.ERROR
     assert "secret" not in str(failed.output)
-    assert ToolCallResult(
-        next(i.message_id for i in items if isinstance(i, ToolCallResult)), "c1", str(failed.output)
-    ) in items
+    assert (
+        ToolCallResult(
+            next(i.message_id for i in items if isinstance(i, ToolCallResult)),
+            "c1",
+            str(failed.output),
+        )
+        in items
+    )
 
 
 async def test_every_kind_of_forbidden_call_is_denied_audited_and_not_run() -> None:
     echo, broken = EchoTool(), BrokenTool()
     narrow = ExecutionProfile(
-        name="echo_only", enable_router=True, executor=ExecutorKind.WORKER,
+        name="echo_only",
+        enable_router=True,
+        executor=ExecutorKind.WORKER,
         tool_policy=ToolPolicy(allowlist=("echo",)),
     )
     secret_args = '{"text": "secret payload"}'

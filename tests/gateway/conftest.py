@@ -44,8 +44,9 @@ async def serve_app(app: FastAPI) -> AsyncIterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=2)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -151,7 +152,10 @@ def bearer(settings: Settings, sub: str, *, admin: bool = False) -> dict[str, st
 
 
 def run_body(
-    thread_id: str = "t-1", run_id: str = "r-1", text: str = "hi", **extra: Any,
+    thread_id: str = "t-1",
+    run_id: str = "r-1",
+    text: str = "hi",
+    **extra: Any,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "threadId": thread_id,

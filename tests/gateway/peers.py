@@ -83,8 +83,11 @@ def tools_script(thread_id: str, run_id: str) -> list[R.RunEvent]:
         {"reasoning_message_content": R.ReasoningMessageContent(message_id="r1", delta="think")},
         {"reasoning_message_end": R.ReasoningMessageEnd(message_id="r1")},
         {"reasoning_end": R.ReasoningEnd(message_id="r1")},
-        {"tool_call_start": R.ToolCallStart(tool_call_id="tc1", tool_call_name="memory_write",
-                                            parent_message_id="m1")},
+        {
+            "tool_call_start": R.ToolCallStart(
+                tool_call_id="tc1", tool_call_name="memory_write", parent_message_id="m1"
+            )
+        },
         {"tool_call_args": R.ToolCallArgs(tool_call_id="tc1", delta='{"content":"green tea"}')},
         {"tool_call_end": R.ToolCallEnd(tool_call_id="tc1")},
         {"tool_call_result": R.ToolCallResult(message_id="tr1", tool_call_id="tc1", content="ok")},
@@ -134,8 +137,12 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
         if tid.startswith("error-"):
             for ev in events[:2]:
                 yield orchestrator_service_pb2.StartRunResponse(event=ev)
-            err = R.RunEvent(thread_id=tid, run_id=rid, sequence=3,
-                             run_error=R.RunError(message="model failed", code="MODEL_ERROR"))
+            err = R.RunEvent(
+                thread_id=tid,
+                run_id=rid,
+                sequence=3,
+                run_error=R.RunError(message="model failed", code="MODEL_ERROR"),
+            )
             yield orchestrator_service_pb2.StartRunResponse(event=err)
             yield orchestrator_service_pb2.StartRunResponse(event=events[2])
             return
@@ -212,7 +219,9 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
 
     def seed(self, owner: str, thread_id: str, messages: list[message_pb2.Message]) -> None:
         thread = history_service_pb2.Thread(
-            id=thread_id, runtime_mode=message_pb2.RUNTIME_MODE_CHAT, message_count=len(messages),
+            id=thread_id,
+            runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+            message_count=len(messages),
             shown_message_count=len(messages),
         )
         thread.create_time.FromSeconds(1_700_000_000)
@@ -256,7 +265,8 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
     async def GetOwnerUsage(self, request, context):  # type: ignore[no-untyped-def]
         _record(self.calls, request, context)
         days = [
-            d for d in self.usage.get(owner_id(context), [])
+            d
+            for d in self.usage.get(owner_id(context), [])
             if request.from_day <= d.day <= request.to_day
         ]
         return history_service_pb2.GetOwnerUsageResponse(days=days)
@@ -266,8 +276,9 @@ class FakeHistory(history_service_pb2_grpc.HistoryServiceServicer):
         _record(self.calls, request, context)
         owner_id(context)
         require_admin(context)
-        found = [m for (o, _), ms in sorted(self.messages.items()) if o == request.owner_id
-                 for m in ms]
+        found = [
+            m for (o, _), ms in sorted(self.messages.items()) if o == request.owner_id for m in ms
+        ]
         denials = [d for d in self.denials if d.owner_id == request.owner_id]
         return history_service_pb2.ListAuditResponse(messages=found, tool_denials=denials)
 
@@ -278,8 +289,14 @@ class FakeMemory(memory_service_pb2_grpc.MemoryServiceServicer):
     calls: list[Recorded] = field(default_factory=list)
 
     def seed(self, owner: str, mid: str, content: str) -> None:
-        m = memory_service_pb2.Memory(id=mid, content=content, kind="fact", version=1,
-                                      source_run_id="run-1", source_message_ids=["m1"])
+        m = memory_service_pb2.Memory(
+            id=mid,
+            content=content,
+            kind="fact",
+            version=1,
+            source_run_id="run-1",
+            source_message_ids=["m1"],
+        )
         m.create_time.FromSeconds(1_700_000_000)
         m.update_time.FromSeconds(1_700_000_000)
         self.memories.setdefault(owner, {})[mid] = m
@@ -310,12 +327,18 @@ class FakeMemory(memory_service_pb2_grpc.MemoryServiceServicer):
 def parts_for(name: str, servicer: Any) -> ServiceParts:
     """ServiceParts serving `servicer` as service `name` (None: health only)."""
     adders = {
-        "orchestrator": (orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server,
-                         "agentmesh.orchestrator.v1.OrchestratorService"),
-        "history": (history_service_pb2_grpc.add_HistoryServiceServicer_to_server,
-                    "agentmesh.history.v1.HistoryService"),
-        "memory": (memory_service_pb2_grpc.add_MemoryServiceServicer_to_server,
-                   "agentmesh.memory.v1.MemoryService"),
+        "orchestrator": (
+            orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server,
+            "agentmesh.orchestrator.v1.OrchestratorService",
+        ),
+        "history": (
+            history_service_pb2_grpc.add_HistoryServiceServicer_to_server,
+            "agentmesh.history.v1.HistoryService",
+        ),
+        "memory": (
+            memory_service_pb2_grpc.add_MemoryServiceServicer_to_server,
+            "agentmesh.memory.v1.MemoryService",
+        ),
         "scheduler": (None, "agentmesh.scheduler.v1.SchedulerService"),
     }
     adder, full_name = adders[name]

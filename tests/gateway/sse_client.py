@@ -29,7 +29,7 @@ def parse_sequenced(raw: bytes) -> list[tuple[int | None, dict[str, Any]]]:
             seq = int(head[4:])
         assert f.startswith(b"data: "), f"frame without 'data: ' prefix: {f!r}"
         assert b"\n" not in f, f"frame spans several lines: {f!r}"
-        out.append((seq, json.loads(f[len(b"data: "):])))
+        out.append((seq, json.loads(f[len(b"data: ") :])))
     return out
 
 
@@ -39,7 +39,9 @@ def parse_frames(raw: bytes) -> list[dict[str, Any]]:
 
 
 async def post_run(
-    client: httpx.AsyncClient, body: Any, headers: dict[str, str],
+    client: httpx.AsyncClient,
+    body: Any,
+    headers: dict[str, str],
 ) -> tuple[httpx.Response, bytes]:
     async with client.stream("POST", "/api/v1/agent/runs", json=body, headers=headers) as resp:
         raw = await resp.aread()

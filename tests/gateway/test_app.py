@@ -20,7 +20,8 @@ from tests.gateway.conftest import Peers, bearer, free_port, gateway_settings, s
 
 @asynccontextmanager
 async def gateway_with(
-    settings: Settings, **addr_overrides: str,
+    settings: Settings,
+    **addr_overrides: str,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A gateway whose named peers are replaced (e.g. by a closed port)."""
     s = settings.model_copy(update={f"{k}_addr": v for k, v in addr_overrides.items()})
@@ -52,12 +53,11 @@ async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
         async def ListThreads(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("secret internal detail")
 
-    broken = Clients(
-        clients.orchestrator, Broken(), clients.memory, clients.scheduler
-    )
-    async with serve_app(
-        create_app(gw_settings, broken)
-    ) as url, httpx.AsyncClient(base_url=url) as c:
+    broken = Clients(clients.orchestrator, Broken(), clients.memory, clients.scheduler)
+    async with (
+        serve_app(create_app(gw_settings, broken)) as url,
+        httpx.AsyncClient(base_url=url) as c,
+    ):
         with caplog.at_level(logging.ERROR, logger="agentmesh.gateway"):
             resp = await c.get("/api/v1/agent/threads", headers=bearer(gw_settings, "alice"))
     assert resp.status_code == 500
@@ -70,7 +70,9 @@ async def test_unexpected_exception_is_a_generic_500_with_the_request_id(
 
 
 async def test_request_id_is_echoed_and_sent_to_the_services(
-    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    peers: Peers,
 ) -> None:
     resp = await http.get(
         "/api/v1/agent/threads", headers={**bearer(gw_settings, "rid"), "X-Request-ID": "abc-123"}
@@ -84,17 +86,23 @@ async def test_request_id_is_generated_when_absent_or_unusable(http: httpx.Async
     second = await http.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
     assert len(first.headers["x-request-id"]) == 32
     assert second.headers["x-request-id"] not in (
-        "bad id with spaces", first.headers["x-request-id"]
+        "bad id with spaces",
+        first.headers["x-request-id"],
     )
 
 
 async def test_unary_calls_carry_the_owner_and_a_deadline(
-    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    peers: Peers,
 ) -> None:
     await http.get("/api/v1/agent/threads", headers=bearer(gw_settings, "deadline-owner"))
     call = peers.history.calls[-1]
     assert call.metadata["x-agentmesh-owner"] == "deadline-owner"
-    assert call.time_remaining is not None and call.time_remaining <= gw_settings.rpc_timeout_seconds + 0.5
+    assert (
+        call.time_remaining is not None
+        and call.time_remaining <= gw_settings.rpc_timeout_seconds + 0.5
+    )
 
 
 async def test_healthz_is_200(http: httpx.AsyncClient) -> None:
@@ -150,14 +158,23 @@ async def test_service_down_is_503_json(gw_settings: Settings) -> None:
 
 async def test_openapi_documents_every_endpoint(http: httpx.AsyncClient) -> None:
     paths = (await http.get("/openapi.json")).json()["paths"]
-    assert {"/api/v1/agent/runs", "/api/v1/agent/threads", "/api/v1/agent/threads/{thread_id}/history",
-            "/api/v1/agent/runs/{run_id}", "/api/v1/admin/audit", "/api/v1/memories",
-            "/api/v1/memories/{memory_id}", "/healthz", "/readyz"} <= set(paths)
+    assert {
+        "/api/v1/agent/runs",
+        "/api/v1/agent/threads",
+        "/api/v1/agent/threads/{thread_id}/history",
+        "/api/v1/agent/runs/{run_id}",
+        "/api/v1/admin/audit",
+        "/api/v1/memories",
+        "/api/v1/memories/{memory_id}",
+        "/healthz",
+        "/readyz",
+    } <= set(paths)
     assert (await http.get("/docs")).status_code == 200
 
 
 async def test_app_without_clients_opens_its_own_channels(
-    base_settings: Settings, peers: Peers,
+    base_settings: Settings,
+    peers: Peers,
 ) -> None:
     s = gateway_settings(base_settings, peers.addrs)
     async with serve_app(create_app(s)) as url, httpx.AsyncClient(base_url=url) as c:
@@ -176,7 +193,12 @@ async def test_app_without_clients_opens_its_own_channels(
 )
 @pytest.mark.parametrize("bad", ["a%00b", "a%0A", "a%20b", "%E7%BA%BF", "x" * 129])
 async def test_a_path_id_outside_the_id_rule_is_400_naming_it(
-    method: str, path: str, field: str, bad: str, http: httpx.AsyncClient, auth: dict[str, str],
+    method: str,
+    path: str,
+    field: str,
+    bad: str,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp = await http.request(method, path.format(bad), headers=auth)
     assert resp.status_code == 400, resp.text

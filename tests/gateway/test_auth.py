@@ -28,9 +28,14 @@ PROTECTED = [
 
 
 def _token(
-    settings: Settings, claims: dict[str, object], secret: str | None = None,
+    settings: Settings,
+    claims: dict[str, object],
+    secret: str | None = None,
 ) -> dict[str, str]:
-    return {"Authorization": "Bearer " + jwt.encode(claims, secret or settings.jwt_secret, algorithm="HS256")}
+    return {
+        "Authorization": "Bearer "
+        + jwt.encode(claims, secret or settings.jwt_secret, algorithm="HS256")
+    }
 
 
 def _assert_401(resp: httpx.Response) -> None:
@@ -41,7 +46,9 @@ def _assert_401(resp: httpx.Response) -> None:
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
 async def test_request_without_token_is_401(
-    method: str, path: str, http: httpx.AsyncClient,
+    method: str,
+    path: str,
+    http: httpx.AsyncClient,
 ) -> None:
     _assert_401(await http.request(method, path, json=run_body() if method == "POST" else None))
 
@@ -57,10 +64,16 @@ async def test_non_bearer_scheme_is_401(http: httpx.AsyncClient) -> None:
 
 
 async def test_token_signed_with_another_secret_is_401(
-    http: httpx.AsyncClient, gw_settings: Settings,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
 ) -> None:
     claims = {"sub": "alice", "exp": int(time.time()) + 60}
-    _assert_401(await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims, "another-secret-that-is-long-enough-for-hs256")))
+    _assert_401(
+        await http.get(
+            "/api/v1/agent/threads",
+            headers=_token(gw_settings, claims, "another-secret-that-is-long-enough-for-hs256"),
+        )
+    )
 
 
 async def test_expired_token_is_401(http: httpx.AsyncClient, gw_settings: Settings) -> None:
@@ -77,7 +90,8 @@ async def test_token_without_expiry_is_401(http: httpx.AsyncClient, gw_settings:
 
 
 async def test_token_with_an_invalid_subject_is_401(
-    http: httpx.AsyncClient, gw_settings: Settings,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
 ) -> None:
     claims = {"sub": "alice bob/../", "exp": int(time.time()) + 60}
     _assert_401(await http.get("/api/v1/agent/threads", headers=_token(gw_settings, claims)))
@@ -86,14 +100,18 @@ async def test_token_with_an_invalid_subject_is_401(
 @pytest.mark.parametrize("sub", ["alice\n", "alice\r\n", "x" * 129, "", "ålice"])
 @pytest.mark.parametrize("path", ["/api/v1/agent/threads", "/api/v1/admin/audit?owner_id=alice"])
 async def test_a_signed_token_whose_subject_breaks_the_owner_rule_is_401(
-    sub: str, path: str, http: httpx.AsyncClient, gw_settings: Settings,
+    sub: str,
+    path: str,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
 ) -> None:
     claims = {"sub": sub, "exp": int(time.time()) + 60, "scope": "admin"}
     _assert_401(await http.get(path, headers=_token(gw_settings, claims)))
 
 
 async def test_token_with_another_algorithm_is_401(
-    http: httpx.AsyncClient, gw_settings: Settings,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
 ) -> None:
     claims = {"sub": "alice", "exp": int(time.time()) + 60}
     token = jwt.encode(claims, gw_settings.jwt_secret * 2, algorithm="HS512")
@@ -103,7 +121,9 @@ async def test_token_with_another_algorithm_is_401(
 
 
 async def test_non_admin_token_on_audit_is_403(
-    http: httpx.AsyncClient, gw_settings: Settings, peers: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    peers: Peers,
 ) -> None:
     before = len(peers.history.calls)
     resp = await http.get(
@@ -115,7 +135,8 @@ async def test_non_admin_token_on_audit_is_403(
 
 
 async def test_scope_list_with_admin_reaches_audit(
-    http: httpx.AsyncClient, gw_settings: Settings,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
 ) -> None:
     claims = {"sub": "root", "exp": int(time.time()) + 60, "scope": ["read", "admin"]}
     resp = await http.get("/api/v1/admin/audit?owner_id=alice", headers=_token(gw_settings, claims))
@@ -124,11 +145,28 @@ async def test_scope_list_with_admin_reaches_audit(
 
 async def test_token_command_prints_a_token_the_gateway_accepts(gw_settings: Settings) -> None:
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "AGENTMESH_JWT_SECRET": gw_settings.jwt_secret,
-           "PYTHONPATH": os.pathsep.join([str(root), str(root / "protos")])}
+    env = {
+        **os.environ,
+        "AGENTMESH_JWT_SECRET": gw_settings.jwt_secret,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "protos")]),
+    }
     out = subprocess.run(
-        [sys.executable, "-m", "services.gateway", "token", "--sub", "bob", "--admin", "--ttl", "60"],
-        capture_output=True, text=True, check=True, env=env, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "services.gateway",
+            "token",
+            "--sub",
+            "bob",
+            "--admin",
+            "--ttl",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=30,
     ).stdout.strip()
     who = await verify_token(gw_settings, out)
     assert (who.owner, who.admin) == ("bob", True)

@@ -172,8 +172,13 @@ async def test_a_malformed_job_is_400_naming_the_field(
             "executionProfile.temperature",
         ),
         (
-            {"executionProfile": {"enableRouter": False, "executor": "memory",
-                                  "toolPolicy": {"allowlist": ["shell"]}}},
+            {
+                "executionProfile": {
+                    "enableRouter": False,
+                    "executor": "memory",
+                    "toolPolicy": {"allowlist": ["shell"]},
+                }
+            },
             "executionProfile.toolPolicy.allowlist",
         ),
     ],
@@ -248,9 +253,7 @@ async def test_another_owners_job_is_404_exactly_like_a_missing_one(
         theirs = await http.request(
             method, f"{JOBS}/{job['id']}{suffix}", json=body, headers=mallory
         )
-        absent = await http.request(
-            method, f"{JOBS}/{missing}{suffix}", json=body, headers=mallory
-        )
+        absent = await http.request(method, f"{JOBS}/{missing}{suffix}", json=body, headers=mallory)
         assert theirs.status_code == absent.status_code == 404, (method, suffix, theirs.text)
         shape = [{k: v for k, v in error(r).items() if k != "requestId"} for r in (theirs, absent)]
         assert shape[0] == shape[1]
@@ -454,4 +457,3 @@ async def test_the_runs_listing_is_paginated_newest_first(
     second = await _runs(http, job["id"], headers, page_size=2, page_token=first["nextPageToken"])
     assert "nextPageToken" not in second
     assert [r["id"] for r in first["runs"] + second["runs"]] == triggered[::-1]
-

@@ -18,7 +18,7 @@ async def _drop_mid_upload(base_url: str, path: str, token: str) -> None:
     _, writer = await asyncio.open_connection(url.hostname, url.port)
     writer.write(
         f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
-        "Content-Type: application/json\r\nContent-Length: 10000\r\n\r\n{\"threadId\"".encode()
+        'Content-Type: application/json\r\nContent-Length: 10000\r\n\r\n{"threadId"'.encode()
     )
     await writer.drain()
     await asyncio.sleep(0.2)  # the gateway is reading the body

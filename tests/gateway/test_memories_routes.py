@@ -18,18 +18,30 @@ def seeded(peers: Peers) -> Peers:
 
 
 async def test_list_returns_only_the_callers_memories(
-    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
 ) -> None:
     resp = await http.get("/api/v1/memories", headers=bearer(gw_settings, "lin"))
     assert resp.status_code == 200
     memories = resp.json()["memories"]
     assert {m["id"] for m in memories} == {"mem-1", "mem-2"}
-    assert set(memories[0]) == {"id", "content", "kind", "version", "sourceRunId", "sourceMessageIds",
-                                "createTime", "updateTime"}
+    assert set(memories[0]) == {
+        "id",
+        "content",
+        "kind",
+        "version",
+        "sourceRunId",
+        "sourceMessageIds",
+        "createTime",
+        "updateTime",
+    }
 
 
 async def test_query_searches_memories(
-    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
 ) -> None:
     resp = await http.get(
         "/api/v1/memories?query=tea&page_size=5", headers=bearer(gw_settings, "lin")
@@ -40,7 +52,9 @@ async def test_query_searches_memories(
 
 
 async def test_search_with_a_page_token_is_400(
-    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
 ) -> None:
     resp = await http.get(
         "/api/v1/memories?query=tea&page_token=x", headers=bearer(gw_settings, "lin")
@@ -50,7 +64,9 @@ async def test_search_with_a_page_token_is_400(
 
 
 async def test_delete_forgets_the_memory(
-    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
 ) -> None:
     seeded.memory.seed("lin", "mem-del", "temporary")
     resp = await http.delete("/api/v1/memories/mem-del", headers=bearer(gw_settings, "lin"))
@@ -60,7 +76,9 @@ async def test_delete_forgets_the_memory(
 
 
 async def test_deleting_another_owners_memory_is_404_and_keeps_it(
-    http: httpx.AsyncClient, gw_settings: Settings, seeded: Peers,
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
 ) -> None:
     resp = await http.delete("/api/v1/memories/mem-k", headers=bearer(gw_settings, "lin"))
     assert resp.status_code == 404

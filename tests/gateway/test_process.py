@@ -20,17 +20,27 @@ from tests.gateway.test_runs_stream import CHAT_ORDER
 
 
 async def test_sigterm_lets_an_open_stream_finish_then_exits(
-    base_settings: Settings, peers: Peers,
+    base_settings: Settings,
+    peers: Peers,
 ) -> None:
     port = free_port()
-    env = {**os.environ, "AGENTMESH_PORT": str(port), "AGENTMESH_GRACE_SECONDS": "10",
-           "AGENTMESH_JWT_SECRET": base_settings.jwt_secret, "AGENTMESH_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "AGENTMESH_PORT": str(port),
+        "AGENTMESH_GRACE_SECONDS": "10",
+        "AGENTMESH_JWT_SECRET": base_settings.jwt_secret,
+        "AGENTMESH_LOG_LEVEL": "WARNING",
+    }
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "protos")])
     env.update({f"AGENTMESH_{name.upper()}_ADDR": addr for name, addr in peers.addrs.items()})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.gateway", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "services.gateway",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
     base = f"http://127.0.0.1:{port}"
     try:

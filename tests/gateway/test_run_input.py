@@ -37,11 +37,28 @@ BAD_BODIES: dict[str, tuple[Any, str]] = {
     "empty content": (run_body(messages=[_user("")]), "messages[0].content"),
     "blank content": (run_body(messages=[_user("  \n ")]), "messages[0].content"),
     "empty parts": (run_body(messages=[_user([])]), "messages[0].content"),
-    "only empty text parts": (run_body(messages=[_user([{"type": "text", "text": ""}])]), "messages[0].content"),
+    "only empty text parts": (
+        run_body(messages=[_user([{"type": "text", "text": ""}])]),
+        "messages[0].content",
+    ),
     "missing content": (run_body(messages=[{"id": "u1", "role": "user"}]), "messages[0].content"),
-    "unknown part type": (run_body(messages=[_user([{"type": "hologram"}])]), "messages[0].content[0].type"),
+    "unknown part type": (
+        run_body(messages=[_user([{"type": "hologram"}])]),
+        "messages[0].content[0].type",
+    ),
     "bad base64": (
-        run_body(messages=[_user([{"type": "image", "source": {"type": "data", "value": "!!", "mimeType": "image/png"}}])]),
+        run_body(
+            messages=[
+                _user(
+                    [
+                        {
+                            "type": "image",
+                            "source": {"type": "data", "value": "!!", "mimeType": "image/png"},
+                        }
+                    ]
+                )
+            ]
+        ),
         "messages[0].content[0].source.value",
     ),
     "empty threadId": (run_body(thread_id=""), "threadId"),
@@ -51,23 +68,34 @@ BAD_BODIES: dict[str, tuple[Any, str]] = {
     "long runId": (run_body(run_id="r" * 129), "runId"),
     "empty message id": (run_body(messages=[_user("hi", mid="")]), "messages[0].id"),
     "long message id": (run_body(messages=[_user("hi", mid="m" * 129)]), "messages[0].id"),
-    "missing message id": (run_body(messages=[{"role": "user", "content": "hi"}]), "messages[0].id"),
+    "missing message id": (
+        run_body(messages=[{"role": "user", "content": "hi"}]),
+        "messages[0].id",
+    ),
     "long parentRunId": (run_body(parentRunId="p" * 129), "parentRunId"),
     "tool without name": (run_body(tools=[{"description": "d"}]), "tools[0].name"),
     "context entry without value": (run_body(context=[{"description": "d"}]), "context[0].value"),
-    "agentmesh props not an object": (run_body(forwardedProps={"agentmesh": "x"}), "forwardedProps.agentmesh"),
+    "agentmesh props not an object": (
+        run_body(forwardedProps={"agentmesh": "x"}),
+        "forwardedProps.agentmesh",
+    ),
     "profile not a string": (
-        run_body(forwardedProps={"agentmesh": {"profile": 3}}), "forwardedProps.agentmesh.profile"
+        run_body(forwardedProps={"agentmesh": {"profile": 3}}),
+        "forwardedProps.agentmesh.profile",
     ),
     "profile too long": (
-        run_body(forwardedProps={"agentmesh": {"profile": "p" * 101}}), "forwardedProps.agentmesh.profile"
+        run_body(forwardedProps={"agentmesh": {"profile": "p" * 101}}),
+        "forwardedProps.agentmesh.profile",
     ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_BODIES))
 async def test_bad_run_input_is_400_naming_the_field(
-    case: str, http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    case: str,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     body, field = BAD_BODIES[case]
     before = len(peers.orchestrator.calls)
@@ -81,7 +109,8 @@ async def test_bad_run_input_is_400_naming_the_field(
 
 
 async def test_malformed_json_is_400_naming_the_body(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp = await http.post(
         URL, content=b'{"threadId": "t",', headers={**auth, "Content-Type": "application/json"}
@@ -91,7 +120,9 @@ async def test_malformed_json_is_400_naming_the_body(
 
 
 async def test_content_over_the_size_limit_is_400(
-    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    gw_settings: Settings,
 ) -> None:
     text = "x" * (gw_settings.max_message_chars + 1)
     resp = await http.post(URL, json=run_body(text=text), headers=auth)
@@ -100,14 +131,18 @@ async def test_content_over_the_size_limit_is_400(
 
 
 async def test_content_at_the_size_limit_is_accepted(
-    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    gw_settings: Settings,
 ) -> None:
     resp, _ = await post_run(http, run_body(text="x" * gw_settings.max_message_chars), auth)
     assert resp.status_code == 200
 
 
 async def test_body_over_max_request_bytes_is_413(
-    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    gw_settings: Settings,
 ) -> None:
     body = b"{" + b" " * gw_settings.max_request_bytes + b"}"
     resp = await http.post(URL, content=body, headers={**auth, "Content-Type": "application/json"})
@@ -116,7 +151,9 @@ async def test_body_over_max_request_bytes_is_413(
 
 
 async def test_chunked_body_over_max_request_bytes_is_413(
-    http: httpx.AsyncClient, auth: dict[str, str], gw_settings: Settings,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    gw_settings: Settings,
 ) -> None:
     async def chunks() -> Any:
         for _ in range(gw_settings.max_request_bytes // 65536 + 2):
@@ -139,7 +176,10 @@ async def test_unknown_keys_are_accepted(http: httpx.AsyncClient, auth: dict[str
 
 
 async def test_last_user_message_becomes_the_start_run_request(
-    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers, gw_settings: Settings,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
+    gw_settings: Settings,
 ) -> None:
     png = base64.b64encode(b"\x89PNG").decode()
     body = run_body(
@@ -152,10 +192,24 @@ async def test_last_user_message_becomes_the_start_run_request(
     body["messages"] = [
         {"id": "old", "role": "user", "content": "earlier"},
         {"id": "a0", "role": "assistant", "content": "reply"},
-        _user([{"type": "text", "text": "look"}, {
-            "type": "image", "source": {"type": "data", "value": png, "mimeType": "image/png"}
-        },
-               {"type": "document", "source": {"type": "url", "value": "https://x/y.pdf", "mimeType": "application/pdf"}}], mid="u9"),
+        _user(
+            [
+                {"type": "text", "text": "look"},
+                {
+                    "type": "image",
+                    "source": {"type": "data", "value": png, "mimeType": "image/png"},
+                },
+                {
+                    "type": "document",
+                    "source": {
+                        "type": "url",
+                        "value": "https://x/y.pdf",
+                        "mimeType": "application/pdf",
+                    },
+                },
+            ],
+            mid="u9",
+        ),
     ]
     resp, _ = await post_run(http, body, {**auth, "X-Request-ID": "req-42"})
     assert resp.status_code == 200
@@ -165,7 +219,9 @@ async def test_last_user_message_becomes_the_start_run_request(
     assert len(req.messages) == 1
     msg = req.messages[0]
     assert (msg.id, msg.role, msg.kind) == (
-        "u9", message_pb2.ROLE_USER, message_pb2.MESSAGE_KIND_USER_MESSAGE
+        "u9",
+        message_pb2.ROLE_USER,
+        message_pb2.MESSAGE_KIND_USER_MESSAGE,
     )
     assert [b.WhichOneof("block") for b in msg.content] == ["text", "data", "data"]
     assert msg.content[0].text.text == "look"
@@ -181,11 +237,17 @@ async def test_last_user_message_becomes_the_start_run_request(
     assert "x-agentmesh-scope" not in call.metadata
     assert call.time_remaining is not None
     # The run deadline (not the unary one) bounds the stream; grpc measures it with some slack.
-    assert gw_settings.run_timeout_seconds - 5 < call.time_remaining < gw_settings.run_timeout_seconds + 1
+    assert (
+        gw_settings.run_timeout_seconds - 5
+        < call.time_remaining
+        < gw_settings.run_timeout_seconds + 1
+    )
 
 
 async def test_valid_x_timezone_is_passed_on(
-    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     await post_run(http, run_body(), {**auth, "X-Timezone": "Europe/Berlin"})
     assert peers.orchestrator.calls[-1].request.time_zone == "Europe/Berlin"
@@ -195,7 +257,10 @@ async def test_valid_x_timezone_is_passed_on(
     "zone", ["Mars/Olympus", "Europe", "America", "America/Argentina", "x" * 300, "../etc/passwd"]
 )
 async def test_unknown_x_timezone_is_left_to_the_default(
-    zone: str, http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    zone: str,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     # A tzdata folder ("Europe") is not a zone: ignored like any unknown name, never a 500.
     resp, _ = await post_run(http, run_body(), {**auth, "X-Timezone": zone})
@@ -204,7 +269,9 @@ async def test_unknown_x_timezone_is_left_to_the_default(
 
 
 async def test_profile_named_in_forwarded_props_is_sent_as_profile_name(
-    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     body = run_body(forwardedProps={"agentmesh": {"profile": "chat_no_router"}, "other": 1})
     resp, _ = await post_run(http, body, auth)
@@ -215,7 +282,9 @@ async def test_profile_named_in_forwarded_props_is_sent_as_profile_name(
 
 
 async def test_no_profile_named_leaves_the_default_to_the_backend(
-    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     await post_run(http, run_body(forwardedProps={"x": True}), auth)
     assert peers.orchestrator.calls[-1].request.profile_name == ""

@@ -39,7 +39,8 @@ def _no_null(value: Any) -> bool:
 
 
 async def test_chat_run_streams_the_documented_event_order(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp, raw = await post_run(http, run_body(), auth)
     assert resp.status_code == 200
@@ -47,13 +48,18 @@ async def test_chat_run_streams_the_documented_event_order(
     assert [e["type"] for e in events] == CHAT_ORDER
     steps = [e["stepName"] for e in events if e["type"].startswith("STEP_")]
     assert steps == ["router", "router", "worker", "worker"]
-    assert events[0] == {"type": "RUN_STARTED", "threadId": "t-1", "runId": "r-1",
-                         "timestamp": events[0]["timestamp"]}
+    assert events[0] == {
+        "type": "RUN_STARTED",
+        "threadId": "t-1",
+        "runId": "r-1",
+        "timestamp": events[0]["timestamp"],
+    }
     assert events[-1]["outcome"] == {"type": "success"}
 
 
 async def test_stream_frames_are_lf_only_data_lines_without_null(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     _, raw = await post_run(http, run_body(thread_id="tools-1"), auth)
     events = parse_frames(raw)  # asserts the exact frame format
@@ -76,7 +82,9 @@ async def test_empty_text_delta_is_not_sent(http: httpx.AsyncClient, auth: dict[
 
 
 async def test_orchestrator_down_gives_503_json_within_deadline(
-    base_settings: Settings, peers: Peers, auth: dict[str, str],
+    base_settings: Settings,
+    peers: Peers,
+    auth: dict[str, str],
 ) -> None:
     addrs = {**peers.addrs, "orchestrator": f"127.0.0.1:{free_port()}"}
     s = gateway_settings(base_settings, addrs)
@@ -95,7 +103,9 @@ async def test_orchestrator_down_gives_503_json_within_deadline(
 
 
 async def test_orchestrator_that_never_answers_gives_504(
-    base_settings: Settings, peers: Peers, auth: dict[str, str],
+    base_settings: Settings,
+    peers: Peers,
+    auth: dict[str, str],
 ) -> None:
     s = gateway_settings(base_settings, peers.addrs, rpc_timeout_seconds=0.5)
     clients = open_clients(s)
@@ -115,7 +125,9 @@ async def test_orchestrator_that_never_answers_gives_504(
 
 
 async def test_a_run_that_started_but_whose_first_event_was_late_is_streamed_not_504(
-    base_settings: Settings, peers: Peers, auth: dict[str, str],
+    base_settings: Settings,
+    peers: Peers,
+    auth: dict[str, str],
 ) -> None:
     s = gateway_settings(base_settings, peers.addrs, rpc_timeout_seconds=0.5)
     clients = open_clients(s)
@@ -133,7 +145,8 @@ async def test_a_run_that_started_but_whose_first_event_was_late_is_streamed_not
 
 
 async def test_run_rejected_by_orchestrator_gives_400_naming_the_field(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp = await http.post("/api/v1/agent/runs", json=run_body(thread_id="reject-1"), headers=auth)
     assert resp.status_code == 400
@@ -143,7 +156,8 @@ async def test_run_rejected_by_orchestrator_gives_400_naming_the_field(
 
 
 async def test_run_refused_by_a_precondition_gives_409(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp = await http.post(
         "/api/v1/agent/runs", json=run_body(thread_id="conflict-1"), headers=auth
@@ -153,7 +167,8 @@ async def test_run_refused_by_a_precondition_gives_409(
 
 
 async def test_failure_mid_stream_sends_one_run_error_and_ends(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp, raw = await post_run(http, run_body(thread_id="fail-mid-1"), auth)
     assert resp.status_code == 200
@@ -166,7 +181,8 @@ async def test_failure_mid_stream_sends_one_run_error_and_ends(
 
 
 async def test_nothing_is_sent_after_run_error(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     _, raw = await post_run(http, run_body(thread_id="error-1"), auth)
     events = parse_frames(raw)
@@ -175,14 +191,17 @@ async def test_nothing_is_sent_after_run_error(
 
 
 async def test_nothing_is_sent_after_run_finished(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     _, raw = await post_run(http, run_body(thread_id="after-end-1"), auth)
     assert [e["type"] for e in parse_frames(raw)] == CHAT_ORDER
 
 
 async def test_batched_events_stream_as_frames_in_order_and_stop_at_the_end(
-    http: httpx.AsyncClient, auth: dict[str, str], peers: Peers,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    peers: Peers,
 ) -> None:
     single = parse_sequenced((await post_run(http, run_body(thread_id="t-1"), auth))[1])
     batched = parse_sequenced((await post_run(http, run_body(thread_id="batch-1"), auth))[1])
@@ -195,7 +214,8 @@ async def test_batched_events_stream_as_frames_in_order_and_stop_at_the_end(
 
 
 async def test_an_orchestrator_that_stops_before_answering_gives_503_to_retry(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp, raw = await post_run(http, run_body(thread_id="stopped-1"), auth)
     assert resp.status_code == 503
@@ -204,7 +224,8 @@ async def test_an_orchestrator_that_stops_before_answering_gives_503_to_retry(
 
 
 async def test_stream_ending_without_terminal_event_ends_with_run_error(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     _, raw = await post_run(http, run_body(thread_id="no-end-1"), auth)
     events = parse_frames(raw)
@@ -213,7 +234,8 @@ async def test_stream_ending_without_terminal_event_ends_with_run_error(
 
 
 async def test_run_without_any_event_gives_502(
-    http: httpx.AsyncClient, auth: dict[str, str],
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
 ) -> None:
     resp = await http.post("/api/v1/agent/runs", json=run_body(thread_id="eof-1"), headers=auth)
     assert resp.status_code == 502

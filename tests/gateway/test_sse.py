@@ -47,14 +47,18 @@ def _snapshot() -> R.MessagesSnapshot:
 # One example of every payload of RunEvent.payload.
 PAYLOADS: dict[str, Any] = {
     "run_started": R.RunStarted(),
-    "run_finished": R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=message_pb2.Usage(input_tokens=3, output_tokens=4)),
+    "run_finished": R.RunFinished(
+        outcome=R.RUN_OUTCOME_SUCCESS, usage=message_pb2.Usage(input_tokens=3, output_tokens=4)
+    ),
     "run_error": R.RunError(message="boom", code="MODEL_ERROR"),
     "step_started": R.StepStarted(step_name="router"),
     "step_finished": R.StepFinished(step_name="memory"),
     "text_message_start": R.TextMessageStart(message_id="m1", role=message_pb2.ROLE_ASSISTANT),
     "text_message_content": R.TextMessageContent(message_id="m1", delta="hi"),
     "text_message_end": R.TextMessageEnd(message_id="m1"),
-    "tool_call_start": R.ToolCallStart(tool_call_id="tc1", tool_call_name="memory_write", parent_message_id="m1"),
+    "tool_call_start": R.ToolCallStart(
+        tool_call_id="tc1", tool_call_name="memory_write", parent_message_id="m1"
+    ),
     "tool_call_args": R.ToolCallArgs(tool_call_id="tc1", delta="{}"),
     "tool_call_end": R.ToolCallEnd(tool_call_id="tc1"),
     "tool_call_result": R.ToolCallResult(message_id="tr1", tool_call_id="tc1", content="ok"),
@@ -102,7 +106,13 @@ def test_payload_maps_to_a_valid_agui_event_without_null(name: str) -> None:
 
 
 def test_interrupt_outcome_names_each_pending_tool_call_as_an_interrupt() -> None:
-    out = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_INTERRUPT, pending_tool_call_ids=["a", "b"])))
+    out = sse.to_agui(
+        _event(
+            run_finished=R.RunFinished(
+                outcome=R.RUN_OUTCOME_INTERRUPT, pending_tool_call_ids=["a", "b"]
+            )
+        )
+    )
     assert out is not None
     EVENT.validate_python(out)
     assert out["outcome"] == {
@@ -128,7 +138,11 @@ def test_cancelled_outcome() -> None:
 
 
 def test_success_outcome_lists_pending_tool_calls() -> None:
-    out = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, pending_tool_call_ids=["tc9"])))
+    out = sse.to_agui(
+        _event(
+            run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, pending_tool_call_ids=["tc9"])
+        )
+    )
     assert out is not None
     assert out["outcome"] == {"type": "success", "pendingToolCallIds": ["tc9"]}
     EVENT.validate_python(out)
@@ -151,7 +165,13 @@ def test_event_without_a_known_payload_is_not_sent() -> None:
 
 
 def test_optional_fields_without_value_are_omitted() -> None:
-    out = sse.to_agui(R.RunEvent(thread_id="t", run_id="r", tool_call_start=R.ToolCallStart(tool_call_id="x", tool_call_name="n")))
+    out = sse.to_agui(
+        R.RunEvent(
+            thread_id="t",
+            run_id="r",
+            tool_call_start=R.ToolCallStart(tool_call_id="x", tool_call_name="n"),
+        )
+    )
     assert out == {"type": "TOOL_CALL_START", "toolCallId": "x", "toolCallName": "n"}
     err = sse.to_agui(R.RunEvent(run_error=R.RunError(message="m")))
     assert err == {"type": "RUN_ERROR", "message": "m"}
@@ -172,9 +192,19 @@ def test_frame_is_one_data_line_and_a_blank_line_with_lf_only() -> None:
 
 def test_usage_agentmesh_counted_itself_is_marked_estimated() -> None:
     usage = message_pb2.Usage(input_tokens=30, output_tokens=4, estimated=True)
-    out = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=usage)))
+    out = sse.to_agui(
+        _event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=usage))
+    )
     assert out is not None
     EVENT.validate_python(out)
-    assert out["usage"] == [{"inputTokens": 30, "outputTokens": 4, "totalTokens": 34, "estimated": True}]
-    reported = sse.to_agui(_event(run_finished=R.RunFinished(outcome=R.RUN_OUTCOME_SUCCESS, usage=message_pb2.Usage(input_tokens=3))))
+    assert out["usage"] == [
+        {"inputTokens": 30, "outputTokens": 4, "totalTokens": 34, "estimated": True}
+    ]
+    reported = sse.to_agui(
+        _event(
+            run_finished=R.RunFinished(
+                outcome=R.RUN_OUTCOME_SUCCESS, usage=message_pb2.Usage(input_tokens=3)
+            )
+        )
+    )
     assert reported is not None and "estimated" not in reported["usage"][0]

@@ -33,9 +33,17 @@ def test_http_and_https_urls_with_a_host_are_endpoints(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://example.com", "https://", "http:///path", "example.com/hook", "",
-     "http://host:port/", "http://exa mple.com/", "javascript:alert(1)",
-     "https://e.com/" + "a" * 2000],
+    [
+        "ftp://example.com",
+        "https://",
+        "http:///path",
+        "example.com/hook",
+        "",
+        "http://host:port/",
+        "http://exa mple.com/",
+        "javascript:alert(1)",
+        "https://e.com/" + "a" * 2000,
+    ],
 )
 def test_other_urls_are_refused(url: str) -> None:
     assert webhooks.url_problem(url) is not None
@@ -43,16 +51,26 @@ def test_other_urls_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1/x", "http://localhost:8080/", "http://api.localhost/", "http://10.1.2.3/",
-     "http://169.254.169.254/latest", "http://[::1]/", "http://[::ffff:192.168.0.1]/",
-     "http://0.0.0.0/", "http://224.0.0.1/"],
+    [
+        "http://127.0.0.1/x",
+        "http://localhost:8080/",
+        "http://api.localhost/",
+        "http://10.1.2.3/",
+        "http://169.254.169.254/latest",
+        "http://[::1]/",
+        "http://[::ffff:192.168.0.1]/",
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+    ],
 )
 def test_local_and_private_addresses_are_refused_for_owners(url: str) -> None:
     assert webhooks.url_problem(url) is None
     assert webhooks.private_host_problem(url) is not None
 
 
-@pytest.mark.parametrize("url", ["https://example.com/h", "http://8.8.8.8/", "http://[2606:4700::1]/"])
+@pytest.mark.parametrize(
+    "url", ["https://example.com/h", "http://8.8.8.8/", "http://[2606:4700::1]/"]
+)
 def test_public_addresses_and_names_pass_the_creation_check(url: str) -> None:
     assert webhooks.private_host_problem(url) is None
 
@@ -66,7 +84,12 @@ def test_unknown_or_repeated_event_types_are_refused() -> None:
 def test_the_retry_schedule_doubles_up_to_its_cap() -> None:
     s = Settings(webhook_retry_initial_seconds=5, webhook_retry_max_seconds=60)
     assert [webhooks.retry_delay_ms(n, s) for n in range(1, 7)] == [
-        5000, 10000, 20000, 40000, 60000, 60000
+        5000,
+        10000,
+        20000,
+        40000,
+        60000,
+        60000,
     ]
 
 
@@ -214,8 +237,13 @@ def _deliverer(store: WebhookStore, **settings: Any) -> webhooks.Deliverer:
     return webhooks.Deliverer(
         None,  # type: ignore[arg-type]
         store,
-        Settings(**{"webhook_retry_initial_seconds": 60, "webhook_allow_private_addresses": True,
-                    **settings}),
+        Settings(
+            **{
+                "webhook_retry_initial_seconds": 60,
+                "webhook_allow_private_addresses": True,
+                **settings,
+            }
+        ),
     )
 
 

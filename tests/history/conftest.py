@@ -135,21 +135,21 @@ async def finish(
     owner: str = "alice",
 ) -> pb.FinishRunResponse:
     return await h.stub.FinishRun(
-        pb.FinishRunRequest(
-            run_id=run_id, state=state, output_messages=messages
-        ),
+        pb.FinishRunRequest(run_id=run_id, state=state, output_messages=messages),
         metadata=h.md(owner),
     )
 
 
 async def append(
-    h: History, thread_id: str, messages: list[message_pb2.Message], *, mode: int = CHAT,
+    h: History,
+    thread_id: str,
+    messages: list[message_pb2.Message],
+    *,
+    mode: int = CHAT,
     owner: str = "alice",
 ) -> pb.AppendMessagesResponse:
     return await h.stub.AppendMessages(
-        pb.AppendMessagesRequest(
-            thread_id=thread_id, messages=messages, runtime_mode=mode
-        ),
+        pb.AppendMessagesRequest(thread_id=thread_id, messages=messages, runtime_mode=mode),
         metadata=h.md(owner),
     )
 

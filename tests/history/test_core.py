@@ -28,11 +28,25 @@ def msg(
     content += [{"tool_call": {"id": c, "name": "f", "input": ""}} for c in calls]
     content += [{"tool_result": {"id": r, "name": "", "text": ""}} for r in results]
     return Message(
-        owner_id="o", id=f"m{pos}", thread_id="t", position=pos, run_id="", role="user",
-        kind=MessageKind.USER_MESSAGE, visibility_mask=3, name="", content=tuple(content),
-        hidden_from_user=False, origin=RuntimeMode.CHAT, executor=None,
-        execution_profile_name="", extra={}, input_tokens=0, output_tokens=0,
-        finished_reason="", created_at=at or datetime(2025, 1, 1, tzinfo=UTC),
+        owner_id="o",
+        id=f"m{pos}",
+        thread_id="t",
+        position=pos,
+        run_id="",
+        role="user",
+        kind=MessageKind.USER_MESSAGE,
+        visibility_mask=3,
+        name="",
+        content=tuple(content),
+        hidden_from_user=False,
+        origin=RuntimeMode.CHAT,
+        executor=None,
+        execution_profile_name="",
+        extra={},
+        input_tokens=0,
+        output_tokens=0,
+        finished_reason="",
+        created_at=at or datetime(2025, 1, 1, tzinfo=UTC),
     )
 
 
@@ -45,8 +59,12 @@ def positions(messages: list[Message]) -> list[int]:
 
 @pytest.mark.parametrize(
     ("text", "window"),
-    [("", Window("all")), ("all", Window("all")), ("today_yesterday", Window("today_yesterday")),
-     ("last_n:5", Window("last_n", 5))],
+    [
+        ("", Window("all")),
+        ("all", Window("all")),
+        ("today_yesterday", Window("today_yesterday")),
+        ("last_n:5", Window("last_n", 5)),
+    ],
 )
 def test_parse_window_accepts_the_three_forms(text: str, window: Window) -> None:
     assert core.parse_window(text) == window
@@ -188,11 +206,15 @@ def test_finishing_twice_with_the_same_state_is_a_noop_and_with_another_a_confli
 def test_stamp_takes_the_mask_from_mode_and_kind_only() -> None:
     new = core.NewMessage(id="m", role="user", kind=MessageKind.USER_MESSAGE, content=())
     at = datetime(2025, 1, 1, tzinfo=UTC)
-    auto = core.stamp(new, owner_id="o", thread_id="t", mode=RuntimeMode.AUTOMATION,
-                      position=1, created_at=at)
-    assert (auto.visibility_mask, auto.hidden_from_user, auto.origin) == (
-        0, True, RuntimeMode.AUTOMATION,
+    auto = core.stamp(
+        new, owner_id="o", thread_id="t", mode=RuntimeMode.AUTOMATION, position=1, created_at=at
     )
-    chat = core.stamp(new, owner_id="o", thread_id="t", mode=RuntimeMode.CHAT,
-                      position=1, created_at=at)
+    assert (auto.visibility_mask, auto.hidden_from_user, auto.origin) == (
+        0,
+        True,
+        RuntimeMode.AUTOMATION,
+    )
+    chat = core.stamp(
+        new, owner_id="o", thread_id="t", mode=RuntimeMode.CHAT, position=1, created_at=at
+    )
     assert (chat.visibility_mask, chat.hidden_from_user) == (3, False)

@@ -128,7 +128,11 @@ async def test_owner_data_waits_for_runs_in_flight_then_goes(history: History) -
     await finish(history, "r-live", [], state=pb.RUN_STATE_CANCELLED)
     gone = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
     assert dict(gone.deleted_counts) == {
-        "threads": 2, "messages": 4, "runs": 2, "tool_denials": 0, "webhookEvents": 2
+        "threads": 2,
+        "messages": 4,
+        "runs": 2,
+        "tool_denials": 0,
+        "webhookEvents": 2,
     }
     again = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
     assert set(again.deleted_counts.values()) == {0}
@@ -146,7 +150,11 @@ async def test_an_owner_deletion_records_its_steps_in_order_until_it_succeeds(
     assert started.created
     d = started.deletion
     assert [s.service for s in d.steps] == [
-        "scheduler", "memory", "history", "orchestrator", "gateway"
+        "scheduler",
+        "memory",
+        "history",
+        "orchestrator",
+        "gateway",
     ]
     assert d.state == pb.DELETION_STATE_RUNNING
 

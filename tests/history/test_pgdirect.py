@@ -53,8 +53,13 @@ BUMP = reused(
 
 def row(owner: str, id_: str, **values: object) -> dict[str, object]:
     base: dict[str, object] = {
-        "owner_id": owner, "id": id_, "at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
-        "doc": {"k": [1, "two"]}, "blob": b"\x00\x01", "flag": True, "n": 1,
+        "owner_id": owner,
+        "id": id_,
+        "at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "doc": {"k": [1, "two"]},
+        "blob": b"\x00\x01",
+        "flag": True,
+        "n": 1,
     }
     base.update(values)
     return base

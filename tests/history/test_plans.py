@@ -51,9 +51,7 @@ async def test_begin_run_reads_runs_by_index(engine: AsyncEngine, name: str) -> 
             assert "Seq Scan" not in plan, plan
             assert plan.count("Index") >= reads, plan
         else:
-            rows = (
-                await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled.string, args)
-            ).all()
+            rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled.string, args)).all()
             searches = [r[3] for r in rows if "runs" in r[3]]
             assert len(searches) == reads, searches
             keys = ("(owner_id=? AND id=?)", "(owner_id=? AND thread_id=?)")

@@ -22,19 +22,32 @@ LEASE = core.Lease("orch-2", NOW + timedelta(seconds=30))
 
 def begin(strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE, **changes: object) -> Begin:
     b = Begin(
-        owner_id="alice", run_id="r9", thread_id="t1", mode=RuntimeMode.CHAT,
-        profile=CHAT_DEFAULT, strategy=strategy, lease=LEASE, now=NOW,
+        owner_id="alice",
+        run_id="r9",
+        thread_id="t1",
+        mode=RuntimeMode.CHAT,
+        profile=CHAT_DEFAULT,
+        strategy=strategy,
+        lease=LEASE,
+        now=NOW,
     )
     return replace(b, **changes)
 
 
 def stored(run_id: str, state: RunState, seq: int, **changes: object) -> Run:
     run = Run(
-        owner_id="alice", id=run_id, thread_id="t1", state=state, origin=RuntimeMode.CHAT,
-        profile=CHAT_DEFAULT, create_time=EARLIER,
+        owner_id="alice",
+        id=run_id,
+        thread_id="t1",
+        state=state,
+        origin=RuntimeMode.CHAT,
+        profile=CHAT_DEFAULT,
+        create_time=EARLIER,
         start_time=EARLIER if state is not RunState.QUEUED else None,
-        finish_time=EARLIER if state in core.TERMINAL_STATES else None, thread_seq=seq,
-        lease_holder="orch-1", lease_expire_time=EARLIER + timedelta(seconds=30),
+        finish_time=EARLIER if state in core.TERMINAL_STATES else None,
+        thread_seq=seq,
+        lease_holder="orch-1",
+        lease_expire_time=EARLIER + timedelta(seconds=30),
     )
     return replace(run, **changes)
 
@@ -231,8 +244,11 @@ def test_a_run_whose_cancel_was_requested_ends_cancelled_unless_it_failed(
 
 def reply(message_id: str, run_id: str = "") -> NewMessage:
     return NewMessage(
-        id=message_id, role="assistant", kind=MessageKind.AGENT_REPLY,
-        content=({"text": {"text": "hi"}},), run_id=run_id,
+        id=message_id,
+        role="assistant",
+        kind=MessageKind.AGENT_REPLY,
+        content=({"text": {"text": "hi"}},),
+        run_id=run_id,
     )
 
 
@@ -256,9 +272,7 @@ def test_a_finished_run_records_each_tool_denial_once() -> None:
     digest = "0" * 64
     denials = [("c1", "shell", digest, "not_declared"), ("c1", "shell", digest, "not_declared")]
     writes = core.plan_finished(run, [], denials, NOW)
-    assert [(d.run_id, d.tool_call_id, d.created_at) for d in writes.denials] == [
-        ("r9", "c1", NOW)
-    ]
+    assert [(d.run_id, d.tool_call_id, d.created_at) for d in writes.denials] == [("r9", "c1", NOW)]
 
 
 def test_a_rolled_back_run_hides_its_messages_when_it_finishes_and_another_does_not() -> None:

@@ -36,9 +36,7 @@ async def history_of(h: History, thread_id: str, owner: str = "alice", **kw: obj
     return ids(resp.messages)
 
 
-async def context_of(
-    h: History, thread_id: str, owner: str = "alice", **opts: object
-) -> list[str]:
+async def context_of(h: History, thread_id: str, owner: str = "alice", **opts: object) -> list[str]:
     resp = await h.stub.LoadContext(
         pb.LoadContextRequest(
             thread_id=thread_id,
@@ -92,44 +90,60 @@ async def test_automation_input_is_hidden_and_its_reply_is_shown_but_never_conte
 
 
 async def test_a_mask_sent_by_the_caller_is_ignored(history: History) -> None:
-    resp = await append(
-        history, "t1", [text_msg("u1", visibility_mask=3)], mode=AUTOMATION
-    )
+    resp = await append(history, "t1", [text_msg("u1", visibility_mask=3)], mode=AUTOMATION)
     assert resp.messages[0].visibility_mask == 0
     assert resp.messages[0].metadata.hidden_from_user
 
 
 async def test_tool_messages_of_a_chat_run_are_history_and_context(history: History) -> None:
     await begin(history, "t1", "r1", [text_msg("u1")])
-    await finish(history, "r1", [tool_call_msg("c1", "call-1"), tool_result_msg("c2", "call-1"),
-                                 text_msg("a1", REPLY)])
+    await finish(
+        history,
+        "r1",
+        [tool_call_msg("c1", "call-1"), tool_result_msg("c2", "call-1"), text_msg("a1", REPLY)],
+    )
     assert await history_of(history, "t1") == ["u1", "c1", "c2", "a1"]
     assert await context_of(history, "t1") == ["u1", "c1", "c2", "a1"]
 
 
 async def test_every_block_type_comes_back_as_it_was_sent(history: History) -> None:
     sent = message_pb2.Message(
-        id="rich", role=message_pb2.ROLE_ASSISTANT, kind=REPLY,
+        id="rich",
+        role=message_pb2.ROLE_ASSISTANT,
+        kind=REPLY,
         content=[
             content_pb2.ContentBlock(text=content_pb2.TextBlock(text="t")),
             content_pb2.ContentBlock(thinking=content_pb2.ThinkingBlock(thinking="hm")),
             content_pb2.ContentBlock(hint=content_pb2.HintBlock(hint="h")),
             content_pb2.ContentBlock(
-                data=content_pb2.DataBlock(mime_type="image/png", data=b"\x89PNG")),
+                data=content_pb2.DataBlock(mime_type="image/png", data=b"\x89PNG")
+            ),
             content_pb2.ContentBlock(
-                data=content_pb2.DataBlock(mime_type="audio/wav", url="https://x/a.wav")),
-            content_pb2.ContentBlock(tool_call=content_pb2.ToolCallBlock(
-                id="c", name="f", input='{"a": 1}', state=content_pb2.TOOL_CALL_STATE_FINISHED)),
-            content_pb2.ContentBlock(tool_result=content_pb2.ToolResultBlock(
-                id="c", name="f", state=content_pb2.TOOL_RESULT_STATE_SUCCESS,
-                blocks=content_pb2.ContentBlocks(blocks=[
-                    content_pb2.ContentBlock(text=content_pb2.TextBlock(text="nested"))]))),
+                data=content_pb2.DataBlock(mime_type="audio/wav", url="https://x/a.wav")
+            ),
+            content_pb2.ContentBlock(
+                tool_call=content_pb2.ToolCallBlock(
+                    id="c", name="f", input='{"a": 1}', state=content_pb2.TOOL_CALL_STATE_FINISHED
+                )
+            ),
+            content_pb2.ContentBlock(
+                tool_result=content_pb2.ToolResultBlock(
+                    id="c",
+                    name="f",
+                    state=content_pb2.TOOL_RESULT_STATE_SUCCESS,
+                    blocks=content_pb2.ContentBlocks(
+                        blocks=[content_pb2.ContentBlock(text=content_pb2.TextBlock(text="nested"))]
+                    ),
+                )
+            ),
         ],
-        usage=message_pb2.Usage(input_tokens=3, output_tokens=4), finished_reason="stop",
+        usage=message_pb2.Usage(input_tokens=3, output_tokens=4),
+        finished_reason="stop",
     )
     await append(history, "t1", [sent])
-    got = (await history.stub.ListHistory(pb.ListHistoryRequest(thread_id="t1"),
-                                          metadata=history.md())).messages[0]
+    got = (
+        await history.stub.ListHistory(pb.ListHistoryRequest(thread_id="t1"), metadata=history.md())
+    ).messages[0]
     assert list(got.content) == list(sent.content)
     assert (got.usage, got.finished_reason) == (sent.usage, "stop")
 
@@ -175,7 +189,8 @@ async def test_a_message_origin_other_than_the_runs_mode_is_invalid(history: His
 
 async def test_metadata_executor_and_profile_name_are_stored_as_given(history: History) -> None:
     meta = message_pb2.MessageMetadata(
-        executor=execution_profile_pb2.EXECUTOR_MEMORY, execution_profile_name="custom_x",
+        executor=execution_profile_pb2.EXECUTOR_MEMORY,
+        execution_profile_name="custom_x",
     )
     meta.extra_json = '{"source": "import", "n": 12345678901}'
     resp = await append(history, "t1", [text_msg("u1", metadata=meta)])
@@ -289,8 +304,13 @@ async def test_finish_run_whose_output_is_stored_already_stores_it_once(
 async def test_finish_run_sets_state_and_errors_and_is_idempotent(history: History) -> None:
     await begin(history, "t1", "r1", [text_msg("u1")])
     done = await history.stub.FinishRun(
-        pb.FinishRunRequest(run_id="r1", state=pb.RUN_STATE_FAILED, error_code="MODEL_DOWN",
-                            error_message="no model", output_messages=[text_msg("a1", REPLY)]),
+        pb.FinishRunRequest(
+            run_id="r1",
+            state=pb.RUN_STATE_FAILED,
+            error_code="MODEL_DOWN",
+            error_message="no model",
+            output_messages=[text_msg("a1", REPLY)],
+        ),
         metadata=history.md(),
     )
     assert (done.run.state, done.run.error_code) == (pb.RUN_STATE_FAILED, "MODEL_DOWN")
@@ -325,8 +345,9 @@ async def test_history_pages_forward_and_backward(history: History) -> None:
         seen, token = [], ""
         while True:
             resp = await history.stub.ListHistory(
-                pb.ListHistoryRequest(thread_id="t1", page_size=3, page_token=token,
-                                      direction=direction),
+                pb.ListHistoryRequest(
+                    thread_id="t1", page_size=3, page_token=token, direction=direction
+                ),
                 metadata=history.md(),
             )
             seen += ids(resp.messages)
@@ -344,8 +365,9 @@ async def test_a_page_token_is_bound_to_thread_and_direction(history: History) -
     )
     for request in (
         pb.ListHistoryRequest(thread_id="t2", page_token=first.next_page_token),
-        pb.ListHistoryRequest(thread_id="t1", page_token=first.next_page_token,
-                              direction=pb.DIRECTION_BACKWARD),
+        pb.ListHistoryRequest(
+            thread_id="t1", page_token=first.next_page_token, direction=pb.DIRECTION_BACKWARD
+        ),
         pb.ListHistoryRequest(thread_id="t1", page_token="garbage!"),
     ):
         err = await rpc_error(history.stub.ListHistory(request, metadata=history.md()))
@@ -356,8 +378,11 @@ async def test_a_page_token_is_bound_to_thread_and_direction(history: History) -
 @pytest.mark.parametrize("size", [-1, 1001])
 async def test_page_size_out_of_range_is_invalid(history: History, size: int) -> None:
     await append(history, "t1", [text_msg("m1")])
-    err = await rpc_error(history.stub.ListHistory(
-        pb.ListHistoryRequest(thread_id="t1", page_size=size), metadata=history.md()))
+    err = await rpc_error(
+        history.stub.ListHistory(
+            pb.ListHistoryRequest(thread_id="t1", page_size=size), metadata=history.md()
+        )
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "page_size" in (err.details() or "")
 
@@ -430,12 +455,16 @@ async def test_context_today_yesterday_uses_the_time_zone(history: History) -> N
 
 
 async def test_context_last_n_and_budget_keep_tool_groups_whole(history: History) -> None:
-    await append(history, "t1", [
-        text_msg("u1", text="x" * 50),
-        tool_call_msg("c1", "k1", args="{}"),  # "lookup{}" = 8 chars
-        tool_result_msg("r1", "k1", output="y" * 20),
-        text_msg("a1", REPLY, text="z" * 10),
-    ])
+    await append(
+        history,
+        "t1",
+        [
+            text_msg("u1", text="x" * 50),
+            tool_call_msg("c1", "k1", args="{}"),  # "lookup{}" = 8 chars
+            tool_result_msg("r1", "k1", output="y" * 20),
+            text_msg("a1", REPLY, text="z" * 10),
+        ],
+    )
     assert await context_of(history, "t1", window="last_n:2") == ["a1"]
     assert await context_of(history, "t1", max_chars=38) == ["c1", "r1", "a1"]
     assert await context_of(history, "t1", max_chars=37) == ["a1"]
@@ -446,8 +475,12 @@ async def test_context_pages_through_a_windowed_context_once(history: History) -
     seen, token = [], ""
     while True:
         resp = await history.stub.LoadContext(
-            pb.LoadContextRequest(thread_id="t1", page_size=3, page_token=token,
-                                  context=pb.ContextOptions(window="last_n:7")),
+            pb.LoadContextRequest(
+                thread_id="t1",
+                page_size=3,
+                page_token=token,
+                context=pb.ContextOptions(window="last_n:7"),
+            ),
             metadata=history.md(),
         )
         seen += ids(resp.messages)
@@ -481,21 +514,26 @@ async def test_an_uncut_context_pages_through_every_context_message_once(
         token = resp.next_page_token
         if not token:
             break
-    assert [m.id for m in seen] == [m.id for m in whole.messages] == [
-        *(f"m{i}" for i in range(4)), "c1", "r1", *(f"n{i}" for i in range(4))
-    ]
+    assert (
+        [m.id for m in seen]
+        == [m.id for m in whole.messages]
+        == [*(f"m{i}" for i in range(4)), "c1", "r1", *(f"n{i}" for i in range(4))]
+    )
     assert [m.position for m in seen] == sorted({m.position for m in seen})
 
 
 async def test_context_with_a_bad_window_or_zone_is_invalid(history: History) -> None:
     await append(history, "t1", [text_msg("m")])
-    for opts, field in (({"window": "last_week"}, "context.window"),
-                        ({"time_zone": "Nowhere/City"}, "context.time_zone")):
-        err = await rpc_error(history.stub.LoadContext(
-            pb.LoadContextRequest(
-                thread_id="t1", context=pb.ContextOptions(**opts)
-            ),
-            metadata=history.md()))
+    for opts, field in (
+        ({"window": "last_week"}, "context.window"),
+        ({"time_zone": "Nowhere/City"}, "context.time_zone"),
+    ):
+        err = await rpc_error(
+            history.stub.LoadContext(
+                pb.LoadContextRequest(thread_id="t1", context=pb.ContextOptions(**opts)),
+                metadata=history.md(),
+            )
+        )
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field in (err.details() or "")
 
@@ -578,8 +616,9 @@ async def test_a_call_without_owner_is_unauthenticated(history: History) -> None
 
 async def test_audit_needs_the_admin_scope(history: History) -> None:
     await append(history, "t1", [text_msg("u1")])
-    err = await rpc_error(history.stub.ListAudit(
-        pb.ListAuditRequest(owner_id="alice"), metadata=history.md("alice")))
+    err = await rpc_error(
+        history.stub.ListAudit(pb.ListAuditRequest(owner_id="alice"), metadata=history.md("alice"))
+    )
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -594,9 +633,7 @@ async def test_audit_filters_by_origin_executor_profile_thread_and_time(history:
 
     async def audit(**flt: object) -> list[str]:
         resp = await history.stub.ListAudit(
-            pb.ListAuditRequest(
-                owner_id="alice", filter=pb.AuditFilter(**flt)
-            ),
+            pb.ListAuditRequest(owner_id="alice", filter=pb.AuditFilter(**flt)),
             metadata=admin,
         )
         return ids(resp.messages)
@@ -618,11 +655,20 @@ async def test_audit_filters_by_origin_executor_profile_thread_and_time(history:
     ("request_", "field"),
     [
         (pb.ListAuditRequest(owner_id=""), "owner_id"),
-        (pb.ListAuditRequest(owner_id="alice", filter=pb.AuditFilter(thread_id="a b")),
-         "filter.thread_id"),
-        (pb.ListAuditRequest(owner_id="alice", filter=pb.AuditFilter(
-            start_time=timestamp_pb2.Timestamp(seconds=200),
-            end_time=timestamp_pb2.Timestamp(seconds=100))), "filter.end_time"),
+        (
+            pb.ListAuditRequest(owner_id="alice", filter=pb.AuditFilter(thread_id="a b")),
+            "filter.thread_id",
+        ),
+        (
+            pb.ListAuditRequest(
+                owner_id="alice",
+                filter=pb.AuditFilter(
+                    start_time=timestamp_pb2.Timestamp(seconds=200),
+                    end_time=timestamp_pb2.Timestamp(seconds=100),
+                ),
+            ),
+            "filter.end_time",
+        ),
         (pb.ListAuditRequest(owner_id="alice", page_size=5000), "page_size"),
     ],
 )
@@ -638,10 +684,14 @@ async def test_an_audit_filter_enum_this_build_does_not_know_is_refused(history:
     # Read as UNSPECIFIED it would drop the filter and list more than was asked for.
     await begin(history, "t1", "r1", [text_msg("u1")])
     admin = history.md("ops", admin=True)
-    for newer, field in ((pb.AuditFilter(origin=9), "filter.origin"),
-                         (pb.AuditFilter(executor=7), "filter.executor")):
+    for newer, field in (
+        (pb.AuditFilter(origin=9), "filter.origin"),
+        (pb.AuditFilter(executor=7), "filter.executor"),
+    ):
         err = await rpc_error(
-            history.stub.ListAudit(pb.ListAuditRequest(owner_id="alice", filter=newer), metadata=admin)
+            history.stub.ListAudit(
+                pb.ListAuditRequest(owner_id="alice", filter=newer), metadata=admin
+            )
         )
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (err.details() or "").startswith(field)

@@ -15,11 +15,17 @@ from tests.history.conftest import AUTOMATION, History, begin, text_msg
 DIGEST = hashlib.sha256(b'{"content": "x"}').hexdigest()
 
 
-def denial(call_id: str, tool: str = "memory_write", reason: int = pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE) -> pb.ToolDenial:
-    return pb.ToolDenial(tool_call_id=call_id, tool_name=tool, arguments_sha256=DIGEST, reason=reason)
+def denial(
+    call_id: str, tool: str = "memory_write", reason: int = pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE
+) -> pb.ToolDenial:
+    return pb.ToolDenial(
+        tool_call_id=call_id, tool_name=tool, arguments_sha256=DIGEST, reason=reason
+    )
 
 
-async def finish_with(h: History, run_id: str, denials: list[pb.ToolDenial], owner: str = "alice") -> pb.FinishRunResponse:
+async def finish_with(
+    h: History, run_id: str, denials: list[pb.ToolDenial], owner: str = "alice"
+) -> pb.FinishRunResponse:
     return await h.stub.FinishRun(
         pb.FinishRunRequest(run_id=run_id, state=pb.RUN_STATE_SUCCEEDED, tool_denials=denials),
         metadata=h.md(owner),
@@ -35,7 +41,9 @@ async def audit(h: History, owner: str = "alice", **fields: object) -> pb.ListAu
 
 async def test_denials_are_audited_with_the_runs_owner_thread_and_profile(history: History) -> None:
     await begin(history, "t1", "r1", [text_msg("m1")])
-    await finish_with(history, "r1", [denial("c1"), denial("c2", "rm_rf", pb.TOOL_DENIAL_REASON_NOT_REGISTERED)])
+    await finish_with(
+        history, "r1", [denial("c1"), denial("c2", "rm_rf", pb.TOOL_DENIAL_REASON_NOT_REGISTERED)]
+    )
     found = (await audit(history)).tool_denials
     assert [(d.tool_call_id, d.tool_name, d.reason) for d in found] == [
         ("c1", "memory_write", pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE),
@@ -93,12 +101,30 @@ async def test_audit_pages_messages_and_denials_side_by_side(history: History) -
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
-        (pb.ToolDenial(tool_call_id="c", tool_name="t", arguments_sha256="raw args", reason=pb.TOOL_DENIAL_REASON_NOT_DECLARED), "tool_denials[0].arguments_sha256"),
-        (pb.ToolDenial(tool_call_id="c", tool_name="t", arguments_sha256=DIGEST), "tool_denials[0].reason"),
-        (pb.ToolDenial(tool_name="t", arguments_sha256=DIGEST, reason=pb.TOOL_DENIAL_REASON_NOT_DECLARED), "tool_denials[0].tool_call_id"),
+        (
+            pb.ToolDenial(
+                tool_call_id="c",
+                tool_name="t",
+                arguments_sha256="raw args",
+                reason=pb.TOOL_DENIAL_REASON_NOT_DECLARED,
+            ),
+            "tool_denials[0].arguments_sha256",
+        ),
+        (
+            pb.ToolDenial(tool_call_id="c", tool_name="t", arguments_sha256=DIGEST),
+            "tool_denials[0].reason",
+        ),
+        (
+            pb.ToolDenial(
+                tool_name="t", arguments_sha256=DIGEST, reason=pb.TOOL_DENIAL_REASON_NOT_DECLARED
+            ),
+            "tool_denials[0].tool_call_id",
+        ),
     ],
 )
-async def test_bad_denial_is_invalid_argument_and_nothing_is_stored(history: History, bad: pb.ToolDenial, field: str) -> None:
+async def test_bad_denial_is_invalid_argument_and_nothing_is_stored(
+    history: History, bad: pb.ToolDenial, field: str
+) -> None:
     await begin(history, "t1", "r1", [text_msg("m1")])
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await finish_with(history, "r1", [bad])

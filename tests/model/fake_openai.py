@@ -29,11 +29,20 @@ class Reply:
 
 
 def recording(name: str, piece: int = 7) -> Reply:
-    return Reply(body=(RECORDINGS / name).read_bytes(), headers={"Content-Type": "text/event-stream"}, piece=piece)
+    return Reply(
+        body=(RECORDINGS / name).read_bytes(),
+        headers={"Content-Type": "text/event-stream"},
+        piece=piece,
+    )
 
 
 def error(
-    status: int, message: str = "boom", *, code: str | None = None, type: str = "server_error", **headers: str
+    status: int,
+    message: str = "boom",
+    *,
+    code: str | None = None,
+    type: str = "server_error",
+    **headers: str,
 ) -> Reply:
     """An OpenAI-style error answer (`code` as OpenAI sets it, e.g. context_length_exceeded)."""
     body = json.dumps({"error": {"message": message, "type": type, "code": code}}).encode()
@@ -81,13 +90,18 @@ class FakeOpenAI:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             _, path, _ = lines[0].split(" ", 2)
-            headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)}
+            headers = {
+                k.strip().lower(): v.strip()
+                for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)
+            }
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             self.requests.append(Request(path, headers, json.loads(body or b"{}")))
             reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
             if reply.stall:
                 await asyncio.sleep(reply.stall)
-            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(reply.status, "Error")
+            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
+                reply.status, "Error"
+            )
             head_out = [f"HTTP/1.1 {reply.status} {reason}", "Connection: close"]
             head_out += [f"{k}: {v}" for k, v in reply.headers.items()]
             # A stream ends when the connection closes; a declared length that the cut does

@@ -36,13 +36,18 @@ def test_layer_one_offers_the_provider_class_parameters(tmp_path: Path) -> None:
     card = load_card(write_card(tmp_path))
     assert {"temperature", "top_p", "max_tokens", "seed", "stop"} <= set(card.parameter_properties)
     assert card.parameter_properties["temperature"] == {
-        "type": "number", "minimum": 0, "maximum": 2, "title": "Temperature"
+        "type": "number",
+        "minimum": 0,
+        "maximum": 2,
+        "title": "Temperature",
     }
 
 
 def test_thinking_parameters_are_removed_without_thinking_output(tmp_path: Path) -> None:
     card = load_card(write_card(tmp_path))
-    assert not {"reasoning_effort", "enable_thinking", "thinking_budget"} & set(card.parameter_properties)
+    assert not {"reasoning_effort", "enable_thinking", "thinking_budget"} & set(
+        card.parameter_properties
+    )
 
 
 def test_thinking_parameters_stay_with_thinking_output(tmp_path: Path) -> None:
@@ -67,19 +72,29 @@ def test_hidden_override_removes_a_parameter(tmp_path: Path) -> None:
 
 
 def test_mapping_override_merges_into_the_parameter(tmp_path: Path) -> None:
-    card = load_card(write_card(tmp_path, parameters={"temperature": {"default": 0.5, "maximum": 1}}))
+    card = load_card(
+        write_card(tmp_path, parameters={"temperature": {"default": 0.5, "maximum": 1}})
+    )
     assert card.parameter_properties["temperature"] == {
-        "type": "number", "minimum": 0, "maximum": 1, "title": "Temperature", "default": 0.5
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "title": "Temperature",
+        "default": 0.5,
     }
 
 
 def test_overriding_an_unknown_parameter_fails_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(CardError, match=r"parameters\.temprature: unknown parameter of the openai provider"):
+    with pytest.raises(
+        CardError, match=r"parameters\.temprature: unknown parameter of the openai provider"
+    ):
         load_card(write_card(tmp_path, parameters={"temprature": {"default": 1}}))
 
 
 def test_overriding_a_gated_parameter_fails_naming_the_capability(tmp_path: Path) -> None:
-    with pytest.raises(CardError, match=r"parameters\.reasoning_effort: not available: .* thinking output"):
+    with pytest.raises(
+        CardError, match=r"parameters\.reasoning_effort: not available: .* thinking output"
+    ):
         load_card(write_card(tmp_path, parameters={"reasoning_effort": {"default": "low"}}))
 
 
@@ -109,7 +124,9 @@ def test_max_tokens_maximum_cannot_exceed_the_output_size(tmp_path: Path) -> Non
 
 
 def test_invalid_card_field_fails_naming_the_field(tmp_path: Path) -> None:
-    with pytest.raises(CardError, match=r"card\.yaml: context_size: Input should be greater than 0"):
+    with pytest.raises(
+        CardError, match=r"card\.yaml: context_size: Input should be greater than 0"
+    ):
         load_card(write_card(tmp_path, context_size=0))
 
 
@@ -156,7 +173,9 @@ def test_card_is_a_validated_pydantic_model() -> None:
 def test_the_local_card_refuses_a_tool_choice_up_front() -> None:
     local = load_card("smollm2-local")
     assert "tool_choice" not in local.resolve_parameters()
-    with pytest.raises(ValueError, match=r"options\.tool_choice: not a parameter of model card smollm2-local"):
+    with pytest.raises(
+        ValueError, match=r"options\.tool_choice: not a parameter of model card smollm2-local"
+    ):
         local.resolve_parameters({"tool_choice": "required"})
     with pytest.raises(CardError, match=r"tool_choice: unknown parameter"):
         load_card("smollm2-local", overrides={"tool_choice": {"default": "required"}})

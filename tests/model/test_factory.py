@@ -40,7 +40,9 @@ def test_base_url_from_the_environment_replaces_the_cards(monkeypatch: pytest.Mo
     assert model.card.context_size == 2048 and model.card.resolve_parameters()["max_tokens"] == 200
 
 
-def test_a_base_url_that_is_not_http_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_base_url_that_is_not_http_fails_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("AGENTMESH_MODEL_CARD", "smollm2-local")
     monkeypatch.setenv("AGENTMESH_MODEL_BASE_URL", "127.0.0.1:9999")
     with pytest.raises(ValueError, match="AGENTMESH_MODEL_BASE_URL"):
@@ -60,7 +62,10 @@ def test_openai_provider_without_a_card_fails_clearly() -> None:
 
 def test_card_of_another_provider_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTMESH_MODEL_CARD", "gpt-4o-mini")
-    with pytest.raises(CardError, match="gpt-4o-mini is for the openai provider but AGENTMESH_MODEL_PROVIDER is scripted"):
+    with pytest.raises(
+        CardError,
+        match="gpt-4o-mini is for the openai provider but AGENTMESH_MODEL_PROVIDER is scripted",
+    ):
         create_model(Settings())
 
 
@@ -78,11 +83,15 @@ def test_user_parameter_overrides_from_the_environment(monkeypatch: pytest.Monke
 
 def test_unknown_parameter_override_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTMESH_MODEL_PARAMETERS", '{"temperature": null}')
-    with pytest.raises(CardError, match=r"overrides\.temperature: unknown parameter of the scripted provider"):
+    with pytest.raises(
+        CardError, match=r"overrides\.temperature: unknown parameter of the scripted provider"
+    ):
         create_model(Settings())
 
 
-def test_api_key_from_the_secret_file_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_api_key_from_the_secret_file_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     secret = tmp_path / "openai.key"
     secret.write_text("sk-from-file\n")
     monkeypatch.setenv("AGENTMESH_MODEL_CARD", "gpt-4o-mini")

@@ -37,13 +37,17 @@ def test_text_deltas_concatenate() -> None:
 
 
 def test_thinking_deltas_concatenate_apart_from_text() -> None:
-    acc = merged(chunk(ThinkingBlock("let me ")), chunk(ThinkingBlock("think")), chunk(TextBlock("Answer")))
+    acc = merged(
+        chunk(ThinkingBlock("let me ")), chunk(ThinkingBlock("think")), chunk(TextBlock("Answer"))
+    )
     assert acc.content() == (ThinkingBlock("let me think"), TextBlock("Answer"))
 
 
 def test_text_after_another_block_starts_a_new_block() -> None:
     acc = merged(
-        chunk(TextBlock("a")), chunk(ToolCallBlock(id="c1", name="t", input="{}")), chunk(TextBlock("b"))
+        chunk(TextBlock("a")),
+        chunk(ToolCallBlock(id="c1", name="t", input="{}")),
+        chunk(TextBlock("b")),
     )
     assert [type(b) for b in acc.content()] == [TextBlock, ToolCallBlock, TextBlock]
 
@@ -80,29 +84,38 @@ def test_invalid_tool_input_fails_once_parsed_with_a_clear_error() -> None:
 
 
 def test_audio_bytes_concatenate() -> None:
-    acc = merged(chunk(DataBlock("audio/pcm", data=b"\x01\x02")), chunk(DataBlock("audio/pcm", data=b"\x03")))
+    acc = merged(
+        chunk(DataBlock("audio/pcm", data=b"\x01\x02")), chunk(DataBlock("audio/pcm", data=b"\x03"))
+    )
     assert acc.content() == (DataBlock("audio/pcm", data=b"\x01\x02\x03"),)
 
 
 def test_image_replaces_the_previous_image() -> None:
-    acc = merged(chunk(DataBlock("image/png", data=b"low")), chunk(DataBlock("image/png", data=b"high")))
+    acc = merged(
+        chunk(DataBlock("image/png", data=b"low")), chunk(DataBlock("image/png", data=b"high"))
+    )
     assert acc.content() == (DataBlock("image/png", data=b"high"),)
 
 
 def test_video_by_url_replaces() -> None:
     acc = merged(
-        chunk(DataBlock("video/mp4", url="https://x/draft.mp4")), chunk(DataBlock("video/mp4", url="https://x/final.mp4"))
+        chunk(DataBlock("video/mp4", url="https://x/draft.mp4")),
+        chunk(DataBlock("video/mp4", url="https://x/final.mp4")),
     )
     assert acc.content() == (DataBlock("video/mp4", url="https://x/final.mp4"),)
 
 
 def test_audio_mime_mismatch_replaces() -> None:
-    acc = merged(chunk(DataBlock("audio/wav", data=b"wav")), chunk(DataBlock("audio/mpeg", data=b"mp3")))
+    acc = merged(
+        chunk(DataBlock("audio/wav", data=b"wav")), chunk(DataBlock("audio/mpeg", data=b"mp3"))
+    )
     assert acc.content() == (DataBlock("audio/mpeg", data=b"mp3"),)
 
 
 def test_media_type_mismatch_replaces() -> None:
-    acc = merged(chunk(DataBlock("audio/wav", data=b"wav")), chunk(DataBlock("image/png", data=b"png")))
+    acc = merged(
+        chunk(DataBlock("audio/wav", data=b"wav")), chunk(DataBlock("image/png", data=b"png"))
+    )
     assert acc.content() == (DataBlock("image/png", data=b"png"),)
 
 
@@ -116,7 +129,9 @@ def test_tool_result_with_the_same_id_replaces() -> None:
         chunk(ToolResultBlock(id="c1", name="t", output="partial")),
         chunk(ToolResultBlock(id="c1", name="t", output="done", state=ToolResultState.SUCCESS)),
     )
-    assert acc.content() == (ToolResultBlock(id="c1", name="t", output="done", state=ToolResultState.SUCCESS),)
+    assert acc.content() == (
+        ToolResultBlock(id="c1", name="t", output="done", state=ToolResultState.SUCCESS),
+    )
 
 
 def test_is_last_with_finished_reason_ends_the_response() -> None:

@@ -42,7 +42,10 @@ async def test_llama_cpp_context_overflow_is_its_own_error_and_not_retried() -> 
     # llama-cpp-python answers a prompt larger than its n_ctx like this (a 400 or a 500).
     for status in (400, 500):
         err, requests = await fails(
-            [error(status, "Requested tokens (3790) exceed context window of 2048"), recording("text.sse")]
+            [
+                error(status, "Requested tokens (3790) exceed context window of 2048"),
+                recording("text.sse"),
+            ]
         )
         assert isinstance(err, ModelContextOverflow) and err.reason == "MODEL_CONTEXT_OVERFLOW"
         assert "3790" in err.message and "try again" not in err.message
@@ -51,7 +54,13 @@ async def test_llama_cpp_context_overflow_is_its_own_error_and_not_retried() -> 
 
 async def test_openai_context_length_exceeded_code_is_an_overflow() -> None:
     err, _ = await fails(
-        [error(400, "This model's maximum context length is 8192 tokens.", code="context_length_exceeded")]
+        [
+            error(
+                400,
+                "This model's maximum context length is 8192 tokens.",
+                code="context_length_exceeded",
+            )
+        ]
     )
     assert err.reason == "MODEL_CONTEXT_OVERFLOW"
 
@@ -63,13 +72,17 @@ async def test_wrong_api_key_is_authentication_and_not_retried() -> None:
 
 
 async def test_unknown_model_is_an_invalid_request() -> None:
-    err, requests = await fails([error(404, "The model `nope` does not exist", code="model_not_found")])
+    err, requests = await fails(
+        [error(404, "The model `nope` does not exist", code="model_not_found")]
+    )
     assert type(err) is ModelRequestError and err.reason == "MODEL_INVALID_REQUEST"
     assert "does not know this model" in err.message and requests == 1
 
 
 async def test_bad_parameter_is_an_invalid_request() -> None:
-    err, requests = await fails([error(400, "temperature: must be <= 2", type="invalid_request_error")])
+    err, requests = await fails(
+        [error(400, "temperature: must be <= 2", type="invalid_request_error")]
+    )
     assert err.reason == "MODEL_INVALID_REQUEST" and requests == 1
 
 
@@ -127,7 +140,9 @@ async def test_an_error_inside_a_200_stream_is_classified_like_a_refusal() -> No
     overflow = {"error": {"message": "Requested tokens (3000) exceed context window of 2048"}}
     err, _ = await fails([events(TEXT, overflow, done=False)])
     assert err.reason == "MODEL_CONTEXT_OVERFLOW"
-    err, _ = await fails([events({"error": {"message": "tool_choice required failed", "code": 500}})])
+    err, _ = await fails(
+        [events({"error": {"message": "tool_choice required failed", "code": 500}})]
+    )
     assert err.reason == "MODEL_INVALID_REQUEST" and "mid-stream" in err.message
 
 
@@ -150,9 +165,13 @@ def test_only_the_transient_kinds_are_unavailable_at_the_grpc_edge() -> None:
     assert classify_refusal("m", 403, "forbidden").reason == "MODEL_AUTHENTICATION"
 
 
-async def test_a_stream_dropped_before_any_event_is_asked_again_unstreamed_for_its_refusal() -> None:
+async def test_a_stream_dropped_before_any_event_is_asked_again_unstreamed_for_its_refusal() -> (
+    None
+):
     # llama-cpp-python answers 200 at once and drops the stream when the prompt is too long.
-    overflow = error(400, "This model's maximum context length is 2048 tokens.", code="context_length_exceeded")
+    overflow = error(
+        400, "This model's maximum context length is 2048 tokens.", code="context_length_exceeded"
+    )
     async with fake_openai([events(done=False), overflow]) as fake:
         m = model(fake.base_url)
         with pytest.raises(ModelContextOverflow):
@@ -160,7 +179,11 @@ async def test_a_stream_dropped_before_any_event_is_asked_again_unstreamed_for_i
         await m.aclose()
     first, probe = fake.requests
     assert first.body["stream"] is True
-    assert probe.body["stream"] is False and probe.body["max_tokens"] == 1 and "stream_options" not in probe.body
+    assert (
+        probe.body["stream"] is False
+        and probe.body["max_tokens"] == 1
+        and "stream_options" not in probe.body
+    )
 
 
 async def test_a_dropped_stream_whose_request_is_fine_stays_broken() -> None:

@@ -72,22 +72,33 @@ async def test_streams_text_with_usage_from_the_final_chunk() -> None:
 async def test_sends_stream_options_model_parameters_and_bearer_key() -> None:
     async with fake_openai([recording("text.sse")]) as fake:
         m = model(fake.base_url, parameters={"temperature": {"default": 0.2}})
-        await collect(m.stream([system("be brief"), user("hi")], tools=[ToolSpec("search", "find")]))
+        await collect(
+            m.stream([system("be brief"), user("hi")], tools=[ToolSpec("search", "find")])
+        )
         await m.aclose()
     [request] = fake.requests
     assert request.path == "/v1/chat/completions"
     assert request.headers["authorization"] == f"Bearer {SECRET}"
     body = request.body
-    assert (body["model"], body["stream"], body["stream_options"]) == ("fake-model", True, {"include_usage": True})
+    assert (body["model"], body["stream"], body["stream_options"]) == (
+        "fake-model",
+        True,
+        {"include_usage": True},
+    )
     assert body["temperature"] == 0.2
-    assert body["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+    ]
     assert body["tools"][0]["function"]["name"] == "search"
 
 
 async def test_tool_calls_split_mid_json_merge_by_index() -> None:
     async with fake_openai([recording("tool_calls.sse", piece=3)]) as fake:
         m = model(fake.base_url)
-        msg = await collect(m.stream([user("weather and time in Paris?")], tools=[ToolSpec("get_weather")]))
+        msg = await collect(
+            m.stream([user("weather and time in Paris?")], tools=[ToolSpec("get_weather")])
+        )
         await m.aclose()
     assert [(c.id, c.name, c.arguments()) for c in msg.tool_calls] == [
         ("call_wx1", "get_weather", {"city": "Paris"}),
@@ -101,7 +112,10 @@ async def test_reasoning_content_streams_as_thinking() -> None:
         m = model(fake.base_url)
         msg = await collect(m.stream([user("你好")]))
         await m.aclose()
-    assert msg.content == (ThinkingBlock("The user greets me. Reply politely."), TextBlock("你好！有什么可以帮你？"))
+    assert msg.content == (
+        ThinkingBlock("The user greets me. Reply politely."),
+        TextBlock("你好！有什么可以帮你？"),
+    )
 
 
 async def test_429_then_success_is_retried() -> None:
@@ -114,7 +128,9 @@ async def test_429_then_success_is_retried() -> None:
 
 
 async def test_retry_after_header_is_honoured() -> None:
-    async with fake_openai([error(429, "slow down", **{"Retry-After": "0.3"}), recording("text.sse")]) as fake:
+    async with fake_openai(
+        [error(429, "slow down", **{"Retry-After": "0.3"}), recording("text.sse")]
+    ) as fake:
         m = model(fake.base_url)
         start = time.perf_counter()
         await collect(m.stream([user("hi")]))
@@ -132,9 +148,13 @@ async def test_500s_beyond_the_retry_limit_fail_unavailable() -> None:
 
 
 async def test_client_error_is_not_retried() -> None:
-    async with fake_openai([error(401, "Incorrect API key provided"), recording("text.sse")]) as fake:
+    async with fake_openai(
+        [error(401, "Incorrect API key provided"), recording("text.sse")]
+    ) as fake:
         m = model(fake.base_url)
-        with pytest.raises(ModelRequestError, match=r"refused the API key \(HTTP 401\): Incorrect API key provided"):
+        with pytest.raises(
+            ModelRequestError, match=r"refused the API key \(HTTP 401\): Incorrect API key provided"
+        ):
             await collect(m.stream([user("hi")]))
         await m.aclose()
     assert len(fake.requests) == 1
@@ -143,7 +163,9 @@ async def test_client_error_is_not_retried() -> None:
 async def test_closed_port_fails_fast_with_a_clear_error() -> None:
     m = model(f"http://127.0.0.1:{closed_port()}/v1", max_retries=1)
     start = time.perf_counter()
-    with pytest.raises(ModelUnavailable, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/completions"):
+    with pytest.raises(
+        ModelUnavailable, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/completions"
+    ):
         await collect(m.stream([user("hi")]))
     await m.aclose()
     assert time.perf_counter() - start < 2
@@ -159,7 +181,9 @@ async def test_silent_endpoint_times_out_instead_of_hanging() -> None:
 
 async def test_stream_broken_after_output_fails_without_retry() -> None:
     body = recording("text.sse").body
-    async with fake_openai([Reply(body=body, cut_after=len(body) // 2), recording("text.sse")]) as fake:
+    async with fake_openai(
+        [Reply(body=body, cut_after=len(body) // 2), recording("text.sse")]
+    ) as fake:
         m = model(fake.base_url)
         got: list[Any] = []
         with pytest.raises(ModelError, match="stream broke"):
@@ -178,7 +202,9 @@ async def test_stream_that_ends_without_finishing_is_an_error() -> None:
         await m.aclose()
 
 
-async def test_the_api_key_never_appears_in_logs_or_errors(caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_api_key_never_appears_in_logs_or_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     async with fake_openai([error(500, "upstream"), error(401, "bad key")]) as fake:
         m = model(fake.base_url)
@@ -190,7 +216,9 @@ async def test_the_api_key_never_appears_in_logs_or_errors(caplog: pytest.LogCap
     assert "retrying" in caplog.text
 
 
-def test_api_key_from_the_environment_variable_the_card_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_from_the_environment_variable_the_card_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("FAKE_KEY", SECRET)
     assert read_api_key(card("http://x/v1", api_key_env="FAKE_KEY")) == SECRET
 
@@ -216,17 +244,28 @@ def test_assistant_tool_turns_become_assistant_then_tool_messages() -> None:
                     ThinkingBlock("look it up"),
                     TextBlock("Checking."),
                     ToolCallBlock(id="c1", name="search", input='{"q":"png"}'),
-                    ToolResultBlock(id="c1", name="search", output="an image", state=ToolResultState.SUCCESS),
+                    ToolResultBlock(
+                        id="c1", name="search", output="an image", state=ToolResultState.SUCCESS
+                    ),
                     TextBlock("It is an image."),
                 ]
             ),
         ]
     )
-    assert msgs[0]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}
+    assert msgs[0]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw=="},
+    }
     assert msgs[1] == {
         "role": "assistant",
         "content": "Checking.",
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q":"png"}'}}],
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q":"png"}'},
+            }
+        ],
     }
     assert msgs[2] == {"role": "tool", "tool_call_id": "c1", "content": "an image"}
     assert msgs[3] == {"role": "assistant", "content": "It is an image."}

@@ -53,7 +53,7 @@ async def test_reply_streams_word_by_word_and_ends_with_usage() -> None:
 
 
 async def test_same_conversation_gives_the_same_chunks() -> None:
-    convo = [user("use the search tool with {\"q\": \"tea\"}", id="u1")]
+    convo = [user('use the search tool with {"q": "tea"}', id="u1")]
     assert await chunks(ScriptedModel(), convo, tools=[ToolSpec("search")]) == await chunks(
         ScriptedModel(), convo, tools=[ToolSpec("search")]
     )
@@ -85,7 +85,9 @@ async def test_unknown_option_is_refused_by_the_card() -> None:
 
 
 async def test_tool_request_becomes_a_tool_call_split_mid_json() -> None:
-    out = await chunks(ScriptedModel(), [user('please use the search tool with {"query": "green tea"}')])
+    out = await chunks(
+        ScriptedModel(), [user('please use the search tool with {"query": "green tea"}')]
+    )
     fragments = [c.content[0] for c in out if c.content]
     assert all(isinstance(f, ToolCallBlock) for f in fragments)
     # The first fragment here is a tool call.
@@ -98,8 +100,11 @@ async def test_tool_request_becomes_a_tool_call_split_mid_json() -> None:
 
 
 async def test_several_tool_requests_in_english_and_chinese() -> None:
-    msg = await reply([user("call the clock tool, then 调用weather工具 {\"city\": \"上海\"}")])
-    assert [(c.name, c.arguments()) for c in msg.tool_calls] == [("clock", {}), ("weather", {"city": "上海"})]
+    msg = await reply([user('call the clock tool, then 调用weather工具 {"city": "上海"}')])
+    assert [(c.name, c.arguments()) for c in msg.tool_calls] == [
+        ("clock", {}),
+        ("weather", {"city": "上海"}),
+    ]
     assert len({c.id for c in msg.tool_calls}) == 2
 
 
@@ -109,7 +114,7 @@ async def test_malformed_json_request_is_passed_through_raw() -> None:
 
 
 async def test_after_tool_results_it_summarises_instead_of_calling_again() -> None:
-    ask = user("use the search tool with {\"q\": \"tea\"}")
+    ask = user('use the search tool with {"q": "tea"}')
     first = await reply([ask])
     [call] = first.tool_calls
     result = assistant(
@@ -122,10 +127,13 @@ async def test_after_tool_results_it_summarises_instead_of_calling_again() -> No
 
 async def test_router_prompt_makes_the_reply_a_route_json() -> None:
     msg = await reply(
-        [system(ROUTER_PROMPT), user("use the search tool for tea")], tools=[ToolSpec("search"), ToolSpec("clock")]
+        [system(ROUTER_PROMPT), user("use the search tool for tea")],
+        tools=[ToolSpec("search"), ToolSpec("clock")],
     )
     assert json.loads(msg.text) == {
-        "executor": "worker", "tools": ["search"], "reason": "the user asks for search"
+        "executor": "worker",
+        "tools": ["search"],
+        "reason": "the user asks for search",
     }
 
 
@@ -137,7 +145,8 @@ def test_route_picks_memory_for_remember_and_forget_requests() -> None:
 
 async def test_memory_prompt_with_memory_tools_writes_each_fact() -> None:
     msg = await reply(
-        [system(MEMORY_PROMPT), user("I love green tea and my name is Lin"), assistant("ok")], tools=MEMORY_TOOLS
+        [system(MEMORY_PROMPT), user("I love green tea and my name is Lin"), assistant("ok")],
+        tools=MEMORY_TOOLS,
     )
     assert [(c.name, c.arguments()) for c in msg.tool_calls] == [
         ("memory_write", {"content": "User likes green tea", "kind": "preference"}),
@@ -160,8 +169,16 @@ async def test_memory_prompt_without_facts_replies_without_tools() -> None:
 async def test_memory_prompt_summarises_after_the_results() -> None:
     convo = [system(MEMORY_PROMPT), user("I love tea")]
     first = await reply(convo, tools=MEMORY_TOOLS)
-    done = assistant([ToolResultBlock(id=first.tool_calls[0].id, name="memory_write", output="ok",
-                                      state=ToolResultState.SUCCESS)])
+    done = assistant(
+        [
+            ToolResultBlock(
+                id=first.tool_calls[0].id,
+                name="memory_write",
+                output="ok",
+                state=ToolResultState.SUCCESS,
+            )
+        ]
+    )
     second = await reply([*convo, first, done], tools=MEMORY_TOOLS)
     assert second.text == "Saved 1 memory, forgot 0."
 
@@ -188,7 +205,10 @@ async def test_memory_facts_without_the_memory_prompt_are_just_a_reply() -> None
         ("我讨厌下雨天。", [("dislike", "用户不喜欢下雨天")]),
         ("我叫林，我住在上海", [("name", "用户叫林"), ("place", "用户住在上海")]),
         ("忘记我喜欢绿茶", [("forget", "用户喜欢绿茶")]),
-        ("I love tea and I live in Paris", [("preference", "User likes tea"), ("place", "User lives in Paris")]),
+        (
+            "I love tea and I live in Paris",
+            [("preference", "User likes tea"), ("place", "User lives in Paris")],
+        ),
         ("Do I like tea?", []),
         ("你喜欢什么？", []),
         ("I would like a coffee", []),

@@ -81,7 +81,9 @@ async def _outcome(ch: grpc.aio.Channel, case: Case) -> str | None:
     payload = case.request().SerializeToString() + UNKNOWN_FIELDS
     try:
         if case.streaming:
-            answers = [a async for a in ch.unary_stream(case.method)(payload, metadata=ALICE, timeout=20)]
+            answers = [
+                a async for a in ch.unary_stream(case.method)(payload, metadata=ALICE, timeout=20)
+            ]
         else:
             answers = [await ch.unary_unary(case.method)(payload, metadata=ALICE, timeout=20)]
         for raw in answers:
@@ -100,8 +102,9 @@ async def _outcome(ch: grpc.aio.Channel, case: Case) -> str | None:
 
 async def _failures(address: str, cases: list[Case]) -> list[str]:
     async with channel(address) as ch:
-
-        return [f"{case.name}: {problem}" for case in cases if (problem := await _outcome(ch, case))]
+        return [
+            f"{case.name}: {problem}" for case in cases if (problem := await _outcome(ch, case))
+        ]
 
 
 def _ids() -> tuple[str, str]:
@@ -135,7 +138,12 @@ async def test_history_tolerates_unknown_fields_and_enum_values(settings: Settin
     )
     cases = [
         Case("BeginRun", svc + "BeginRun", lambda: begun, history_pb.BeginRunResponse),
-        Case("ListThreads", svc + "ListThreads", history_pb.ListThreadsRequest, history_pb.ListThreadsResponse),
+        Case(
+            "ListThreads",
+            svc + "ListThreads",
+            history_pb.ListThreadsRequest,
+            history_pb.ListThreadsResponse,
+        ),
         Case(
             "ListHistory(direction)",
             svc + "ListHistory",
@@ -147,8 +155,10 @@ async def test_history_tolerates_unknown_fields_and_enum_values(settings: Settin
             "BeginRun(runtime_mode)",
             svc + "BeginRun",
             lambda: history_pb.BeginRunRequest(
-                thread_id=uuid.uuid4().hex, run_id=uuid.uuid4().hex,
-                runtime_mode=FUTURE_ENUM, profile=_profile(),
+                thread_id=uuid.uuid4().hex,
+                run_id=uuid.uuid4().hex,
+                runtime_mode=FUTURE_ENUM,
+                profile=_profile(),
             ),
             history_pb.BeginRunResponse,
             field="runtime_mode",
@@ -157,8 +167,10 @@ async def test_history_tolerates_unknown_fields_and_enum_values(settings: Settin
             "BeginRun(profile.executor)",
             svc + "BeginRun",
             lambda: history_pb.BeginRunRequest(
-                thread_id=uuid.uuid4().hex, run_id=uuid.uuid4().hex,
-                runtime_mode=message_pb2.RUNTIME_MODE_CHAT, profile=_profile(executor=FUTURE_ENUM),
+                thread_id=uuid.uuid4().hex,
+                run_id=uuid.uuid4().hex,
+                runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                profile=_profile(executor=FUTURE_ENUM),
             ),
             history_pb.BeginRunResponse,
             field="profile.executor",
@@ -167,8 +179,10 @@ async def test_history_tolerates_unknown_fields_and_enum_values(settings: Settin
             "BeginRun(input_messages[0].kind)",
             svc + "BeginRun",
             lambda: history_pb.BeginRunRequest(
-                thread_id=uuid.uuid4().hex, run_id=uuid.uuid4().hex,
-                runtime_mode=message_pb2.RUNTIME_MODE_CHAT, profile=_profile(),
+                thread_id=uuid.uuid4().hex,
+                run_id=uuid.uuid4().hex,
+                runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                profile=_profile(),
                 input_messages=[_user("hello", kind=FUTURE_ENUM)],
             ),
             history_pb.BeginRunResponse,
@@ -201,7 +215,12 @@ async def test_memory_tolerates_unknown_fields(settings: Settings) -> None:
             lambda: memory_pb.SearchMemoriesRequest(query="tea"),
             memory_pb.SearchMemoriesResponse,
         ),
-        Case("ListMemories", svc + "ListMemories", memory_pb.ListMemoriesRequest, memory_pb.ListMemoriesResponse),
+        Case(
+            "ListMemories",
+            svc + "ListMemories",
+            memory_pb.ListMemoriesRequest,
+            memory_pb.ListMemoriesResponse,
+        ),
     ]
     async with running_service("memory", build_memory, settings) as address:
         assert await _failures(address, cases) == []
@@ -210,7 +229,9 @@ async def test_memory_tolerates_unknown_fields(settings: Settings) -> None:
 def _job(**fields: Any) -> scheduler_pb.Job:
     values: dict[str, Any] = {
         "title": "daily digest",
-        "schedule": scheduler_pb.Schedule(type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"),
+        "schedule": scheduler_pb.Schedule(
+            type=scheduler_pb.SCHEDULE_TYPE_DAILY, local_time="10:00"
+        ),
         "timezone": "Europe/London",
         "config": scheduler_pb.JobConfig(prompt="summarise my day", tools=["memory_write"]),
         "execution_profile": profile_to_pb(AUTOMATION_MEMORY_DEFAULT),
@@ -231,7 +252,12 @@ async def test_scheduler_tolerates_unknown_fields_and_enum_values(settings: Sett
             lambda: scheduler_pb.CreateJobRequest(job=_job()),
             scheduler_pb.CreateJobResponse,
         ),
-        Case("ListJobs", svc + "ListJobs", scheduler_pb.ListJobsRequest, scheduler_pb.ListJobsResponse),
+        Case(
+            "ListJobs",
+            svc + "ListJobs",
+            scheduler_pb.ListJobsRequest,
+            scheduler_pb.ListJobsResponse,
+        ),
         Case(
             "CreateJob(job.schedule.type)",
             svc + "CreateJob",
@@ -358,7 +384,9 @@ async def test_orchestrator_tolerates_unknown_fields_and_enum_values(settings: S
     # Deliberately a value this build does not know.
     automation.executor = FUTURE_ENUM  # type: ignore[assignment]
     cases = [
-        Case("StartRun", svc + "StartRun", _start, orchestrator_pb.StartRunResponse, streaming=True),
+        Case(
+            "StartRun", svc + "StartRun", _start, orchestrator_pb.StartRunResponse, streaming=True
+        ),
         Case(
             "CancelRun",
             svc + "CancelRun",

@@ -110,7 +110,11 @@ async def test_gateway_serves_http_metrics_by_route_template(settings: Settings)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
     requests = _samples(resp.text, "agentmesh_http_requests_total")
     assert requests[(("method", "GET"), ("route", "/healthz"), ("status", "200"))] >= 1
-    history = (("method", "GET"), ("route", "/api/v1/agent/threads/{thread_id}/history"), ("status", "401"))
+    history = (
+        ("method", "GET"),
+        ("route", "/api/v1/agent/threads/{thread_id}/history"),
+        ("status", "401"),
+    )
     assert requests[history] >= 1
     assert requests[(("method", "GET"), ("route", "unmatched"), ("status", "404"))] >= 1
     assert "t-secret-id" not in resp.text
@@ -162,4 +166,12 @@ def test_helpers_record_nothing_while_metrics_are_off(monkeypatch: pytest.Monkey
     metrics.tool_denied("not_registered")
     metrics.rpc_handled("svc", "M", "OK", 0.1)
     assert _value("agentmesh_tool_denials_total", reason="not_registered") == before
-    assert _value("agentmesh_grpc_server_handled_total", grpc_service="svc", grpc_method="M", grpc_code="OK") == 0
+    assert (
+        _value(
+            "agentmesh_grpc_server_handled_total",
+            grpc_service="svc",
+            grpc_method="M",
+            grpc_code="OK",
+        )
+        == 0
+    )

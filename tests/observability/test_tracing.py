@@ -57,7 +57,9 @@ async def test_one_chat_run_is_one_trace_tree_rooted_at_the_gateway(
     assert len({s.context.trace_id for s in found}) == 1
     by_id = {s.context.span_id: s for s in found}
     roots = [s for s in found if s.parent is None]
-    assert [(r.name, _scope(r)) for r in roots] == [("POST /api/v1/agent/runs", "agentmesh.gateway")]
+    assert [(r.name, _scope(r)) for r in roots] == [
+        ("POST /api/v1/agent/runs", "agentmesh.gateway")
+    ]
     # Every other span hangs off a span of the same trace: a tree.
     assert all(s.parent.span_id in by_id for s in found if s.parent is not None)
     servers = {(s.name, _scope(s)) for s in found if s.kind is SpanKind.SERVER}
@@ -69,7 +71,9 @@ async def test_one_chat_run_is_one_trace_tree_rooted_at_the_gateway(
         ("agentmesh.history.v1.HistoryService/FinishRun", "agentmesh.history"),
     } <= servers
     # A server span's parent is the client span of the call, made by the calling service.
-    route = next(s for s in found if s.name.endswith("RouterService/Route") and s.kind is SpanKind.SERVER)
+    route = next(
+        s for s in found if s.name.endswith("RouterService/Route") and s.kind is SpanKind.SERVER
+    )
     # A server span under test has its parent.
     client = by_id[route.parent.span_id]  # type: ignore[union-attr]
     assert client.kind is SpanKind.CLIENT and _scope(client) == "agentmesh.orchestrator"
@@ -198,4 +202,3 @@ def test_log_lines_carry_the_trace_and_span_id_of_the_active_span(
     ctx = span.get_span_context()
     assert line["trace_id"] == format(ctx.trace_id, "032x")
     assert line["span_id"] == format(ctx.span_id, "016x")
-

@@ -27,7 +27,10 @@ def _version(metadata: object) -> str | None:
 
 
 async def test_every_response_carries_the_version(settings: Settings) -> None:
-    async with running_service("history", build_history, settings) as address, channel(address) as ch:
+    async with (
+        running_service("history", build_history, settings) as address,
+        channel(address) as ch,
+    ):
         ok = history_service_pb2_grpc.HistoryServiceStub(ch).ListThreads(
             history_service_pb2.ListThreadsRequest(), metadata=owner_md("alice")
         )
@@ -36,7 +39,8 @@ async def test_every_response_carries_the_version(settings: Settings) -> None:
 
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await history_service_pb2_grpc.HistoryServiceStub(ch).GetThread(
-                history_service_pb2.GetThreadRequest(thread_id="missing"), metadata=owner_md("alice")
+                history_service_pb2.GetThreadRequest(thread_id="missing"),
+                metadata=owner_md("alice"),
             )
         assert failed.value.code() is grpc.StatusCode.NOT_FOUND
         assert _version(failed.value.trailing_metadata()) == VERSION

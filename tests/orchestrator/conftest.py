@@ -99,9 +99,7 @@ async def running_suite(
             )
         )
         orchestrator_channel = await stack.enter_async_context(channel(address))
-        history_channel = await stack.enter_async_context(
-            channel(addresses["history_addr"])
-        )
+        history_channel = await stack.enter_async_context(channel(addresses["history_addr"]))
         yield Suite(
             pb_grpc.OrchestratorServiceStub(orchestrator_channel),
             history_grpc.HistoryServiceStub(history_channel),

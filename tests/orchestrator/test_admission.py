@@ -56,7 +56,9 @@ async def gated_suite(settings: Settings) -> AsyncIterator[tuple[Suite, GatedHis
 
         async def build_gated(_: Settings) -> ServiceParts:
             return ServiceParts(
-                register=functools.partial(history_grpc.add_HistoryServiceServicer_to_server, gated),
+                register=functools.partial(
+                    history_grpc.add_HistoryServiceServicer_to_server, gated
+                ),
                 service_names=[HISTORY_SERVICE],
             )
 
@@ -68,7 +70,11 @@ async def gated_suite(settings: Settings) -> AsyncIterator[tuple[Suite, GatedHis
                 "orchestrator",
                 build_orchestrator,
                 settings.model_copy(
-                    update={"history_addr": history, "router_addr": router, "executor_addr": executor}
+                    update={
+                        "history_addr": history,
+                        "router_addr": router,
+                        "executor_addr": executor,
+                    }
                 ),
             )
         )
@@ -98,9 +104,7 @@ async def test_run_started_reaches_the_caller_while_history_admits_the_run(
 async def test_under_reject_history_answers_before_any_event(settings: Settings) -> None:
     async with gated_suite(settings) as (suite, gated):
         call = suite.orchestrator.StartRun(
-            start_request(
-                "t-reject", "r-reject", multitask_strategy=pb.MULTITASK_STRATEGY_REJECT
-            ),
+            start_request("t-reject", "r-reject", multitask_strategy=pb.MULTITASK_STRATEGY_REJECT),
             metadata=ALICE,
         )
         first = asyncio.ensure_future(call.read())

@@ -81,13 +81,17 @@ def test_router_step_only_when_the_profile_enables_it() -> None:
 def test_server_tools_are_declared_and_allowed_by_the_profile() -> None:
     profile = ExecutionProfile(
         # pydantic reads the executor's name as its enum.
-        name="p", enable_router=False, executor="memory",  # type: ignore[arg-type]
+        name="p",
+        enable_router=False,
+        executor="memory",  # type: ignore[arg-type]
         tool_policy=ToolPolicy(allowlist=("memory_write", "memory_forget")),
     )
-    assert core.server_tools_for(RuntimeMode.AUTOMATION, profile, ["memory_forget", "web_search", "memory_forget"]) == (
-        "memory_forget",
+    assert core.server_tools_for(
+        RuntimeMode.AUTOMATION, profile, ["memory_forget", "web_search", "memory_forget"]
+    ) == ("memory_forget",)
+    assert core.server_tools_for(RuntimeMode.CHAT, CHAT_DEFAULT, ["memory_write"]) == (
+        "memory_search",
     )
-    assert core.server_tools_for(RuntimeMode.CHAT, CHAT_DEFAULT, ["memory_write"]) == ("memory_search",)
 
 
 def test_narrow_only_removes() -> None:
@@ -96,7 +100,14 @@ def test_narrow_only_removes() -> None:
 
 @pytest.mark.parametrize(
     ("value", "ok"),
-    [("t-1", True), ("", False), ("x" * 128, True), ("x" * 129, False), ("a b", False), ("a\x00", False)],
+    [
+        ("t-1", True),
+        ("", False),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("a b", False),
+        ("a\x00", False),
+    ],
 )
 def test_identifiers_are_short_and_printable(value: str, ok: bool) -> None:
     if ok:
@@ -142,8 +153,12 @@ def test_metadata_hides_only_automation_input() -> None:
         "execution_profile_name": "chat_default",
     }
     auto = AUTOMATION_MEMORY_DEFAULT
-    assert core.message_metadata(RuntimeMode.AUTOMATION, auto, MessageKind.USER_MESSAGE)["hidden_from_user"]
-    assert not core.message_metadata(RuntimeMode.AUTOMATION, auto, MessageKind.AGENT_REPLY)["hidden_from_user"]
+    assert core.message_metadata(RuntimeMode.AUTOMATION, auto, MessageKind.USER_MESSAGE)[
+        "hidden_from_user"
+    ]
+    assert not core.message_metadata(RuntimeMode.AUTOMATION, auto, MessageKind.AGENT_REPLY)[
+        "hidden_from_user"
+    ]
 
 
 def test_event_log_key_separates_owners() -> None:

@@ -14,7 +14,9 @@ from shared.profiles import AUTOMATION_MEMORY_DEFAULT, CHAT_DEFAULT, ExecutionPr
 TOOLS = ("memory_write", "memory_forget", "web_search")
 
 
-def route_input(text: str, tools: tuple[str, ...] = TOOLS, profile: ExecutionProfile = CHAT_DEFAULT) -> RouteInput:
+def route_input(
+    text: str, tools: tuple[str, ...] = TOOLS, profile: ExecutionProfile = CHAT_DEFAULT
+) -> RouteInput:
     return RouteInput(profile=profile, input_text=text, tools=tools)
 
 
@@ -55,7 +57,9 @@ def test_clamp_drops_unknown_tools_and_keeps_the_profiles_executor() -> None:
     profile=st.sampled_from([CHAT_DEFAULT, AUTOMATION_MEMORY_DEFAULT]),
     tools=st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True).map(tuple),
     decided_executor=st.sampled_from(list(ExecutorKind)),
-    decided_tools=st.lists(st.text(min_size=1, max_size=5) | st.sampled_from(["a", "b", "c", "d", "e"])).map(tuple),
+    decided_tools=st.lists(
+        st.text(min_size=1, max_size=5) | st.sampled_from(["a", "b", "c", "d", "e"])
+    ).map(tuple),
     text=st.text(max_size=40),
 )
 def test_no_decision_ever_widens_the_profile(
@@ -74,7 +78,9 @@ def test_no_decision_ever_widens_the_profile(
 
 
 def test_model_answer_is_parsed_from_its_json() -> None:
-    decision = core.parse_model_route('Sure: {"tools": ["web_search"], "reason": "news"}', route_input("x"))
+    decision = core.parse_model_route(
+        'Sure: {"tools": ["web_search"], "reason": "news"}', route_input("x")
+    )
     assert decision == Route(ExecutorKind.WORKER, ("web_search",), "news")
 
 

@@ -35,7 +35,9 @@ class AnsweringModel:
         yield ChatResponse(is_last=True, finished_reason="stop")
 
 
-def route_request(text: str, tools: Sequence[str], profile: object = CHAT_DEFAULT) -> pb.RouteRequest:
+def route_request(
+    text: str, tools: Sequence[str], profile: object = CHAT_DEFAULT
+) -> pb.RouteRequest:
     return pb.RouteRequest(
         run_id="run-1",
         # The profile of the test, converted for the request.
@@ -66,7 +68,9 @@ async def test_route_passes_the_profiles_executor_and_narrows_to_named_tools(
 
 
 async def test_a_model_that_tries_to_widen_is_clamped(settings: Settings) -> None:
-    model = AnsweringModel('{"executor": "memory", "tools": ["rm_rf", "web_search"], "reason": "x"}')
+    model = AnsweringModel(
+        '{"executor": "memory", "tools": ["rm_rf", "web_search"], "reason": "x"}'
+    )
     builder = functools.partial(build, model=model)
     async with running_service("router", builder, settings) as addr, channel(addr) as ch:
         response = await pb_grpc.RouterServiceStub(ch).Route(

@@ -69,7 +69,9 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
     def starts_by_thread(self) -> Counter[str]:
         return Counter(self.requests[run_id].thread_id for run_id in self.starts.elements())
 
-    async def StartRun(self, request: orch_pb.StartRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StartRunResponse]:
+    async def StartRun(
+        self, request: orch_pb.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[orch_pb.StartRunResponse]:
         self.starts[request.run_id] += 1
         self.requests[request.run_id] = request
         self.owners[request.run_id] = dict(context.invocation_metadata() or ()).get(OWNER_KEY, "")
@@ -86,9 +88,13 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         lose, self.lose_stream_after = self.lose_stream_after, None
-        yield orch_pb.StartRunResponse(event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted()))
+        yield orch_pb.StartRunResponse(
+            event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted())
+        )
         if lose is not None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the run's event stream is unavailable")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the run's event stream is unavailable"
+            )
         await self.ended[request.run_id].wait()
         yield orch_pb.StartRunResponse(event=self._end(request.run_id))
 
@@ -98,23 +104,31 @@ class FakeOrchestrator(orch_grpc.OrchestratorServiceServicer):
         self.states[run_id] = hist_pb.RUN_STATE_SUCCEEDED
         self.ended[run_id].set()
 
-    async def StreamRun(self, request: orch_pb.StreamRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[orch_pb.StreamRunResponse]:
+    async def StreamRun(
+        self, request: orch_pb.StreamRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[orch_pb.StreamRunResponse]:
         self.follows[request.run_id] += 1
         if request.run_id not in self.states:
             await context.abort(grpc.StatusCode.NOT_FOUND, "run not found")
-        yield orch_pb.StreamRunResponse(event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted()))
+        yield orch_pb.StreamRunResponse(
+            event=_event(request.run_id, 1, run_started=run_event_pb2.RunStarted())
+        )
         await self.ended[request.run_id].wait()
         yield orch_pb.StreamRunResponse(event=self._end(request.run_id))
 
     def _end(self, run_id: str) -> run_event_pb2.RunEvent:
         """The run's last event, as its recorded state says."""
         if self.states[run_id] == hist_pb.RUN_STATE_FAILED:
-            return _event(run_id, 2, run_error=run_event_pb2.RunError(code="INTERNAL", message="it failed"))
+            return _event(
+                run_id, 2, run_error=run_event_pb2.RunError(code="INTERNAL", message="it failed")
+            )
         return _finished(run_id)
 
 
 def _finished(run_id: str) -> run_event_pb2.RunEvent:
-    return _event(run_id, 2, run_finished=run_event_pb2.RunFinished(outcome=run_event_pb2.RUN_OUTCOME_SUCCESS))
+    return _event(
+        run_id, 2, run_finished=run_event_pb2.RunFinished(outcome=run_event_pb2.RUN_OUTCOME_SUCCESS)
+    )
 
 
 class FakeHistory(hist_grpc.HistoryServiceServicer):
@@ -123,14 +137,18 @@ class FakeHistory(hist_grpc.HistoryServiceServicer):
     def __init__(self, orchestrator: FakeOrchestrator) -> None:
         self.orchestrator = orchestrator
 
-    async def GetRun(self, request: hist_pb.GetRunRequest, context: grpc.aio.ServicerContext) -> hist_pb.GetRunResponse:
+    async def GetRun(
+        self, request: hist_pb.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> hist_pb.GetRunResponse:
         fake = self.orchestrator
         fake.lookups[request.run_id] += 1
         state = fake.states.get(request.run_id)
         if state is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "run not found")
         thread = fake.requests[request.run_id].thread_id
-        return hist_pb.GetRunResponse(run=hist_pb.Run(id=request.run_id, thread_id=thread, state=state))
+        return hist_pb.GetRunResponse(
+            run=hist_pb.Run(id=request.run_id, thread_id=thread, state=state)
+        )
 
 
 @asynccontextmanager
@@ -242,7 +260,12 @@ class Runtime:
 
 
 def local_runtime(
-    engine: AsyncEngine, address: str, settings: Settings, cfg: SchedulerSettings, owner: str = "replica-a", clock: Any = None
+    engine: AsyncEngine,
+    address: str,
+    settings: Settings,
+    cfg: SchedulerSettings,
+    owner: str = "replica-a",
+    clock: Any = None,
 ) -> tuple[ClaimLoop, Dispatcher, Runtime]:
     """An in-process replica (claim loop + dispatcher) without a gRPC server; `address`
     serves both the orchestrator and history (fake_orchestrator)."""
@@ -276,7 +299,13 @@ async def start_replica(env: dict[str, str], log_path: Path) -> asyncio.subproce
     log = log_path.open("ab")
     try:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.scheduler", cwd=str(ROOT), env=env, stdout=log, stderr=log
+            sys.executable,
+            "-m",
+            "services.scheduler",
+            cwd=str(ROOT),
+            env=env,
+            stdout=log,
+            stderr=log,
         )
     finally:
         log.close()

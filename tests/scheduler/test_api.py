@@ -26,7 +26,9 @@ BOB = owner_md("bob")
 
 
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[tuple[pb_grpc.SchedulerServiceStub, FakeOrchestrator]]:
+async def api(
+    settings: Settings,
+) -> AsyncIterator[tuple[pb_grpc.SchedulerServiceStub, FakeOrchestrator]]:
     async with fake_orchestrator() as (fake, address):
         s = settings.model_copy(update={"orchestrator_addr": address})
         async with running_service("scheduler", lambda st: build(st, fast_cfg()), s) as addr:
@@ -78,8 +80,13 @@ async def test_timezone_defaults_to_shanghai(api) -> None:
 async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None:
     stub, _ = api
     job = await stub.CreateJob(
-        pb.CreateJobRequest(job=pb.Job(title="t", schedule=pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="10:00"),
-                                       config=pb.JobConfig(prompt="p"))),
+        pb.CreateJobRequest(
+            job=pb.Job(
+                title="t",
+                schedule=pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="10:00"),
+                config=pb.JobConfig(prompt="p"),
+            )
+        ),
         metadata=ALICE,
     )
     assert job.job.execution_profile.name == "automation_memory_default"
@@ -93,50 +100,86 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
         ({"config": pb.JobConfig(prompt="x" * 2001)}, "job.config.prompt"),
         ({"config": pb.JobConfig(prompt="p", tools=["shell_exec"])}, "job.config.tools"),
         ({"timezone": "Mars/Base"}, "job.timezone"),
-        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="25:00")}, "job.schedule.local_time"),
-        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_CRON, cron="not cron")}, "job.schedule.cron"),
+        (
+            {"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="25:00")},
+            "job.schedule.local_time",
+        ),
+        (
+            {"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_CRON, cron="not cron")},
+            "job.schedule.cron",
+        ),
         ({"schedule": pb.Schedule()}, "job.schedule.type"),
         ({"title": ""}, "job.title"),
         ({"jitter_seconds": -1}, "job.jitter_seconds"),
         # The same limits as at the HTTP edge, whatever the backend (PostgreSQL refuses NUL
         # and text longer than its column; SQLite would keep both).
-        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="03:00\n")}, "job.schedule.local_time"),
-        ({"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_CRON, cron="0 0 * * " + ",".join(["1"] * 2496))}, "job.schedule.cron"),
+        (
+            {"schedule": pb.Schedule(type=pb.SCHEDULE_TYPE_DAILY, local_time="03:00\n")},
+            "job.schedule.local_time",
+        ),
+        (
+            {
+                "schedule": pb.Schedule(
+                    type=pb.SCHEDULE_TYPE_CRON, cron="0 0 * * " + ",".join(["1"] * 2496)
+                )
+            },
+            "job.schedule.cron",
+        ),
         ({"title": "a\x00b"}, "job.title"),
         ({"config": pb.JobConfig(prompt="a\x00b")}, "job.config.prompt"),
-        ({"config": pb.JobConfig(prompt="p", tools=[f"t{i}" for i in range(10_000)])}, "job.config.tools"),
         (
-            {"execution_profile": execution_profile_pb2.ExecutionProfile(
-                name="a\x00b", executor=execution_profile_pb2.EXECUTOR_MEMORY)},
+            {"config": pb.JobConfig(prompt="p", tools=[f"t{i}" for i in range(10_000)])},
+            "job.config.tools",
+        ),
+        (
+            {
+                "execution_profile": execution_profile_pb2.ExecutionProfile(
+                    name="a\x00b", executor=execution_profile_pb2.EXECUTOR_MEMORY
+                )
+            },
             "job.execution_profile.name",
         ),
-        ({"execution_profile": execution_profile_pb2.ExecutionProfile(enable_router=False)}, "job.execution_profile.executor"),
         (
-            {"execution_profile": execution_profile_pb2.ExecutionProfile(
-                executor=execution_profile_pb2.EXECUTOR_MEMORY,
-                tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["rm_rf"]))},
+            {"execution_profile": execution_profile_pb2.ExecutionProfile(enable_router=False)},
+            "job.execution_profile.executor",
+        ),
+        (
+            {
+                "execution_profile": execution_profile_pb2.ExecutionProfile(
+                    executor=execution_profile_pb2.EXECUTOR_MEMORY,
+                    tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["rm_rf"]),
+                )
+            },
             "job.execution_profile.tool_policy.allowlist",
         ),
     ],
 )
-async def test_invalid_job_is_rejected_naming_the_field(api, overrides: dict[str, object], field: str) -> None:
+async def test_invalid_job_is_rejected_naming_the_field(
+    api, overrides: dict[str, object], field: str
+) -> None:
     stub, _ = api
-    err = await expect_code(stub.CreateJob(pb.CreateJobRequest(job=job_pb(**overrides)), metadata=ALICE),
-                            grpc.StatusCode.INVALID_ARGUMENT)
+    err = await expect_code(
+        stub.CreateJob(pb.CreateJobRequest(job=job_pb(**overrides)), metadata=ALICE),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
     # The error the helper raises carries the violations.
     assert err.violations[0][0] == field  # type: ignore[attr-defined]
 
 
 async def test_prompt_of_exactly_2000_characters_is_accepted(api) -> None:
     stub, _ = api
-    job = await create(stub, config=pb.JobConfig(prompt="记" * 2000, tools=["memory_write", "memory_search"]))
+    job = await create(
+        stub, config=pb.JobConfig(prompt="记" * 2000, tools=["memory_write", "memory_search"])
+    )
     assert len(job.config.prompt) == 2000
 
 
 async def test_create_with_the_same_request_id_creates_once(api) -> None:
     stub, _ = api
     req = pb.CreateJobRequest(job=job_pb(), request_id="req-1")
-    first, second = await asyncio.gather(stub.CreateJob(req, metadata=ALICE), stub.CreateJob(req, metadata=ALICE))
+    first, second = await asyncio.gather(
+        stub.CreateJob(req, metadata=ALICE), stub.CreateJob(req, metadata=ALICE)
+    )
     assert first.job.id == second.job.id
     listed = await stub.ListJobs(pb.ListJobsRequest(), metadata=ALICE)
     assert [j.id for j in listed.jobs] == [first.job.id]
@@ -152,8 +195,12 @@ async def test_update_with_the_current_version_applies_and_bumps_it(api) -> None
     job.schedule.local_time = "07:30"
     updated = (await stub.UpdateJob(pb.UpdateJobRequest(job=job), metadata=ALICE)).job
     assert updated.version == 2 and updated.title == "renamed"
-    assert updated.next_run_time.ToDatetime(tzinfo=UTC).astimezone(
-        __import__("zoneinfo").ZoneInfo("Europe/London")).strftime("%H:%M") == "07:30"
+    assert (
+        updated.next_run_time.ToDatetime(tzinfo=UTC)
+        .astimezone(__import__("zoneinfo").ZoneInfo("Europe/London"))
+        .strftime("%H:%M")
+        == "07:30"
+    )
 
 
 async def test_stale_update_is_aborted(api) -> None:
@@ -164,7 +211,9 @@ async def test_stale_update_is_aborted(api) -> None:
     fresh.title = "first writer"
     await stub.UpdateJob(pb.UpdateJobRequest(job=fresh), metadata=ALICE)
     job.title = "second writer, stale"
-    await expect_code(stub.UpdateJob(pb.UpdateJobRequest(job=job), metadata=ALICE), grpc.StatusCode.ABORTED)
+    await expect_code(
+        stub.UpdateJob(pb.UpdateJobRequest(job=job), metadata=ALICE), grpc.StatusCode.ABORTED
+    )
     got = (await stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE)).job
     assert got.title == "first writer"
 
@@ -196,7 +245,9 @@ async def test_list_is_paginated_in_creation_order(api) -> None:
     seen: list[str] = []
     token = ""
     while True:
-        page = await stub.ListJobs(pb.ListJobsRequest(page_size=2, page_token=token), metadata=ALICE)
+        page = await stub.ListJobs(
+            pb.ListJobsRequest(page_size=2, page_token=token), metadata=ALICE
+        )
         seen += [j.id for j in page.jobs]
         token = page.next_page_token
         if not token:
@@ -204,8 +255,12 @@ async def test_list_is_paginated_in_creation_order(api) -> None:
     assert seen == ids
     # A token is bound to its owner.
     first = await stub.ListJobs(pb.ListJobsRequest(page_size=2), metadata=ALICE)
-    await expect_code(stub.ListJobs(pb.ListJobsRequest(page_size=2, page_token=first.next_page_token), metadata=BOB),
-                      grpc.StatusCode.INVALID_ARGUMENT)
+    await expect_code(
+        stub.ListJobs(
+            pb.ListJobsRequest(page_size=2, page_token=first.next_page_token), metadata=BOB
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
 
 
 async def test_pause_clears_next_run_and_resume_recomputes_it(api) -> None:
@@ -223,18 +278,24 @@ async def test_delete_removes_the_job(api) -> None:
     stub, _ = api
     job = await create(stub)
     await stub.DeleteJob(pb.DeleteJobRequest(job_id=job.id), metadata=ALICE)
-    await expect_code(stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE), grpc.StatusCode.NOT_FOUND)
+    await expect_code(
+        stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE), grpc.StatusCode.NOT_FOUND
+    )
 
 
 async def test_trigger_records_a_manual_run_and_dispatches_it(api) -> None:
     stub, fake = api
-    job = await create(stub, config=pb.JobConfig(prompt="remember: I like tea", tools=["memory_write"]))
+    job = await create(
+        stub, config=pb.JobConfig(prompt="remember: I like tea", tools=["memory_write"])
+    )
     run = (await stub.TriggerJob(pb.TriggerJobRequest(job_id=job.id), metadata=ALICE)).job_run
     assert run.trigger == pb.JOB_RUN_TRIGGER_MANUAL and run.attempt == 1
 
     async def succeeded() -> pb.JobRun:
         for _ in range(100):
-            runs = (await stub.ListJobRuns(pb.ListJobRunsRequest(job_id=job.id), metadata=ALICE)).job_runs
+            runs = (
+                await stub.ListJobRuns(pb.ListJobRunsRequest(job_id=job.id), metadata=ALICE)
+            ).job_runs
             if runs and runs[0].state == pb.JOB_RUN_STATE_SUCCEEDED:
                 return runs[0]
             await asyncio.sleep(0.05)
@@ -251,15 +312,26 @@ async def test_trigger_records_a_manual_run_and_dispatches_it(api) -> None:
     assert list(request.declared_tools) == ["memory_write"]
     assert request.profile == profile_to_pb(AUTOMATION_MEMORY_DEFAULT)
     (message,) = request.messages
-    assert message.role == message_pb2.ROLE_USER and message.kind == message_pb2.MESSAGE_KIND_USER_MESSAGE
+    assert (
+        message.role == message_pb2.ROLE_USER
+        and message.kind == message_pb2.MESSAGE_KIND_USER_MESSAGE
+    )
     assert message.content[0].text.text == "remember: I like tea"
     assert fake.owners[done.orchestrator_run_id] == "alice"
 
 
 async def test_default_job_is_daily_memory_at_ten_local(api) -> None:
     stub, _ = api
-    (job,) = (await stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(timezone="America/New_York"), metadata=ALICE)).jobs
-    assert job.default_job and job.schedule.type == pb.SCHEDULE_TYPE_DAILY and job.schedule.local_time == "10:00"
+    (job,) = (
+        await stub.EnsureDefaultJobs(
+            pb.EnsureDefaultJobsRequest(timezone="America/New_York"), metadata=ALICE
+        )
+    ).jobs
+    assert (
+        job.default_job
+        and job.schedule.type == pb.SCHEDULE_TYPE_DAILY
+        and job.schedule.local_time == "10:00"
+    )
     assert job.timezone == "America/New_York"
     assert list(job.config.tools) == ["memory_write", "memory_forget"]
     assert job.config.prompt == core.DEFAULT_MEMORY_PROMPT
@@ -276,7 +348,9 @@ async def test_default_job_defaults_to_shanghai(api) -> None:
 
 async def test_ensure_default_jobs_twice_and_concurrently_leaves_exactly_one(api) -> None:
     stub, _ = api
-    calls = [stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(), metadata=ALICE) for _ in range(6)]
+    calls = [
+        stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(), metadata=ALICE) for _ in range(6)
+    ]
     results = await asyncio.gather(*calls)
     again = await stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(), metadata=ALICE)
     assert {r.jobs[0].id for r in [*results, again]} == {again.jobs[0].id}
@@ -288,8 +362,12 @@ async def test_ensure_default_jobs_twice_and_concurrently_leaves_exactly_one(api
 
 async def test_default_job_with_a_bad_timezone_is_invalid(api) -> None:
     stub, _ = api
-    err = await expect_code(stub.EnsureDefaultJobs(pb.EnsureDefaultJobsRequest(timezone="Nowhere/City"), metadata=ALICE),
-                            grpc.StatusCode.INVALID_ARGUMENT)
+    err = await expect_code(
+        stub.EnsureDefaultJobs(
+            pb.EnsureDefaultJobsRequest(timezone="Nowhere/City"), metadata=ALICE
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
     # The error the helper raises carries the violations.
     assert err.violations[0][0] == "timezone"  # type: ignore[attr-defined]
 
@@ -303,8 +381,14 @@ async def test_once_job_in_the_past_runs_once_then_completes(api) -> None:
 
     for _ in range(100):
         got = (await stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE)).job
-        runs = (await stub.ListJobRuns(pb.ListJobRunsRequest(job_id=job.id), metadata=ALICE)).job_runs
-        if got.status == pb.JOB_STATUS_COMPLETED and runs and runs[0].state == pb.JOB_RUN_STATE_SUCCEEDED:
+        runs = (
+            await stub.ListJobRuns(pb.ListJobRunsRequest(job_id=job.id), metadata=ALICE)
+        ).job_runs
+        if (
+            got.status == pb.JOB_STATUS_COMPLETED
+            and runs
+            and runs[0].state == pb.JOB_RUN_STATE_SUCCEEDED
+        ):
             break
         await asyncio.sleep(0.05)
     assert got.status == pb.JOB_STATUS_COMPLETED and not got.HasField("next_run_time")

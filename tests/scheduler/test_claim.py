@@ -42,7 +42,9 @@ SHANGHAI = zone("Asia/Shanghai")
 
 
 @pytest.fixture
-async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrchestrator, str, Settings]]:
+async def env(
+    settings: Settings,
+) -> AsyncIterator[tuple[AsyncEngine, FakeOrchestrator, str, Settings]]:
     engine = await migrated_engine(settings)
     async with fake_orchestrator() as (fake, address):
         yield engine, fake, address, settings
@@ -66,7 +68,9 @@ def by_state(rows: list[Any]) -> dict[str, list[datetime]]:
     ("policy", "runs", "missed"),
     [(CatchUpPolicy.LATEST, 1, 3), (CatchUpPolicy.SKIP, 0, 4), (CatchUpPolicy.ALL, 2, 2)],
 )
-async def test_three_days_down_applies_the_catch_up_policy(env, policy: CatchUpPolicy, runs: int, missed: int) -> None:
+async def test_three_days_down_applies_the_catch_up_policy(
+    env, policy: CatchUpPolicy, runs: int, missed: int
+) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     # A daily slot two hours ago; the replicas stopped three days before it.
@@ -116,7 +120,9 @@ async def test_clock_moved_back_an_hour_fires_no_slot_twice(env) -> None:
     job = due_job("alice", spec, slot, now)
     await insert_jobs(engine, [job])
     clock = {"now": slot + timedelta(seconds=1)}
-    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg(), clock=lambda: clock["now"])
+    loop, dispatcher, channel = local_runtime(
+        engine, address, settings, fast_cfg(), clock=lambda: clock["now"]
+    )
 
     await loop.tick()
     await dispatcher.idle()
@@ -131,11 +137,19 @@ async def test_clock_moved_back_an_hour_fires_no_slot_twice(env) -> None:
     assert behind.slot == slot
     async with engine.begin() as conn:
         await conn.execute(
-            tables.jobs.update().where(tables.jobs.c.id == job.id).values(next_slot=slot, next_run_at=slot)
+            tables.jobs.update()
+            .where(tables.jobs.c.id == job.id)
+            .values(next_slot=slot, next_run_at=slot)
         )
     # ... and with the high-water mark the same computation moves past it.
-    assert core.next_run(job.id, spec, slot - timedelta(hours=1), slot).slot == slot + timedelta(days=1)
-    for t in (slot - timedelta(minutes=30), slot + timedelta(seconds=1), slot + timedelta(minutes=5)):
+    assert core.next_run(job.id, spec, slot - timedelta(hours=1), slot).slot == slot + timedelta(
+        days=1
+    )
+    for t in (
+        slot - timedelta(minutes=30),
+        slot + timedelta(seconds=1),
+        slot + timedelta(minutes=5),
+    ):
         clock["now"] = t
         await loop.tick()
     await dispatcher.idle()
@@ -164,7 +178,9 @@ async def test_failures_retry_with_backoff_then_fail_with_their_history(env) -> 
     assert [e["attempt"] for e in row.errors] == [1, 2, 3]
     assert all(e["error"].startswith("UNAVAILABLE") and e["at"] for e in row.errors)
     # A run the orchestrator refused never started: every retry starts the slot's same id.
-    assert sum(fake.starts.values()) == 3 and list(fake.starts) == [core.orchestrator_run_id(row.id, 1)]
+    assert sum(fake.starts.values()) == 3 and list(fake.starts) == [
+        core.orchestrator_run_id(row.id, 1)
+    ]
     assert not fake.states
 
 
@@ -206,13 +222,17 @@ async def test_stale_replicas_late_write_is_refused(env) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
-    stale, stale_dispatcher, ch1 = local_runtime(engine, address, settings, fast_cfg(lease_seconds=1), owner="stale")
+    stale, stale_dispatcher, ch1 = local_runtime(
+        engine, address, settings, fast_cfg(lease_seconds=1), owner="stale"
+    )
     claimed = await stale.claim_due()  # leased at attempt 1, then the replica stalls
     (order,) = claimed.orders
 
     async with engine.begin() as conn:  # its lease runs out
         await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
-    fresh, fresh_dispatcher, ch2 = local_runtime(engine, address, settings, fast_cfg(), owner="fresh")
+    fresh, fresh_dispatcher, ch2 = local_runtime(
+        engine, address, settings, fast_cfg(), owner="fresh"
+    )
     (taken,) = await fresh.take_over()
     assert taken.run.attempt == 2 and taken.resume
     assert await fresh_dispatcher.dispatch(taken)
@@ -221,8 +241,13 @@ async def test_stale_replicas_late_write_is_refused(env) -> None:
     assert not await stale_dispatcher.dispatch(order)
     async with engine.begin() as conn:
         assert not await store.fail_attempt(
-            conn, order.run, core.RunError(1, "late", now), now=now, dispatched_at=now,
-            orchestrator_run_id="x", retry_at=None,
+            conn,
+            order.run,
+            core.RunError(1, "late", now),
+            now=now,
+            dispatched_at=now,
+            orchestrator_run_id="x",
+            retry_at=None,
         )
     await ch1.close()
     await ch2.close()
@@ -233,7 +258,9 @@ async def test_stale_replicas_late_write_is_refused(env) -> None:
     assert sum(fake.starts.values()) == 1
 
 
-async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starting_it_again(env) -> None:
+async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starting_it_again(
+    env,
+) -> None:
     engine, fake, address, settings = env
     now = await db_now(engine)
     await insert_jobs(engine, [due_job("alice", daily_spec(), now - timedelta(seconds=1), now)])
@@ -242,7 +269,9 @@ async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starti
     # The dead replica's StartRun reached the orchestrator before it died.
     first_id = core.orchestrator_run_id(order.run.id, 1)
     async with grpc.aio.insecure_channel(address) as ch:
-        async for _ in orch_grpc.OrchestratorServiceStub(ch).StartRun(start_request(order.job, first_id)):
+        async for _ in orch_grpc.OrchestratorServiceStub(ch).StartRun(
+            start_request(order.job, first_id)
+        ):
             pass
     async with engine.begin() as conn:
         await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1)))
@@ -259,10 +288,14 @@ async def test_takeover_finds_the_dead_attempts_run_in_history_instead_of_starti
 
 async def _expire_leases(engine: AsyncEngine, now: datetime, **values: Any) -> None:
     async with engine.begin() as conn:
-        await conn.execute(tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1), **values))
+        await conn.execute(
+            tables.runs.update().values(lease_expires_at=now - timedelta(seconds=1), **values)
+        )
 
 
-async def test_third_attempt_follows_the_first_run_when_the_second_holder_died_following_it(env) -> None:
+async def test_third_attempt_follows_the_first_run_when_the_second_holder_died_following_it(
+    env,
+) -> None:
     # Issue 17: attempt 2 only followed run 1 (it never started a run of its own) and its
     # holder died too; attempt 3 must find run 1 still going, not start another.
     engine, fake, address, settings = env
@@ -351,7 +384,9 @@ async def test_a_run_failed_while_watched_fails_the_attempt_and_the_retry_uses_t
     await dispatcher.idle()
     await channel.close()
     (row,) = await run_rows(engine)
-    assert row.state == "succeeded" and row.orchestrator_run_id == core.orchestrator_run_id(row.id, 2)
+    assert row.state == "succeeded" and row.orchestrator_run_id == core.orchestrator_run_id(
+        row.id, 2
+    )
 
 
 async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
@@ -365,7 +400,9 @@ async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
     # Forget the high-water mark too: UNIQUE(job_id, scheduled_slot) still holds the line.
     async with engine.begin() as conn:
         await conn.execute(
-            tables.jobs.update().values(next_slot=job.next_slot, next_run_at=job.next_slot, last_slot=None)
+            tables.jobs.update().values(
+                next_slot=job.next_slot, next_run_at=job.next_slot, last_slot=None
+            )
         )
     await loop.tick()
     await dispatcher.idle()
@@ -376,7 +413,9 @@ async def test_a_slot_already_recorded_is_not_recorded_again(env) -> None:
     assert after.last_slot == job.next_slot
 
 
-async def test_one_batch_of_mixed_jobs_plans_and_dispatches_each_by_its_own_schedule_and_spec(env) -> None:
+async def test_one_batch_of_mixed_jobs_plans_and_dispatches_each_by_its_own_schedule_and_spec(
+    env,
+) -> None:
     # The claim plans once per position and converts each distinct spec once: jobs that share
     # a slot but not a prompt, profile, zone, jitter or policy must still get their own.
     engine, fake, address, settings = env
@@ -387,7 +426,9 @@ async def test_one_batch_of_mixed_jobs_plans_and_dispatches_each_by_its_own_sche
     other_profile = CHAT_DEFAULT.model_copy(update={"name": "custom_chat"})
     specs = {
         "plain": daily_spec(prompt="plain prompt"),
-        "same_slot_other_spec": replace(daily_spec(prompt="other prompt", title="other"), profile=other_profile),
+        "same_slot_other_spec": replace(
+            daily_spec(prompt="other prompt", title="other"), profile=other_profile
+        ),
         "jittered": daily_spec(prompt="jittered prompt", jitter_seconds=600),
         "all_policy": daily_spec(prompt="catch up", catch_up_policy=CatchUpPolicy.ALL),
         "new_york": daily_spec("08:15", "America/New_York", prompt="new york"),
@@ -422,11 +463,15 @@ async def test_one_batch_of_mixed_jobs_plans_and_dispatches_each_by_its_own_sche
         expected_next = sched_next_slot(spec.schedule, tz, max(clock_now, last))
         after = await get_job(engine, job.id)
         assert (after.last_slot, after.next_slot) == (last, expected_next), name
-        assert after.next_run_at == fire_time(job.id, expected_next, spec.jitter_seconds, spec.schedule, tz), name
+        assert after.next_run_at == fire_time(
+            job.id, expected_next, spec.jitter_seconds, spec.schedule, tz
+        ), name
         assert after.last_run_at == clock_now, name
         requests = [r for r in fake.requests.values() if r.thread_id == core.thread_id(job.id)]
         assert {r.messages[0].content[0].text.text for r in requests} == {spec.config.prompt}, name
-        assert {(r.profile.name, r.time_zone) for r in requests} == {(spec.profile.name, spec.timezone)}, name
+        assert {(r.profile.name, r.time_zone) for r in requests} == {
+            (spec.profile.name, spec.timezone)
+        }, name
         assert len(requests) == (2 if name == "all_policy" else 1), name
     states = by_state(await run_rows(engine))
     assert states["missed"] == [slot - timedelta(days=2)]

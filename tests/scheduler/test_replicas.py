@@ -37,7 +37,9 @@ JOBS = int(os.environ.get("AGENTMESH_TEST_SCHEDULER_JOBS", "10000" if USES_POSTG
 
 
 @pytest.fixture
-async def env(settings: Settings) -> AsyncIterator[tuple[AsyncEngine, FakeOrchestrator, str, Settings]]:
+async def env(
+    settings: Settings,
+) -> AsyncIterator[tuple[AsyncEngine, FakeOrchestrator, str, Settings]]:
     engine = await migrated_engine(settings)
     async with fake_orchestrator() as (fake, address):
         yield engine, fake, address, settings
@@ -51,10 +53,16 @@ async def slot_stats(engine: AsyncEngine) -> tuple[int, int, int]:
         total = (await conn.execute(sa.select(sa.func.count()).select_from(r))).scalar_one()
         distinct = (
             await conn.execute(
-                sa.select(sa.func.count()).select_from(sa.select(r.c.job_id, r.c.scheduled_slot).distinct().subquery())
+                sa.select(sa.func.count()).select_from(
+                    sa.select(r.c.job_id, r.c.scheduled_slot).distinct().subquery()
+                )
             )
         ).scalar_one()
-        done = (await conn.execute(sa.select(sa.func.count()).select_from(r).where(r.c.state == "succeeded"))).scalar_one()
+        done = (
+            await conn.execute(
+                sa.select(sa.func.count()).select_from(r).where(r.c.state == "succeeded")
+            )
+        ).scalar_one()
     return total, distinct, done
 
 
@@ -66,6 +74,7 @@ async def test_four_replicas_racing_dispatch_every_slot_exactly_once(env, tmp_pa
     environment = replica_env(settings, address, batch_size=250, claim_interval_seconds=0.05)
     replicas = [await start_replica(environment, tmp_path / f"replica-{i}.log") for i in range(4)]
     try:
+
         async def all_done() -> bool:
             return (await slot_stats(engine))[2] >= JOBS
 
@@ -82,8 +91,12 @@ async def test_four_replicas_racing_dispatch_every_slot_exactly_once(env, tmp_pa
     assert all(p.returncode == 0 for p in replicas), [p.returncode for p in replicas]
 
 
-@pytest.mark.parametrize("point", ["before_commit", "after_commit", "during_dispatch", "before_outcome"])
-async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(env, tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize(
+    "point", ["before_commit", "after_commit", "during_dispatch", "before_outcome"]
+)
+async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(
+    env, tmp_path: Path, point: str
+) -> None:
     engine, fake, address, settings = env
     count = 40
     jobs = await seed_due_jobs(engine, count)
@@ -103,8 +116,11 @@ async def test_replica_killed_at_any_point_loses_no_slot_and_doubles_none(env, t
     else:
         assert fake.starts
 
-    survivor = await start_replica(replica_env(settings, address, lease_seconds=1.5), tmp_path / "survivor.log")
+    survivor = await start_replica(
+        replica_env(settings, address, lease_seconds=1.5), tmp_path / "survivor.log"
+    )
     try:
+
         async def all_done() -> bool:
             return (await slot_stats(engine))[2] >= count
 

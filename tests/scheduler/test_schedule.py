@@ -35,7 +35,10 @@ def slots(schedule: Schedule, tz: object, after: datetime, n: int) -> list[datet
 
 
 def test_daily_slot_is_local_wall_time_converted_to_utc_in_shanghai() -> None:
-    assert slots(daily("10:00"), SHANGHAI, utc(2024, 6, 1, 0), 2) == [utc(2024, 6, 1, 2), utc(2024, 6, 2, 2)]
+    assert slots(daily("10:00"), SHANGHAI, utc(2024, 6, 1, 0), 2) == [
+        utc(2024, 6, 1, 2),
+        utc(2024, 6, 2, 2),
+    ]
 
 
 def test_next_slot_is_strictly_after_the_given_instant() -> None:
@@ -56,12 +59,18 @@ def test_new_york_ambiguous_0130_runs_once_at_the_first_occurrence() -> None:
 
 def test_new_york_weekly_on_the_ambiguous_night_runs_once() -> None:
     weekly = Schedule(ScheduleType.WEEKLY, local_time="01:30", weekday=7)  # Sunday
-    assert slots(weekly, NY, utc(2024, 10, 30), 2) == [utc(2024, 11, 3, 5, 30), utc(2024, 11, 10, 6, 30)]
+    assert slots(weekly, NY, utc(2024, 10, 30), 2) == [
+        utc(2024, 11, 3, 5, 30),
+        utc(2024, 11, 10, 6, 30),
+    ]
 
 
 def test_london_spring_forward_and_fall_back() -> None:
     assert s.next_slot(daily("01:30"), LONDON, utc(2024, 3, 30, 12)) == utc(2024, 3, 31, 1)
-    assert slots(daily("01:30"), LONDON, utc(2024, 10, 26, 12), 2) == [utc(2024, 10, 27, 0, 30), utc(2024, 10, 28, 1, 30)]
+    assert slots(daily("01:30"), LONDON, utc(2024, 10, 26, 12), 2) == [
+        utc(2024, 10, 27, 0, 30),
+        utc(2024, 10, 28, 1, 30),
+    ]
 
 
 def test_lord_howe_thirty_minute_shift() -> None:
@@ -149,7 +158,9 @@ def test_jitter_is_deterministic_and_below_the_interval() -> None:
     hourly = Schedule(ScheduleType.CRON, cron="0 * * * *")
     first = s.fire_time("job-1", slot, 7200, hourly, SHANGHAI)
     assert first == s.fire_time("job-1", slot, 7200, hourly, SHANGHAI)
-    offsets = {s.jitter_offset(f"job-{i}", slot, 7200, slot + timedelta(hours=1)) for i in range(200)}
+    offsets = {
+        s.jitter_offset(f"job-{i}", slot, 7200, slot + timedelta(hours=1)) for i in range(200)
+    }
     assert all(timedelta(0) <= o < timedelta(hours=1) for o in offsets)
     assert len(offsets) > 150  # spread, not one value
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.scheduler import store, tables
+from services.scheduler import tables
 from shared import outbox
 from shared.settings import Settings
 from tests.scheduler.helpers import (

@@ -28,5 +28,7 @@ def test_bindings_match_the_protos(tmp_path: Path) -> None:
     fresh = _generated_files(tmp_path)
     committed = _generated_files(PROTOS)
     assert fresh == committed, "run `make protos`: generated files differ from protos/"
-    stale = [str(p) for p in sorted(fresh) if not filecmp.cmp(tmp_path / p, PROTOS / p, shallow=False)]
+    stale = [
+        str(p) for p in sorted(fresh) if not filecmp.cmp(tmp_path / p, PROTOS / p, shallow=False)
+    ]
     assert not stale, f"run `make protos`: stale bindings {stale}"

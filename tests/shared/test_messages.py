@@ -61,14 +61,18 @@ def test_factories_set_role_and_wrap_text() -> None:
 
 
 def test_metadata_integers_survive_protobuf_as_integers() -> None:
-    msg = user("x", metadata={"count": 3, "ratio": 0.5, "nested": {"ids": [1, 2]}, "origin": "chat"})
+    msg = user(
+        "x", metadata={"count": 3, "ratio": 0.5, "nested": {"ids": [1, 2]}, "origin": "chat"}
+    )
     back = msg_from_pb(msg_to_pb(msg))
     assert back.metadata == msg.metadata
     assert type(back.metadata["count"]) is int
 
 
 def test_metadata_is_canonical_false_hidden_flag_dropped() -> None:
-    msg = user("x", metadata={"hidden_from_user": False, "execution_profile_name": "", "tags": ("a",)})
+    msg = user(
+        "x", metadata={"hidden_from_user": False, "execution_profile_name": "", "tags": ("a",)}
+    )
     assert msg.metadata == {"tags": ["a"]}
 
 
@@ -132,7 +136,9 @@ def test_tool_call_arguments_parse_a_json_object() -> None:
 
 
 def test_tool_call_arguments_name_the_call_and_position_on_invalid_json() -> None:
-    with pytest.raises(ToolInputError, match=r"tool call c7 \(search\): input is not valid JSON: .* at char 8"):
+    with pytest.raises(
+        ToolInputError, match=r"tool call c7 \(search\): input is not valid JSON: .* at char 8"
+    ):
         ToolCallBlock(id="c7", name="search", input='{"q": 1 "r": 2}').arguments()
 
 

@@ -40,10 +40,14 @@ json_scalar = (
     | text
 )
 json_value = st.recursive(
-    json_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6
+    json_scalar,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=6,
 )
 extra = st.dictionaries(
-    text.filter(lambda k: k not in ("hidden_from_user", "origin", "executor", "execution_profile_name")),
+    text.filter(
+        lambda k: k not in ("hidden_from_user", "origin", "executor", "execution_profile_name")
+    ),
     json_value,
     max_size=3,
 )
@@ -63,11 +67,13 @@ def metadata(draw: st.DrawFn) -> dict[str, object]:
     return meta
 
 
-mime = st.sampled_from(["image/png", "audio/wav", "audio/mpeg", "video/mp4", "application/pdf", "text/csv"])
+mime = st.sampled_from(
+    ["image/png", "audio/wav", "audio/mpeg", "video/mp4", "application/pdf", "text/csv"]
+)
 data_block = st.builds(
-    lambda m, inline, payload, url, name: DataBlock(m, data=payload, name=name)
-    if inline
-    else DataBlock(m, url=url, name=name),
+    lambda m, inline, payload, url, name: (
+        DataBlock(m, data=payload, name=name) if inline else DataBlock(m, url=url, name=name)
+    ),
     mime,
     st.booleans(),
     st.binary(max_size=16),
@@ -84,14 +90,21 @@ tool_result = st.builds(
     st.sampled_from(ToolResultState),
 )
 any_block = (
-    text_block | st.builds(ThinkingBlock, text) | st.builds(HintBlock, text) | data_block | tool_call | tool_result
+    text_block
+    | st.builds(ThinkingBlock, text)
+    | st.builds(HintBlock, text)
+    | data_block
+    | tool_call
+    | tool_result
 )
 role_content = {
     Role.USER: st.lists(text_block | data_block, max_size=4),
     Role.SYSTEM: st.lists(text_block, max_size=3),
     Role.ASSISTANT: st.lists(any_block, max_size=6),
 }
-zones = st.sampled_from([UTC, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))])
+zones = st.sampled_from(
+    [UTC, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))]
+)
 
 
 @st.composite
@@ -104,7 +117,9 @@ def messages(draw: st.DrawFn) -> Msg:
         name=draw(st.sampled_from(["", "user", "assistant", "林"])),
         metadata=draw(metadata()),
         created_at=draw(
-            st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=zones)
+            st.datetimes(
+                min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=zones
+            )
         ),
         usage=draw(st.none() | st.builds(Usage, st.integers(0, 2**62), st.integers(0, 2**62))),
         finished_reason=draw(st.sampled_from(["", "stop", "tool_calls", "length"])),

@@ -38,9 +38,18 @@ profiles:
         ({"enable_router": False}, "p.executor"),
         ({"enable_router": False, "executor": None}, "p.executor"),
         ({"executor": "worker"}, "p.enable_router"),
-        ({"enable_router": True, "executor": "worker", "tool_policy": {"allowlist": ["rm_rf"]}}, "p.tool_policy.allowlist"),
-        ({"enable_router": True, "executor": "worker", "tool_policy": {"mode": "union"}}, "p.tool_policy.mode"),
-        ({"enable_router": True, "executor": "worker", "history_policy": {"window": "forever"}}, "p.history_policy.window"),
+        (
+            {"enable_router": True, "executor": "worker", "tool_policy": {"allowlist": ["rm_rf"]}},
+            "p.tool_policy.allowlist",
+        ),
+        (
+            {"enable_router": True, "executor": "worker", "tool_policy": {"mode": "union"}},
+            "p.tool_policy.mode",
+        ),
+        (
+            {"enable_router": True, "executor": "worker", "history_policy": {"window": "forever"}},
+            "p.history_policy.window",
+        ),
         (
             {"enable_router": True, "executor": "worker", "history_policy": {"window": "all\n"}},
             "p.history_policy.window",
@@ -83,7 +92,10 @@ def test_registry_adds_the_files_profiles_to_the_built_ins(tmp_path: Path) -> No
         (GOOD + "    colour: red\n", "profiles[1].colour"),
         (GOOD.replace("executor: memory", "executor: planner"), "profiles[1].executor"),
         (GOOD.replace("    executor: memory\n", ""), "profiles[1].executor"),
-        (GOOD.replace("allowlist: [memory_write]", "allowlist: [memory_write, rm_rf]"), "profiles[1].tool_policy.allowlist"),
+        (
+            GOOD.replace("allowlist: [memory_write]", "allowlist: [memory_write, rm_rf]"),
+            "profiles[1].tool_policy.allowlist",
+        ),
         (GOOD.replace("memory_last_50", "chat_no_router"), "profiles[1].name"),
         (GOOD.replace("memory_last_50", "chat_default"), "profiles[1].name"),
         ("profiles: [{enable_router: true, executor: worker}]", "profiles[0].name"),
@@ -92,7 +104,9 @@ def test_registry_adds_the_files_profiles_to_the_built_ins(tmp_path: Path) -> No
         ("profiles: [", "not valid YAML"),
     ],
 )
-def test_bad_file_is_refused_whole_naming_the_entry_and_field(tmp_path: Path, text: str, names: str) -> None:
+def test_bad_file_is_refused_whole_naming_the_entry_and_field(
+    tmp_path: Path, text: str, names: str
+) -> None:
     path = tmp_path / "profiles.yaml"
     path.write_text(text)
     with pytest.raises(ProfileFileError) as info:
@@ -117,7 +131,11 @@ def test_orchestrator_with_a_bad_profiles_file_exits_naming_the_field(tmp_path: 
     )
     done = subprocess.run(
         [sys.executable, "-m", "services.orchestrator"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1
     assert "AGENTMESH_PROFILES_FILE" in done.stderr and "profiles[1].executor" in done.stderr

@@ -155,9 +155,10 @@ async def test_a_dependency_check_slower_than_the_interval_counts_as_lost() -> N
     await server.start("127.0.0.1", 0)
     try:
         assert await server.check_dependencies() == {"event_log"}
-        assert await _statuses(server, "", "event_log") == [
-            health_pb2.HealthCheckResponse.NOT_SERVING
-        ] * 2
+        assert (
+            await _statuses(server, "", "event_log")
+            == [health_pb2.HealthCheckResponse.NOT_SERVING] * 2
+        )
     finally:
         await server.stop()
 

@@ -17,14 +17,18 @@ from shared.tools import (
 
 def profile(*allowlist: str) -> ExecutionProfile:
     return ExecutionProfile(
-        name="p", enable_router=False, executor=ExecutorKind.MEMORY,
+        name="p",
+        enable_router=False,
+        executor=ExecutorKind.MEMORY,
         tool_policy=ToolPolicy(allowlist=allowlist),
     )
 
 
 def test_effective_tools_are_declared_and_allowed_and_registered_in_declared_order() -> None:
     declared = ["memory_forget", "web_search", "memory_search", "memory_write", "memory_forget"]
-    assert effective_tools(declared, profile("memory_write", "memory_forget", "web_search"), REGISTERED_TOOLS) == (
+    assert effective_tools(
+        declared, profile("memory_write", "memory_forget", "web_search"), REGISTERED_TOOLS
+    ) == (
         "memory_forget",
         "memory_write",
     )
@@ -32,11 +36,16 @@ def test_effective_tools_are_declared_and_allowed_and_registered_in_declared_ord
 
 def test_empty_allowlist_allows_no_tool() -> None:
     assert effective_tools(REGISTERED_TOOLS, profile(), REGISTERED_TOOLS) == ()
-    assert authorize("memory_search", REGISTERED_TOOLS, profile(), REGISTERED_TOOLS) is DenialReason.NOT_IN_PROFILE
+    assert (
+        authorize("memory_search", REGISTERED_TOOLS, profile(), REGISTERED_TOOLS)
+        is DenialReason.NOT_IN_PROFILE
+    )
 
 
 def test_chat_default_gives_the_worker_memory_search_only() -> None:
-    assert effective_tools(CHAT_DEFAULT.tool_policy.allowlist, CHAT_DEFAULT, REGISTERED_TOOLS) == ("memory_search",)
+    assert effective_tools(CHAT_DEFAULT.tool_policy.allowlist, CHAT_DEFAULT, REGISTERED_TOOLS) == (
+        "memory_search",
+    )
 
 
 def test_automation_memory_default_allows_write_and_forget() -> None:
@@ -55,7 +64,9 @@ def test_authorize_gives_the_most_specific_reason() -> None:
 
 def test_a_tool_allowed_and_declared_but_not_registered_is_not_registered() -> None:
     p = profile("web_search")
-    assert authorize("web_search", ["web_search"], p, REGISTERED_TOOLS) is DenialReason.NOT_REGISTERED
+    assert (
+        authorize("web_search", ["web_search"], p, REGISTERED_TOOLS) is DenialReason.NOT_REGISTERED
+    )
     assert effective_tools(["web_search"], p, REGISTERED_TOOLS) == ()
 
 

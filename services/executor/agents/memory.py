@@ -53,7 +53,6 @@ from services.executor.memory_tools import (
     Watermark,
     parse_extraction,
 )
-from shared.model.tokens import messages_tokens, tools_tokens
 from services.executor.toolcalls import ToolCallTracker
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
@@ -81,6 +80,7 @@ from shared.model.scripted import (
     MEMORY_PROMPT,
     NO_MEMORIES,
 )
+from shared.model.tokens import messages_tokens, tools_tokens
 from shared.tools import DenialReason, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")
@@ -161,7 +161,9 @@ class MemoryAgent:
         if step.client_tools:
             raise InvalidArgument("client_tools", "the memory agent runs no client-side tools")
         registered = self.tools.names()
-        offered = [self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)]
+        offered = [
+            self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)
+        ]
         watermark = core.watermark_name(step.thread_id, [t.name for t in offered])
         mark = await self.watermarks.watermark(step.owner, watermark)
         reading = core.unread(
@@ -191,7 +193,9 @@ class MemoryAgent:
         # told from prose); a structured answer says "nothing" with its empty lists.
         instructions = prompt or (MEMORY_EXTRACTION_PROMPT if structured else MEMORY_PROMPT)
         if not structured and NO_MEMORIES not in instructions:
-            instructions += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
+            instructions += (
+                f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
+            )
         if step.input.text.strip():
             instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
         leading = [system(instructions)]
@@ -302,7 +306,9 @@ class MemoryAgent:
             ):
                 yield event
             if turn.usage is None:
-                turn.usage = turn.estimated_usage(messages_tokens(conversation) + tools_tokens(tools))
+                turn.usage = turn.estimated_usage(
+                    messages_tokens(conversation) + tools_tokens(tools)
+                )
             progress.usage = progress.usage + turn.usage
             calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
             message = self._turn_message(progress, turn, calls, message_id)
@@ -373,7 +379,10 @@ class MemoryAgent:
             elif last:
                 lifecycle.interrupt()
                 result = ToolResultBlock(
-                    call.id, call.name, "error: no tool rounds are left", ToolResultState.INTERRUPTED
+                    call.id,
+                    call.name,
+                    "error: no tool rounds are left",
+                    ToolResultState.INTERRUPTED,
                 )
             else:
                 lifecycle.allow()
@@ -393,7 +402,9 @@ class MemoryAgent:
     ) -> AsyncIterator[StepItem]:
         results_id = new_id()
         for i, result in enumerate(results):
-            for event in tracker.result(result.id, tool_result_message_id(results_id, i), result.text):
+            for event in tracker.result(
+                result.id, tool_result_message_id(results_id, i), result.text
+            ):
                 yield event
         yield assistant(results, id=results_id, kind=MessageKind.TOOL_RESULT)
 
@@ -420,7 +431,9 @@ class MemoryAgent:
                         yield TextDelta(message_id, block.text)
                     elif isinstance(block, ToolCallBlock):
                         call_id, _ = turn.calls.add(block)
-                        for event in tracker.start(call_id, turn.calls.name_of(call_id), message_id):
+                        for event in tracker.start(
+                            call_id, turn.calls.name_of(call_id), message_id
+                        ):
                             yield event
                         for event in tracker.args(call_id, block.input):
                             yield event

@@ -39,7 +39,6 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
-from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from services.executor.tools import (
     ToolContext,
     ToolError,
@@ -68,6 +67,7 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
+from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")
@@ -193,7 +193,9 @@ class WorkerAgent:
                             extra={"fields": {"dropped": fitted.dropped, "budget": budget_tokens}},
                         )
                 try:
-                    async for event in self._model_turn(model_call, messages, tools, message_id, turn):
+                    async for event in self._model_turn(
+                        model_call, messages, tools, message_id, turn
+                    ):
                         yield event
                 except ModelContextOverflow:
                     if turn.produced or budget_tokens is None or budget_tokens < 2:
@@ -245,7 +247,9 @@ class WorkerAgent:
                         self.tools, call, tool_context, self.tool_timeout_seconds
                     )
                 else:
-                    result = _error(call, "no tool rounds are left in this step; it was not executed")
+                    result = _error(
+                        call, "no tool rounds are left in this step; it was not executed"
+                    )
                 # The id AG-UI gives this result once stored (shared.messages.msg_to_agui).
                 event_id = tool_result_message_id(results_id, len(results))
                 yield ToolCallResult(event_id, call.id, result.text)
@@ -347,6 +351,7 @@ class WorkerAgent:
         for block in turn.calls.blocks():
             yield ToolCallEnd(block.id)
 
+
 def denied(call: ToolCallBlock, reason: DenialReason) -> ToolDenied:
     """The audit item of a refused call: a digest of its arguments, never the arguments."""
     metrics.tool_denied(reason.value)
@@ -402,5 +407,3 @@ def _call_state(route: ToolRoute) -> ToolCallState:
 
 def _error(call: ToolCallBlock, reason: str) -> ToolResultBlock:
     return ToolResultBlock(call.id, call.name, f"error: {reason}", ToolResultState.ERROR)
-
-

@@ -64,9 +64,7 @@ def upgrade() -> None:
         ["endpoint_owner_id", "create_time_ms"],
     )
     op.create_index("ix_webhook_deliveries_owner", "webhook_deliveries", ["owner_id"])
-    op.create_index(
-        "ix_webhook_deliveries_finished", "webhook_deliveries", ["last_attempt_ms"]
-    )
+    op.create_index("ix_webhook_deliveries_finished", "webhook_deliveries", ["last_attempt_ms"])
     op.create_table(
         "webhook_leases",
         sa.Column("name", sa.String(64), primary_key=True),

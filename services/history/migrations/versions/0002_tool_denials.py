@@ -43,7 +43,9 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        "ix_tool_denials_audit", "tool_denials", ["owner_id", "created_at", "run_id", "tool_call_id"]
+        "ix_tool_denials_audit",
+        "tool_denials",
+        ["owner_id", "created_at", "run_id", "tool_call_id"],
     )
 
 

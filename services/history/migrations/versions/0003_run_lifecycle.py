@@ -27,7 +27,9 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("rolled_back", sa.Boolean, nullable=False, server_default=sa.false())
         )
-        batch.add_column(sa.Column("lease_holder", sa.String(200), nullable=False, server_default=""))
+        batch.add_column(
+            sa.Column("lease_holder", sa.String(200), nullable=False, server_default="")
+        )
         batch.add_column(sa.Column("lease_expire_time", _TS, nullable=True))
     op.create_index("ix_runs_lease", "runs", ["state", "lease_expire_time"])
     op.create_index("ix_runs_thread_seq", "runs", ["owner_id", "thread_id", "thread_seq"])
@@ -35,8 +37,7 @@ def upgrade() -> None:
     # now, so the first sweep ends them instead of leaving their threads busy forever.
     op.execute(
         sa.text(
-            "UPDATE runs SET lease_expire_time = create_time "
-            "WHERE state IN ('queued', 'running')"
+            "UPDATE runs SET lease_expire_time = create_time WHERE state IN ('queued', 'running')"
         )
     )
 

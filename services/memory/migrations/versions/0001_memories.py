@@ -46,9 +46,7 @@ def upgrade() -> None:
         sa.Column("version", sa.BigInteger(), nullable=False),
         sa.UniqueConstraint("owner_id", "content_hash", name="uq_memories_owner_fact"),
     )
-    op.create_index(
-        "ix_memories_owner_update", "memories", ["owner_id", "update_time", "id"]
-    )
+    op.create_index("ix_memories_owner_update", "memories", ["owner_id", "update_time", "id"])
     if postgres:
         op.execute(
             "CREATE INDEX ix_memories_content_fts ON memories "
