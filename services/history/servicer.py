@@ -15,7 +15,7 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, deletions, pgdirect, store
+from services.history import convert, core, deletions, pgdirect, store, tables
 from services.history.core import Message, NewMessage, Run, Thread
 from services.history.pgdirect import Conn
 from services.history.store import ContextKey
@@ -758,7 +758,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
-            context, self._read(), store.webhook_outbox, request.page_size
+            context, self._read(), tables.webhook_outbox, request.page_size
         )
         return pb.ListWebhookEventsResponse(events=events)
 
@@ -768,7 +768,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
-            context, self._write(), store.webhook_outbox, request.event_ids
+            context, self._write(), tables.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import store
+from services.history import queries
 from services.history.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
@@ -27,8 +27,8 @@ async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
 # (statement, its reads of runs): the lookup's two; the INSERT's two NOT EXISTS and its
 # next thread_seq.
 STATEMENTS = {
-    "lookup": (store._BEGIN_LOOKUP, 2),
-    "insert if idle": (store._INSERT_RUN_IF_IDLE, 3),
+    "lookup": (queries.BEGIN_LOOKUP, 2),
+    "insert if idle": (queries.INSERT_RUN_IF_IDLE, 3),
 }
 
 
