@@ -173,7 +173,7 @@ async def insert_messages(
     if not stamped:
         return
     counted = {"count_o": owner_id, "count_t": thread_id, "count": count, "count_now": now}
-    if conn.dialect.name == "postgresql":
+    if _pg(conn):
         rows = [
             {**{f"m_{k}": v for k, v in message_values(m, w).items()}, **counted}
             for m, w in stamped
@@ -327,6 +327,32 @@ async def context_page(
     return [r[0] for r in (await conn.execute(stmt)).all()]
 
 
+async def context_messages_served(
+    conn: Conn,
+    owner_id: str,
+    thread_id: str | None,
+    *,
+    upto: int | datetime,
+    since: datetime | None,
+    last_n: int | None,
+) -> list[tuple[Message, bytes]]:
+    """context_messages with each message's serving copy, for a context the rules cut:
+    the rules read the messages, the response is the copies of those they keep."""
+    stmt, newest_first = _context_query(
+        [*MESSAGE_FIELDS, messages.c.message_pb],
+        owner_id,
+        thread_id,
+        upto=upto,
+        since=since,
+        last_n=last_n,
+        after=None,
+        limit=None,
+    )
+    rows = (await conn.execute(stmt)).all()
+    found = [(message_from_row(r[:-1]), r[-1]) for r in rows]
+    return found[::-1] if newest_first else found
+
+
 @dataclass(frozen=True)
 class AuditFilter:
     origin: RuntimeMode | None = None
@@ -447,7 +473,7 @@ async def lock_thread_finish_run(
         "output_tokens": usage.output_tokens,
         "usage_estimated": usage.estimated,
     }
-    if conn.dialect.name != "postgresql":
+    if not _pg(conn):
         thread = await lock_run_thread(conn, owner_id, plan.run_id)
         if thread is None:
             return None, None
@@ -523,7 +549,7 @@ async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -
         .where(runs.c.state.in_(queries.ACTIVE), runs.c.lease_expire_time < now)
         .limit(limit)
     )
-    if conn.dialect.name == "postgresql":
+    if _pg(conn):
         pick = pick.with_for_update(skip_locked=True)
     picked = (await conn.execute(pick)).all()
     out = []
@@ -549,6 +575,9 @@ async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -
             out.append(run_from_row(row))
     await outbox.add(conn, webhook_outbox, [run_ended_event(r) for r in out])
     return out
+
+
+# --- webhook events (shared/outbox.py) ----------------------------------------------------
 
 
 def run_ended_event(run: Run) -> outbox.Event:
@@ -616,32 +645,6 @@ async def denial_page(
         )
     stmt = stmt.order_by(c.created_at, c.run_id, c.tool_call_id).limit(limit)
     return [denial_from_row(r) for r in (await conn.execute(stmt)).all()]
-
-
-async def context_messages_served(
-    conn: Conn,
-    owner_id: str,
-    thread_id: str | None,
-    *,
-    upto: int | datetime,
-    since: datetime | None,
-    last_n: int | None,
-) -> list[tuple[Message, bytes]]:
-    """context_messages with each message's serving copy, for a context the rules cut:
-    the rules read the messages, the response is the copies of those they keep."""
-    stmt, newest_first = _context_query(
-        [*MESSAGE_FIELDS, messages.c.message_pb],
-        owner_id,
-        thread_id,
-        upto=upto,
-        since=since,
-        last_n=last_n,
-        after=None,
-        limit=None,
-    )
-    rows = (await conn.execute(stmt)).all()
-    found = [(message_from_row(r[:-1]), r[-1]) for r in rows]
-    return found[::-1] if newest_first else found
 
 
 # --- deletions --------------------------------------------------------------------------
@@ -723,7 +726,7 @@ async def get_deletion(
     stmt = sa.select(deletions).where(
         deletions.c.owner_id == owner_id, deletions.c.id == deletion_id
     )
-    if lock and conn.dialect.name == "postgresql":
+    if lock and _pg(conn):
         stmt = stmt.with_for_update()
     row = (await conn.execute(stmt)).first()
     return deletion_from_row(row) if row else None
