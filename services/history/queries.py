@@ -122,7 +122,7 @@ LOCK_RUN_THREAD = reused(
 
 # --- messages -----------------------------------------------------------------------------
 
-# The current commit sequence number of :o (0 rows: none taken yet).
+# The last commit sequence number taken for :o (no row: none taken yet).
 SEQUENCE_HORIZON = sa.select(owner_sequences.c.last_seq).where(
     owner_sequences.c.owner_id == sa.bindparam("o")
 )

@@ -55,7 +55,7 @@ owner_sequences = sa.Table(
     sa.Column("owner_id", sa.String, primary_key=True),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
 )
-# Everything but the serving copy: what the domain Message is built from (rows.message).
+# Everything but the serving copy: what the domain Message is built from (rows.message_from_row).
 MESSAGE_FIELDS = [c for c in messages.c if c.name != "message_pb"]
 
 runs = sa.Table(
