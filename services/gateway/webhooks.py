@@ -23,10 +23,9 @@ import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
@@ -48,6 +47,11 @@ from services.gateway.webhook_store import (
 from shared import outbox
 from shared.ids import is_identifier
 from shared.settings import Settings
+
+if TYPE_CHECKING:
+    # httpx is imported where a delivery is sent (Deliverer._http, _send): a gateway whose
+    # owners have no webhooks never loads it or its client's modules (issue 24).
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -275,16 +279,26 @@ class Deliverer:
         self._store = store
         self._settings = settings
         self._deployment = {e.id: e for e in deployment_endpoints(settings)}
-        self._http = http or httpx.AsyncClient(
-            timeout=settings.webhook_timeout_seconds, follow_redirects=False
-        )
+        # Made at the first delivery: a client's TLS context (the CA bundle loaded) and
+        # httpcore's modules are ~3 MB that a gateway with no webhooks would hold.
+        self._client = http
         self._own_http = http is None
         self.holder = uuid.uuid4().hex
         self._pruned_ms = 0
 
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(
+                timeout=self._settings.webhook_timeout_seconds, follow_redirects=False
+            )
+        return self._client
+
     async def aclose(self) -> None:
-        if self._own_http:
-            await self._http.aclose()
+        if self._own_http and self._client is not None:
+            await self._client.aclose()
 
     async def run_forever(self) -> None:
         while True:
@@ -367,6 +381,8 @@ class Deliverer:
         return await self._store.endpoint(d.endpoint_owner_id, d.endpoint_id)
 
     async def _send(self, d: Delivery) -> None:
+        import httpx
+
         endpoint = await self._endpoint(d)
         at = datetime.now(UTC)
         if endpoint is None:

@@ -37,15 +37,14 @@ Search (SearchMemories) is ranked retrieval, not that rule:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-
-import snowballstemmer
 
 from shared import pagination
 from shared.errors import InvalidArgument
@@ -179,7 +178,18 @@ _STOP_WORDS = frozenset(
 )
 # Chinese function characters: a query bigram of two of them ("什么", "我的") is dropped.
 _CJK_STOP_CHARS = frozenset("我你他她它们的了吗呢吧啊呀是在有么什哪谁几个这那都也和与就还又要会")
-_STEMMER = snowballstemmer.stemmer("english")
+
+
+@functools.cache
+def _stem() -> Callable[[str], str]:
+    """The English stemmer's stemWord. Imported at the first memory written or searched:
+    snowballstemmer's package loads the stemmers of its 30-odd languages (~3 MB of RSS) that
+    an idle process, or one whose agents never use memory, would hold for nothing (issue 24).
+    """
+    import snowballstemmer
+
+    stem: Callable[[str], str] = snowballstemmer.stemmer("english").stemWord
+    return stem
 
 
 def _runs(text: str) -> list[tuple[str, bool]]:
@@ -201,12 +211,13 @@ def _bigrams(run: str) -> list[str]:
 def search_tokens(text: str) -> list[str]:
     """The lexical index tokens of a memory (the rule in the module doc), in order."""
     tokens: list[str] = []
+    stem = _stem()
     for run, cjk in _runs(text):
         if cjk:
             tokens.extend(run)
             tokens.extend(_bigrams(run))
         else:
-            tokens.append(_STEMMER.stemWord(run))
+            tokens.append(stem(run))
     return tokens
 
 
@@ -220,9 +231,10 @@ def query_tokens(query: str) -> tuple[str, ...]:
     Stop words and function bigrams are left out unless nothing else is left."""
     tokens: list[str] = []
     stop: list[str] = []
+    stem = _stem()
     for run, cjk in _runs(query):
         if not cjk:
-            (stop if run in _STOP_WORDS else tokens).append(_STEMMER.stemWord(run))
+            (stop if run in _STOP_WORDS else tokens).append(stem(run))
         elif len(run) == 1:
             (stop if run in _CJK_STOP_CHARS else tokens).append(run)
         else:

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.memory import store
@@ -65,6 +64,10 @@ class EmbeddingConfig:
 class EmbeddingClient:
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
+        # httpx is imported here, with an embeddings endpoint configured: a memory service
+        # without one never loads it (issue 24).
+        import httpx
+
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._http = httpx.AsyncClient(
             base_url=config.base_url, headers=headers, timeout=config.timeout_seconds
@@ -75,6 +78,8 @@ class EmbeddingClient:
 
     async def embed(self, texts: Sequence[str], *, query: bool) -> list[list[float]]:
         """Unit-length vectors of `texts`, in order; EmbeddingUnavailable on any failure."""
+        import httpx
+
         config = self.config
         body: dict[str, Any] = {"model": config.model, "input": list(texts)}
         input_type = config.query_input_type if query else config.document_input_type

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,6 +32,9 @@ from services.memory.tables import (
 )
 from shared import outbox
 from shared.errors import Aborted, AlreadyExists, NotFound
+
+# numpy (~12 MB of RSS) is imported where the SQLite vector search and the embedder's
+# writes use it: only a deployment with embeddings configured reaches them (issue 24).
 
 _NOT_FOUND = "memory not found"
 
@@ -411,6 +413,8 @@ async def _nearest(
         ).all()
         if not rows:
             return []
+        import numpy as np  # lazily: see the note at the imports
+
         matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
         distances = 1.0 - matrix.reshape(len(rows), dims) @ np.asarray(embedding, dtype="<f4")
         best = np.argsort(distances, kind="stable")[:limit]
@@ -533,6 +537,8 @@ async def put_embedding(
     if _postgres(conn):
         put, stored = queries.PG_PUT_EMBEDDING, _vector_text(embedding)
     else:
+        import numpy as np  # lazily: see the note at the imports
+
         put, stored = queries.SQLITE_PUT_EMBEDDING, np.asarray(embedding, "<f4").tobytes()
     await conn.execute(put, {**values, "embedding": stored})
     return True

@@ -17,12 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+# redis-py is imported by RedisEventLog, not here: the embedded event log (memory://) never
+# needs it, and it is ~11 MB of a process's idle RSS (issue 24).
 
 Entry = tuple[int, bytes]
 
@@ -318,6 +314,15 @@ class RedisEventLog:
     def __init__(
         self, url: str, retention_seconds: int = 3600, prefix: str = "agentmesh:run:"
     ) -> None:
+        import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import ExponentialBackoff, NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import ResponseError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        # What Redis answers to a command it refuses (as XADD an id not above the last).
+        self._refused = ResponseError
         # A pooled connection that Redis closed (a restart, a failover) is dropped and the
         # command retried on a new one, instead of failing the first caller after it.
         retries: dict[str, Any] = {
@@ -362,7 +367,7 @@ class RedisEventLog:
             seq, data = events[0]
             try:
                 added = await self.redis.xadd(k, {b"e": data}, id=f"{seq}-0", nomkstream=True)
-            except ResponseError:
+            except self._refused:
                 # Not above the last id: a resent write is fine, anything else is refused.
                 await self._write(k, key, events, close=False)
                 return
@@ -379,7 +384,7 @@ class RedisEventLog:
             args += (seq, data)
         try:
             written = await self._append(keys=[k], args=args)
-        except ResponseError as error:
+        except self._refused as error:
             if str(error).startswith("EXISTS"):
                 raise LogExists(key) from None
             raise

@@ -29,7 +29,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.model.base import ChatModel
 from shared.model.cards import CARDS_DIR, CardError, ModelCard, load_card
-from shared.model.openai import OpenAIChatModel, read_api_key
 from shared.model.scripted import ScriptedModel
 from shared.profiles import AgentConfig
 from shared.settings import Settings
@@ -114,4 +113,8 @@ def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:
     card = resolve_card(settings, card_name, ms)
     if card.provider == "scripted":
         return ScriptedModel(token_latency=settings.scripted_token_latency, card=card)
+    # Imported for an openai card only: the client and httpx (~5 MB of RSS with what httpx
+    # loads) are held for nothing by a process on the scripted model (issue 24).
+    from shared.model.openai import OpenAIChatModel, read_api_key
+
     return OpenAIChatModel(card, api_key=read_api_key(card, ms.api_key_file))
