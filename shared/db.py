@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import aiosqlite
 from alembic import command
@@ -49,8 +49,14 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def is_postgres(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "postgresql"
+class _HasDialect(Protocol):
+    @property
+    def dialect(self) -> Dialect: ...
+
+
+def is_postgres(bind: _HasDialect) -> bool:
+    """Whether an engine or a connection is PostgreSQL's (else the embedded SQLite)."""
+    return bind.dialect.name == "postgresql"
 
 
 # How long a statement waits for another connection's lock on a SQLite file.

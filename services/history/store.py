@@ -58,15 +58,12 @@ from services.history.tables import (
     webhook_outbox,
 )
 from shared import outbox
+from shared.db import is_postgres
 from shared.domain import ExecutorKind, RuntimeMode
 
 
-def _pg(conn: Conn) -> bool:
-    return conn.dialect.name == "postgresql"
-
-
 def _insert(conn: Conn, table: sa.Table) -> Any:
-    dialect = postgresql if _pg(conn) else sqlite
+    dialect = postgresql if is_postgres(conn) else sqlite
     return dialect.insert(table)
 
 
@@ -96,7 +93,7 @@ async def open_thread(
     (an existing thread keeps its own mode)."""
     row = (
         await conn.execute(
-            queries.PG_OPEN_THREAD if _pg(conn) else queries.SQLITE_OPEN_THREAD,
+            queries.PG_OPEN_THREAD if is_postgres(conn) else queries.SQLITE_OPEN_THREAD,
             {"o": owner_id, "t": thread_id, "mode": mode.value, "now": now},
         )
     ).one()
@@ -137,7 +134,7 @@ async def list_threads(
 async def messages_by_id(conn: Conn, owner_id: str, ids: Sequence[str]) -> dict[str, Message]:
     if not ids:
         return {}
-    stmt = queries.PG_MESSAGES_BY_ID if _pg(conn) else queries.SQLITE_MESSAGES_BY_ID
+    stmt = queries.PG_MESSAGES_BY_ID if is_postgres(conn) else queries.SQLITE_MESSAGES_BY_ID
     rows = (await conn.execute(stmt, {"o": owner_id, "ids": list(ids)})).all()
     return {r.id: message_from_row(r) for r in rows}
 
@@ -147,7 +144,7 @@ async def next_sequences(conn: Conn, owner_id: str, n: int) -> int:
     stays locked until the caller's transaction ends (PostgreSQL row lock; SQLite has one
     writer), so a transaction that takes numbers after another waits for it to commit or
     roll back: every number below one a reader sees committed is committed too."""
-    stmt = queries.PG_NEXT_SEQUENCES if _pg(conn) else queries.SQLITE_NEXT_SEQUENCES
+    stmt = queries.PG_NEXT_SEQUENCES if is_postgres(conn) else queries.SQLITE_NEXT_SEQUENCES
     last = (await conn.execute(stmt, {"o": owner_id, "n": n})).scalar_one()
     return int(last) - n + 1
 
@@ -173,7 +170,7 @@ async def insert_messages(
     if not stamped:
         return
     counted = {"count_o": owner_id, "count_t": thread_id, "count": count, "count_now": now}
-    if _pg(conn):
+    if is_postgres(conn):
         rows = [
             {**{f"m_{k}": v for k, v in message_values(m, w).items()}, **counted}
             for m, w in stamped
@@ -473,7 +470,7 @@ async def lock_thread_finish_run(
         "output_tokens": usage.output_tokens,
         "usage_estimated": usage.estimated,
     }
-    if not _pg(conn):
+    if not is_postgres(conn):
         thread = await lock_run_thread(conn, owner_id, plan.run_id)
         if thread is None:
             return None, None
@@ -549,7 +546,7 @@ async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -
         .where(runs.c.state.in_(queries.ACTIVE), runs.c.lease_expire_time < now)
         .limit(limit)
     )
-    if _pg(conn):
+    if is_postgres(conn):
         pick = pick.with_for_update(skip_locked=True)
     picked = (await conn.execute(pick)).all()
     out = []
@@ -726,7 +723,7 @@ async def get_deletion(
     stmt = sa.select(deletions).where(
         deletions.c.owner_id == owner_id, deletions.c.id == deletion_id
     )
-    if lock and _pg(conn):
+    if lock and is_postgres(conn):
         stmt = stmt.with_for_update()
     row = (await conn.execute(stmt)).first()
     return deletion_from_row(row) if row else None
@@ -801,7 +798,7 @@ async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int)
 async def owner_usage(conn: Conn, owner_id: str, start: datetime, end: datetime) -> list[UsageDay]:
     """The owner's usage per UTC day of the runs created in [start, end)."""
     rows = await conn.execute(
-        queries.PG_USAGE if _pg(conn) else queries.SQLITE_USAGE,
+        queries.PG_USAGE if is_postgres(conn) else queries.SQLITE_USAGE,
         {"owner": owner_id, "start": start, "end": end},
     )
     return [

@@ -31,6 +31,7 @@ from services.memory.tables import (
     webhook_outbox,
 )
 from shared import outbox
+from shared.db import is_postgres
 from shared.errors import Aborted, AlreadyExists, NotFound
 
 # numpy (~12 MB of RSS) is imported where the SQLite vector search and the embedder's
@@ -60,10 +61,6 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _postgres(conn: AsyncConnection) -> bool:
-    return conn.dialect.name == "postgresql"
-
-
 def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -90,7 +87,7 @@ async def write(
 
     One INSERT .. ON CONFLICT DO UPDATE, so concurrent writes of one fact make one row
     on both dialects (no read-then-insert race)."""
-    insert = postgresql.insert if _postgres(conn) else sqlite.insert
+    insert = postgresql.insert if is_postgres(conn) else sqlite.insert
     stmt = insert(memories).values(
         id=str(uuid.uuid4()),
         owner_id=owner,
@@ -327,7 +324,7 @@ async def list_changes(
 
 
 def _contains(conn: AsyncConnection, column: Any, needle: str) -> Any:
-    position = sa.func.strpos if _postgres(conn) else sa.func.instr
+    position = sa.func.strpos if is_postgres(conn) else sa.func.instr
     return position(column, needle) > 0
 
 
@@ -367,7 +364,7 @@ async def _lexical(
         return []
     # Tokens are runs of letters and digits (core.query_tokens), quoted all the same: user
     # text never reaches either query syntax as operators.
-    if _postgres(conn):
+    if is_postgres(conn):
         sql = queries.PG_LEXICAL
         query = " | ".join("(" + " & ".join(f"'{t}'" for t in g) + ")" for g in groups)
     else:
@@ -381,7 +378,7 @@ async def _nearest(
     conn: AsyncConnection, owner: str, embedding: Sequence[float], model: str, limit: int
 ) -> list[Memory]:
     dims = len(embedding)
-    if _postgres(conn):
+    if is_postgres(conn):
         # The HNSW index of this dimension (ensure_vector_index) serves the ORDER BY; its
         # iterative scan keeps reading the graph until `limit` rows of this owner and
         # model are found (pgvector >= 0.8), instead of filtering a fixed candidate list.
@@ -511,7 +508,7 @@ async def put_embedding(
         memories.c.id == task.memory_id,
         memories.c.version == task.version,
     )
-    if _postgres(conn):
+    if is_postgres(conn):
         unchanged = unchanged.with_for_update()
     if (await conn.execute(unchanged)).one_or_none() is None:
         return False
@@ -534,7 +531,7 @@ async def put_embedding(
     }
     # pgvector reads its text form; SQLite keeps float32 bytes.
     stored: str | bytes
-    if _postgres(conn):
+    if is_postgres(conn):
         put, stored = queries.PG_PUT_EMBEDDING, _vector_text(embedding)
     else:
         import numpy as np  # lazily: see the note at the imports
@@ -546,7 +543,7 @@ async def put_embedding(
 
 async def ensure_vector_index(conn: AsyncConnection, dims: int) -> None:
     """PostgreSQL: the HNSW index (cosine) of `dims`-dimensional embeddings, made once."""
-    if not _postgres(conn) or not 1 <= dims <= 2000:  # pgvector's HNSW limit
+    if not is_postgres(conn) or not 1 <= dims <= 2000:  # pgvector's HNSW limit
         return
     await conn.execute(queries.PG_LOCK_INDEX_BUILDS)
     await conn.execute(queries.PG_INDEX_BUILD_MEMORY)
@@ -592,7 +589,7 @@ async def advance_watermark(
     values = {"position": position, "position_time": time, "update_time": now}
     stmt: Any
     if not expected:
-        insert = postgresql.insert if _postgres(conn) else sqlite.insert
+        insert = postgresql.insert if is_postgres(conn) else sqlite.insert
         stmt = (
             insert(watermarks)
             .values(owner_id=owner, name=name, **values)

@@ -47,6 +47,7 @@ from services.scheduler.rows import (
 from services.scheduler.schedule import ScheduleType
 from services.scheduler.tables import jobs, runs, webhook_outbox
 from shared import outbox
+from shared.db import is_postgres
 
 
 def job_run_ended_event(
@@ -75,17 +76,13 @@ def job_run_ended_event(
 _CHUNK = 1000
 
 
-def _is_pg(conn: AsyncConnection) -> bool:
-    return conn.dialect.name == "postgresql"
-
-
 def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
-    return (postgresql.insert if _is_pg(conn) else sqlite_dialect.insert)(table)
+    return (postgresql.insert if is_postgres(conn) else sqlite_dialect.insert)(table)
 
 
 async def db_now(conn: AsyncConnection) -> datetime:
     """The database's clock (PostgreSQL: the transaction's start), an aware UTC datetime."""
-    if _is_pg(conn):
+    if is_postgres(conn):
         value: datetime = (await conn.execute(queries.PG_NOW)).scalar_one()
         return value.astimezone(UTC)
     text = (await conn.execute(queries.SQLITE_NOW)).scalar_one()
@@ -225,7 +222,7 @@ async def lock_due(
     """Active jobs with next_run_at <= now (None: the database's now), oldest first, grouped
     by position; on PostgreSQL locked for this transaction, skipping rows another replica
     holds. Returns the `now` used with the groups (None when nothing is due)."""
-    if not _is_pg(conn):
+    if not is_postgres(conn):
         if now is None:
             now = await db_now(conn)
         return now, await _lock_due_sqlite(conn, now, limit)
@@ -341,7 +338,7 @@ async def record_claim(
     succeeded get runs, and a slot already recorded is not recorded again."""
     if not writes.ids:
         return RecordedClaim(0, 0, [])
-    if not _is_pg(conn):
+    if not is_postgres(conn):
         return await _record_claim_sqlite(conn, now, writes, lease_owner, lease_expires_at)
     rows = await conn.execute(
         queries.PG_RECORD_CLAIM,
@@ -439,7 +436,7 @@ async def insert_runs(conn: AsyncConnection, new_runs: Sequence[JobRun]) -> set[
     """Insert runs, skipping a (job_id, scheduled_slot) already recorded; the inserted ids."""
     if not new_runs:
         return set()
-    if not _is_pg(conn):
+    if not is_postgres(conn):
         result = await conn.execute(queries.SQLITE_INSERT_RUNS, [run_values(r) for r in new_runs])
         return {row[0] for row in result}
     result = await conn.execute(
@@ -491,7 +488,7 @@ async def take_runs(
     Returns each leased run with the state it had (DISPATCHING = its previous attempt's
     outcome is unknown: the holder died or stalled).
     """
-    query = queries.PG_RUNS_TO_TAKE if _is_pg(conn) else queries.SQLITE_RUNS_TO_TAKE
+    query = queries.PG_RUNS_TO_TAKE if is_postgres(conn) else queries.SQLITE_RUNS_TO_TAKE
     found = [run_from_row(r) for r in await conn.execute(query, {"now": now, "limit": limit})]
     taken: list[tuple[JobRun, RunState]] = []
     for run in found:
@@ -566,7 +563,7 @@ async def finish_runs(conn: AsyncConnection, finished: Sequence[Finish], now: da
     attempt that lost its lease writes nothing)."""
     if not finished:
         return set()
-    if _is_pg(conn):
+    if is_postgres(conn):
         result = await conn.execute(
             queries.PG_FINISH_RUNS,
             {
