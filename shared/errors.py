@@ -178,9 +178,18 @@ _BY_CODE: dict[grpc.StatusCode, type[DomainError]] = {
 UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
+# A peer's CANCELLED: it stopped the call before answering. A server shutting down cancels
+# the calls that reach it while it stops (RST_STREAM, seen as CANCELLED), and a caller never
+# sees its own cancel as an error (the await raises asyncio.CancelledError instead).
+PEER_STOPPED_MESSAGE = "the peer stopped before answering (it is shutting down); retry shortly"
+
+
 def from_rpc_error(err: grpc.RpcError) -> DomainError:
-    """Rebuild the DomainError a peer raised (reason and field violations included)."""
+    """Rebuild the DomainError a peer raised (reason and field violations included). A
+    peer's CANCELLED is UNAVAILABLE: the peer went away, and the call may be made again."""
     code: grpc.StatusCode = err.code()
+    if code is grpc.StatusCode.CANCELLED:
+        return Unavailable(PEER_STOPPED_MESSAGE, metadata={"unreachable": "connection"})
     message: str = err.details() or code.name
     cls = _BY_CODE.get(code, Internal)
     reason = cls.default_reason

@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 import grpc
+import pytest
 from agentmesh.executor.v1 import executor_service_pb2 as executor_pb
 from agentmesh.executor.v1 import executor_service_pb2_grpc as executor_grpc
 from agentmesh.history.v1 import history_service_pb2 as history_pb
@@ -44,6 +45,9 @@ from tests.orchestrator.conftest import (
 
 # Fail before answering anything / after relaying the first event / pass everything through.
 DIES_AT_ONCE = "dies at once"
+# Cancels the call before answering, as a replica shutting down does to a call that reaches
+# it while it stops (RST_STREAM: the caller sees CANCELLED).
+STOPS_AT_ONCE = "stops at once"
 DIES_AFTER_OUTPUT = "dies after output"
 WORKS = "works"
 
@@ -63,6 +67,8 @@ class FlakyExecutor(executor_grpc.ExecutorServiceServicer):
         self.calls += 1
         if behaviour == DIES_AT_ONCE:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "connection lost")
+        if behaviour == STOPS_AT_ONCE:
+            await context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
         assert self.real is not None
         owner = [(k, v) for k, v in context.invocation_metadata() or () if k == OWNER_KEY]
         async for item in self.real.Execute(request, metadata=owner):
@@ -117,10 +123,11 @@ async def suite_with(flaky: FlakyExecutor, settings: Settings) -> AsyncIterator[
         )
 
 
+@pytest.mark.parametrize("how", [DIES_AT_ONCE, STOPS_AT_ONCE])
 async def test_step_whose_replica_died_before_any_output_is_retried_and_succeeds(
-    settings: Settings,
+    settings: Settings, how: str
 ) -> None:
-    flaky = FlakyExecutor(script=[DIES_AT_ONCE, DIES_AT_ONCE])
+    flaky = FlakyExecutor(script=[how, how])
     async with suite_with(flaky, settings) as suite:
         events = await collect(
             suite.orchestrator.StartRun(start_request("t-retry", "r-retry"), metadata=ALICE)
