@@ -37,6 +37,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -190,13 +191,59 @@ def measure_open(url: str, rate: float, duration: float, processes: int) -> dict
     )
 
 
+FIRST_EVENT_METRIC = "agentmesh_run_first_event_seconds"
+
+
+def first_event_buckets(gateway_url: str) -> dict[float, float]:
+    """The gateway's histogram of accepted runs' time to first event (shared/metrics.py),
+    cumulative counts by upper bound, from its GET /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{gateway_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"{FIRST_EVENT_METRIC}_bucket":
+                out[float(sample.labels["le"])] = sample.value
+    return out
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The q-quantile (ms) of what was observed between two scrapes of a histogram,
+    interpolated linearly within its bucket (as PromQL's histogram_quantile); NaN if none."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return round(lower * 1000, 3)  # past the last finite bound: its bound
+            share = (rank - below) / (count - below) if count > below else 1.0
+            return round((lower + (bound - lower) * share) * 1000, 3)
+        lower, below = bound, count
+    return float("nan")
+
+
 def with_cpu(suite: Suite, level: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """`level()`, with the CPU seconds each of the suite's processes spent meanwhile (/proc:
-    unlike latency on a shared machine, what a process spends is its own)."""
+    unlike latency on a shared machine, what a process spends is its own), and the accepted
+    runs' time to first event as the gateway measured it (from the request's arrival to the
+    event sent: without the load clients' own delays, which share the cores)."""
     before = {name: cpu_seconds(p.pid) for name, p in suite.procs.items()}
+    buckets = first_event_buckets(suite.gateway_url)
     measured = level()
     measured["cpu_s"] = {
         name: round(cpu_seconds(p.pid) - before[name], 3) for name, p in suite.procs.items()
+    }
+    after = first_event_buckets(suite.gateway_url)
+    measured["server_first_event"] = {
+        "n": int(after.get(float("inf"), 0.0) - buckets.get(float("inf"), 0.0)),
+        "p50_ms": bucket_quantile(buckets, after, 0.5),
+        "p99_ms": bucket_quantile(buckets, after, 0.99),
     }
     return measured
 
@@ -256,9 +303,13 @@ def ratios(saturation: dict[str, Any], overload: dict[str, Any]) -> dict[str, fl
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 2) if a == a and b == b and b > 0 else None  # NaN: nothing timed
 
+    server = "server_first_event"
     return {
         "refused_p99_to_target": ratio(refused, REFUSED_P99_TARGET_MS),
         "accepted_p99_2x_to_1x": ratio(at_2x, at_1x),
+        "accepted_server_p99_2x_to_1x": ratio(
+            overload[server]["p99_ms"], saturation[server]["p99_ms"]
+        ),
     }
 
 
@@ -280,8 +331,9 @@ def lines(result: dict[str, Any]) -> list[str]:
         f"{result['duration']} s per level, closed-loop pause {result['pause']} s):",
         "",
         "| load | offered/s (x 1x runs/s) | accepted runs/s "
-        "| accepted first event p50 / p99 (ms) | refused/s | refused p50 / p99 (ms) | errors |",
-        "|---|---|---|---|---|---|---|",
+        "| accepted first event p50 / p99 (ms) | the same at the gateway p50 / p99 (ms) "
+        "| refused/s | refused p50 / p99 (ms) | errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, label in _LEVELS:
         if name not in result:
@@ -293,6 +345,7 @@ def lines(result: dict[str, Any]) -> list[str]:
         out.append(
             f"| {label} | {offered} ({times}) | {lv['runs_per_s']} "
             f"| {lv['first_event']['p50_ms']} / {lv['first_event']['p99_ms']} "
+            f"| {lv['server_first_event']['p50_ms']} / {lv['server_first_event']['p99_ms']} "
             f"| {lv['refused_per_s']} | {refused['p50_ms']} / {refused['p99_ms']} "
             f"| {lv['errors']} |"
         )
@@ -305,7 +358,9 @@ def lines(result: dict[str, Any]) -> list[str]:
             f"2x by the {label}: refused p99 / {REFUSED_P99_TARGET_MS:g} ms "
             f"{r['refused_p99_to_target']} ({_verdict(r['refused_p99_to_target'])}), "
             f"accepted first-event p99 at 2x / at 1x {r['accepted_p99_2x_to_1x']} "
-            f"({_verdict(r['accepted_p99_2x_to_1x'])})."
+            f"({_verdict(r['accepted_p99_2x_to_1x'])}; at the gateway "
+            f"{r['accepted_server_p99_2x_to_1x']}, "
+            f"{_verdict(r['accepted_server_p99_2x_to_1x'])})."
         )
     if "overload_open" in result:
         late = result["overload_open"]["send_lateness"]

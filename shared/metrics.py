@@ -12,6 +12,7 @@ The names and labels, one place to read them:
 | agentmesh_grpc_server_handling_seconds | grpc_service, grpc_method, grpc_code | interceptors |
 | agentmesh_http_requests_total | method, route, status | telemetry.HttpMiddleware |
 | agentmesh_http_request_duration_seconds | method, route, status | telemetry.HttpMiddleware |
+| agentmesh_run_first_event_seconds | | the gateway: run_first_event |
 | agentmesh_runs_total | state, profile | the orchestrator: run_started / run_ended |
 | agentmesh_runs_in_progress | profile | the orchestrator: run_started / run_ended |
 | agentmesh_run_events_total | type | the orchestrator: event_emitted |
@@ -42,6 +43,11 @@ from prometheus_client import (
 
 # Latency buckets (seconds) from a cache hit to a long model call.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# A run's time to first event (seconds): milliseconds unloaded, tens to hundreds under load.
+_FIRST_EVENT_BUCKETS = (
+    0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08,
+    0.09, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10, 30,
+)  # fmt: skip
 # Dispatch lag (seconds): a due slot normally goes out within a claim interval.
 _LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -97,6 +103,12 @@ TOOL_DENIALS = Counter(
     "agentmesh_tool_denials_total",
     "Tool calls refused before they ran, by reason.",
     ["reason"],
+)
+
+RUN_FIRST_EVENT = Histogram(
+    "agentmesh_run_first_event_seconds",
+    "From a run's POST reaching the gateway to its first event sent on the 200 stream.",
+    buckets=_FIRST_EVENT_BUCKETS,
 )
 
 _enabled = False
@@ -170,6 +182,13 @@ def http_request_of(method: str, route: str, status: int) -> Callable[[float], N
         children[1].observe(seconds)
 
     return record
+
+
+def run_first_event(seconds: float) -> None:
+    """A run's first event was sent, `seconds` after its request reached the gateway."""
+    if not _enabled:
+        return
+    RUN_FIRST_EVENT.observe(seconds)
 
 
 def _profile_label(profile: str) -> str:

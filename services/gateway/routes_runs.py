@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Annotated, Any, TypeAlias
@@ -37,7 +38,8 @@ from services.gateway.run_input import (
     time_zone,
     too_large,
 )
-from services.gateway.shedding import overloaded
+from services.gateway.shedding import RECEIVED, overloaded
+from shared import metrics
 from shared.admission import OVERLOADED, InFlight
 from shared.errors import DomainError, from_rpc_error
 from shared.identity import call_metadata
@@ -101,6 +103,7 @@ async def _events(
     prefix: list[sse.Event] | None = None,
     on_abandon: Callable[[], Awaitable[None]] | None = None,
     on_end: StreamEnd | None = None,
+    received: float | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE body: `prefix` (frames without id), then every mapped event of the run with
     its sequence number as the frame id; after RUN_FINISHED or RUN_ERROR, nothing. `first`
@@ -108,7 +111,8 @@ async def _events(
     While no event comes for `heartbeat` seconds, an SSE comment goes out instead.
     `on_abandon` runs (in the background) when the client goes away before the end;
     `on_end` is told when the stream starts and when it closes, with the run's last event
-    sent (RUN_FINISHED or RUN_ERROR; None when the client went away first)."""
+    sent (RUN_FINISHED or RUN_ERROR; None when the client went away first). `received`:
+    when the run's request reached the gateway (its first event sent is timed from it)."""
     ended = False
     last: sse.Event | None = None
     response = first
@@ -143,6 +147,9 @@ async def _events(
                         break
                 if frames:
                     yield sse.LastChunk(b"".join(frames)) if ended else b"".join(frames)
+                    if received is not None:
+                        metrics.run_first_event(time.perf_counter() - received)
+                        received = None
                 if ended:
                     return
             response = asyncio.ensure_future(call.read())
@@ -308,6 +315,7 @@ async def _start(
     on_end: StreamEnd,
 ) -> Response:
     """The run admitted: read its body, start it, answer its first event's status."""
+    received: float | None = request.scope.get(RECEIVED)
     try:
         body = await read_body(request, settings.max_request_bytes)
         parsed = parse_body(body)
@@ -338,7 +346,9 @@ async def _start(
         first = await asyncio.wait_for(call.read(), settings.rpc_timeout_seconds)
     except TimeoutError:
         call.cancel()
-        return await _started_or_pending(clients, settings, who.owner, req, on_abandon, on_end)
+        return await _started_or_pending(
+            clients, settings, who.owner, req, on_abandon, on_end, received
+        )
     except grpc.RpcError as err:
         api = from_rpc(
             err,
@@ -360,7 +370,7 @@ async def _start(
         raise api from None
     if first is grpc.aio.EOF:
         raise ApiError(502, "INTERNAL", "the orchestrator ended the run without any event")
-    return _run_stream(call, first, req, settings, on_abandon, on_end)
+    return _run_stream(call, first, req, settings, on_abandon, on_end, received)
 
 
 def _run_stream(
@@ -370,6 +380,7 @@ def _run_stream(
     settings: Settings,
     on_abandon: Callable[[], Awaitable[None]] | None,
     on_end: StreamEnd,
+    received: float | None,
 ) -> StreamingResponse:
     """The 200 SSE answer of a run whose first response `first` was read from `call`."""
     return sse.EventStream(
@@ -381,6 +392,7 @@ def _run_stream(
             heartbeat=settings.sse_heartbeat_seconds,
             on_abandon=on_abandon,
             on_end=on_end,
+            received=received,
         ),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
@@ -394,6 +406,7 @@ async def _started_or_pending(
     req: orchestrator_service_pb2.StartRunRequest,
     on_abandon: Callable[[], Awaitable[None]] | None,
     on_end: StreamEnd,
+    received: float | None,
 ) -> Response:
     """StartRun gave no first event in time. A run that started is streamed from its log
     (200, as if the POST had answered); otherwise 504 OUTCOME_UNKNOWN: the run may still be
@@ -418,7 +431,7 @@ async def _started_or_pending(
             f"it with GET /api/v1/agent/runs/{req.run_id}/events), never with a new runId",
             extra={"runId": req.run_id, "threadId": req.thread_id},
         )
-    return _run_stream(call, first, req, settings, on_abandon, on_end)
+    return _run_stream(call, first, req, settings, on_abandon, on_end, received)
 
 
 # A sequence number: ASCII digits only (str.isdigit() also takes "²" and other digits that

@@ -33,6 +33,8 @@ from shared.logs import request_id_var
 log = logging.getLogger("agentmesh.gateway")
 
 RUNS_PATH = "/api/v1/agent/runs"
+# The ASGI scope key of a run request's arrival (time.perf_counter()).
+RECEIVED = "agentmesh.received"
 # Refusals at the door are not in the access log (a line each would cost more than the
 # refusal): one warning at most this often says how many there were.
 LOG_EVERY_SECONDS = 10.0
@@ -112,15 +114,16 @@ class ShedRuns:
         self.logged_at = float("-inf")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or not self.in_flight.full()
-            or scope["path"] != RUNS_PATH
-            or scope["method"] != "POST"
-        ):
+        if scope["type"] != "http" or scope["path"] != RUNS_PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        if not self.in_flight.full():
+            # When the run's request reached the gateway: its time to first event counts
+            # from here (routes_runs, metrics.run_first_event).
+            scope[RECEIVED] = started
+            await self.app(scope, receive, send)
+            return
         rid = _request_id(scope)
         # The request's body is left unread: uvicorn discards it and keeps the connection.
         await self.refusal.send(rid, send)

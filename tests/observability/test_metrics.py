@@ -5,6 +5,8 @@ service-specific helpers."""
 from __future__ import annotations
 
 import socket
+import time
+import uuid
 from collections.abc import Iterator
 
 import grpc
@@ -18,7 +20,7 @@ from shared import metrics
 from shared.errors import InvalidArgument
 from shared.server import GrpcServer, ServiceParts
 from shared.settings import Settings
-from tests.observability.suite import gateway
+from tests.observability.suite import bearer, gateway, run_body, running_suite
 
 _PROBE = "agentmesh.test.Metered"
 
@@ -119,6 +121,34 @@ async def test_gateway_serves_http_metrics_by_route_template(settings: Settings)
     assert requests[(("method", "GET"), ("route", "unmatched"), ("status", "404"))] >= 1
     assert "t-secret-id" not in resp.text
     assert _samples(resp.text, "agentmesh_http_request_duration_seconds_count")
+
+
+async def test_gateway_times_each_started_runs_first_event_and_nothing_else(
+    settings: Settings,
+) -> None:
+    """agentmesh_run_first_event_seconds: one observation per run answered 200, from its POST
+    reaching the gateway to its first event sent; a refused POST (400) is not a run."""
+    name = "agentmesh_run_first_event_seconds"
+    count, total = f"{name}_count", f"{name}_sum"
+    async with running_suite(settings) as suite, gateway(suite.settings) as http:
+        text = (await http.get("/metrics")).text
+        before = _samples(text, count).get((), 0.0), _samples(text, total).get((), 0.0)
+        began = time.perf_counter()
+        for _ in range(2):
+            body = run_body(uuid.uuid4().hex, uuid.uuid4().hex, "hello")
+            resp = await http.post("/api/v1/agent/runs", json=body, headers=bearer(settings, "al"))
+            assert resp.status_code == 200 and "RUN_FINISHED" in resp.text
+        refused = await http.post(
+            "/api/v1/agent/runs", json={"threadId": ""}, headers=bearer(settings, "al")
+        )
+        assert refused.status_code == 400
+        took = time.perf_counter() - began
+        text = (await http.get("/metrics")).text
+    assert _samples(text, count)[()] - before[0] == 2
+    assert 0 < _samples(text, total)[()] - before[1] <= took
+    # The buckets resolve milliseconds (the first is 2.5 ms).
+    buckets = _samples(text, "agentmesh_run_first_event_seconds_bucket")
+    assert (("le", "0.0025"),) in buckets and (("le", "0.1"),) in buckets
 
 
 def _value(name: str, **labels: str) -> float:
