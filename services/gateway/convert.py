@@ -20,6 +20,7 @@ from google.protobuf import timestamp_pb2
 from shared.domain import RUN_STATE_FROM_PB
 from shared.messages import tool_result_message_id
 from shared.profiles import MemoryPolicy, memory_from_pb
+from shared.timestamps import rfc3339
 
 ROLE_NAMES = {
     message_pb2.ROLE_USER: "user",
@@ -45,11 +46,8 @@ EXECUTOR_NAMES = {
 
 
 def timestamp(ts: timestamp_pb2.Timestamp) -> str:
-    """RFC 3339 in UTC with exactly six fractional digits ("2025-01-02T03:04:05.123456Z"):
-    the one format of every time the gateway answers. Microseconds keep what the services
-    store (Timestamp.ToJsonString would give 0, 3, 6 or 9 digits by value); one width makes
-    the strings sort as the times do."""
-    return ts.ToDatetime().isoformat(timespec="microseconds") + "Z"
+    """A Timestamp in the one format of every time the gateway answers (timestamps.rfc3339)."""
+    return rfc3339(ts.ToDatetime())
 
 
 def millis_time(ms: int) -> str:

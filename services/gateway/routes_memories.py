@@ -21,6 +21,7 @@ from services.gateway.routes_runs import read_body
 from services.gateway.strict import json_object
 from shared.pagination import MAX_PAGE_SIZE
 from shared.settings import Settings
+from shared.timestamps import rfc3339
 
 router = APIRouter()
 
@@ -134,7 +135,7 @@ async def create_memory(
 async def export_memories(
     request: Request, response: Response, who: Caller = Depends(caller)
 ) -> dict[str, Any]:
-    exported = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    exported = rfc3339(datetime.now(UTC))
     memories = await _every_page(request, who, "ListMemories", pb.ListMemoriesRequest, "memories")
     changes = await _every_page(
         request, who, "ListMemoryChanges", pb.ListMemoryChangesRequest, "changes"

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, Valid
 from pydantic.alias_generators import to_camel
 from standardwebhooks import Webhook
 
+from services.gateway import convert
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError
 from services.gateway.webhook_store import (
@@ -181,16 +182,12 @@ def matches(endpoint: Endpoint, event: outbox.Event) -> bool:
     return not endpoint.event_types or event.type in endpoint.event_types
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
 def body(event: outbox.Event) -> str:
     """The request body (Standard Webhooks' type / timestamp / data), the same bytes on
     every attempt of every endpoint."""
     data = {"ownerId": event.owner_id, **event.data}
     return json.dumps(
-        {"type": event.type, "timestamp": _iso(event.create_time_ms), "data": data},
+        {"type": event.type, "timestamp": convert.millis_time(event.create_time_ms), "data": data},
         separators=(",", ":"),
     )
 

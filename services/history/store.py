@@ -60,6 +60,7 @@ from services.history.tables import (
 from shared import outbox
 from shared.db import is_postgres
 from shared.domain import ExecutorKind, RuntimeMode
+from shared.timestamps import rfc3339
 
 
 def _insert(conn: Conn, table: sa.Table) -> Any:
@@ -592,7 +593,7 @@ def run_ended_event(run: Run) -> outbox.Event:
     if run.error_message:
         data["errorMessage"] = run.error_message[:1000]
     if run.finish_time is not None:
-        data["finishTime"] = run.finish_time.isoformat().replace("+00:00", "Z")
+        data["finishTime"] = rfc3339(run.finish_time)
     return outbox.new_event(run.owner_id, f"run.{run.state.value}", data, outbox.now_ms())
 
 

@@ -48,6 +48,7 @@ from services.scheduler.schedule import ScheduleType
 from services.scheduler.tables import jobs, runs, webhook_outbox
 from shared import outbox
 from shared.db import is_postgres
+from shared.timestamps import rfc3339
 
 
 def job_run_ended_event(
@@ -60,9 +61,9 @@ def job_run_ended_event(
         "jobTitle": job.spec.title,
         "state": "failed" if failed else "succeeded",
         "trigger": run.trigger.value,
-        "scheduledSlot": run.scheduled_slot.isoformat().replace("+00:00", "Z"),
+        "scheduledSlot": rfc3339(run.scheduled_slot),
         "attempt": run.attempt,
-        "finishTime": now.isoformat().replace("+00:00", "Z"),
+        "finishTime": rfc3339(now),
     }
     if orchestrator_run_id:
         data["runId"] = orchestrator_run_id

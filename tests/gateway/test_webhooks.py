@@ -119,7 +119,7 @@ def test_the_body_is_type_timestamp_and_data_with_the_owner() -> None:
     event = _event()
     assert json.loads(webhooks.body(event)) == {
         "type": "run.failed",
-        "timestamp": "2025-06-15T15:06:40.123Z",
+        "timestamp": "2025-06-15T15:06:40.123000Z",
         "data": {"ownerId": "alice", "runId": "r1"},
     }
 
