@@ -24,3 +24,33 @@ def test_nothing_observed_is_nan_and_past_the_last_bound_is_that_bound() -> None
     same = {0.01: 3.0, INF: 3.0}
     assert math.isnan(bucket_quantile(same, same, 0.99))
     assert bucket_quantile({}, {0.01: 1.0, 0.1: 1.0, INF: 4.0}, 0.99) == 100.0
+
+
+def _level(p99: float, server_p99: float, refused_p99: float = float("nan")) -> dict:
+    return {
+        "runs_per_s": 100.0,
+        "offered_per_s": 200.0,
+        "runs": 1000,
+        "first_event": {"p50_ms": 5.0, "p99_ms": p99},
+        "server_first_event": {"p50_ms": 4.0, "p99_ms": server_p99, "n": 1000},
+        "refused": {"p50_ms": 2.0, "p99_ms": refused_p99, "n": 10},
+        "refused_per_s": 1.0,
+        "errors": 0,
+    }
+
+
+def test_the_verdict_is_the_median_of_the_repeats_ratios() -> None:
+    from bench.shedding import lines, ratio_summary, ratios
+
+    runs = []
+    for at_2x in (60.0, 45.0, 90.0):  # against 50 ms at 1x: 1.2, 0.9, 1.8
+        run = {"saturation": _level(50.0, 40.0), "overload": _level(at_2x, 36.0, 20.0)}
+        run["ratios"] = ratios(run["saturation"], run["overload"])
+        runs.append(run)
+    summary = ratio_summary(runs)["ratios"]
+    assert summary["accepted_p99_2x_to_1x"] == {"median": 1.2, "min": 0.9, "max": 1.8, "runs": 3}
+    assert summary["accepted_server_p99_2x_to_1x"]["median"] == 0.9
+    assert summary["refused_p99_to_target"]["median"] == 0.4
+    result = {"backend": "embedded", "bound": 16, "duration": 10, "pause": 0.05, "runs": runs}
+    text = "\n".join(lines({**result, "load_average": 0.5, "command": "python -m bench.shedding"}))
+    assert "at 2x / at 1x 1.2 (0.9-1.8), not met (at the gateway 0.9 (0.9-0.9), met)" in text
