@@ -1,5 +1,8 @@
 """A local fake OpenAI-compatible server (raw asyncio HTTP/1.1) that replays recorded
-streaming responses. Each request takes the next scripted Reply; the requests are kept."""
+streaming responses. Each request takes the next scripted Reply; the requests are kept.
+By default every answer closes its connection; with keep_alive the server answers in
+chunked encoding and keeps the connection for the next request, as real servers do, and
+counts the connections it was opened."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ class Reply:
     stall: float = 0.0
     # Cut the connection after this many body bytes (a broken stream).
     cut_after: int | None = None
+    # Seconds the stream stays open after its body (kept alive: before its last chunk).
+    linger: float = 0.0
 
 
 def recording(name: str, piece: int = 7) -> Reply:
@@ -66,8 +71,10 @@ class Request:
 
 
 class FakeOpenAI:
-    def __init__(self, replies: list[Reply]) -> None:
+    def __init__(self, replies: list[Reply], keep_alive: bool = False) -> None:
         self.replies = list(replies)
+        self.keep_alive = keep_alive
+        self.connections = 0
         self.requests: list[Request] = []
         self.port = 0
         self.tasks: set[asyncio.Task[None]] = set()
@@ -80,50 +87,61 @@ class FakeOpenAI:
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
+        self.connections += 1
         try:
-            await self._answer(reader, writer)
-        finally:
-            self.tasks.discard(task)
-
-    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            _, path, _ = lines[0].split(" ", 2)
-            headers = {
-                k.strip().lower(): v.strip()
-                for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)
-            }
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
-            self.requests.append(Request(path, headers, json.loads(body or b"{}")))
-            reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
-            if reply.stall:
-                await asyncio.sleep(reply.stall)
-            reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
-                reply.status, "Error"
-            )
-            head_out = [f"HTTP/1.1 {reply.status} {reason}", "Connection: close"]
-            head_out += [f"{k}: {v}" for k, v in reply.headers.items()]
-            # A stream ends when the connection closes; a declared length that the cut does
-            # not reach makes the client see a broken body.
-            if reply.status != 200 or reply.cut_after is not None:
-                head_out.append(f"Content-Length: {len(reply.body)}")
-            payload = reply.body if reply.cut_after is None else reply.body[: reply.cut_after]
-            writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode())
-            step = reply.piece or len(payload) or 1
-            for i in range(0, len(payload), step):
-                writer.write(payload[i : i + step])
-                await writer.drain()
-                await asyncio.sleep(0)
+            while await self._answer(reader, writer):
+                pass
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self.tasks.discard(task)
             writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; whether the connection stays open for another."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        _, path, _ = lines[0].split(" ", 2)
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)
+        }
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.requests.append(Request(path, headers, json.loads(body or b"{}")))
+        reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
+        if reply.stall:
+            await asyncio.sleep(reply.stall)
+        reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
+            reply.status, "Error"
+        )
+        # A stream ends when the connection closes (or, kept alive, with its last chunk);
+        # a declared length that the cut does not reach makes the client see a broken body.
+        chunked = self.keep_alive and reply.status == 200 and reply.cut_after is None
+        head_out = [f"HTTP/1.1 {reply.status} {reason}"]
+        head_out.append("Transfer-Encoding: chunked" if chunked else "Connection: close")
+        head_out += [f"{k}: {v}" for k, v in reply.headers.items()]
+        if reply.status != 200 or reply.cut_after is not None:
+            head_out.append(f"Content-Length: {len(reply.body)}")
+        payload = reply.body if reply.cut_after is None else reply.body[: reply.cut_after]
+        writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode())
+        step = reply.piece or len(payload) or 1
+        for i in range(0, len(payload), step):
+            piece = payload[i : i + step]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            await writer.drain()
+            await asyncio.sleep(0)
+        await asyncio.sleep(reply.linger)
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        return chunked
 
 
 @asynccontextmanager
-async def fake_openai(replies: list[Reply]) -> AsyncIterator[FakeOpenAI]:
-    fake = FakeOpenAI(replies)
+async def fake_openai(
+    replies: list[Reply], *, keep_alive: bool = False
+) -> AsyncIterator[FakeOpenAI]:
+    fake = FakeOpenAI(replies, keep_alive)
     server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
     fake.port = server.sockets[0].getsockname()[1]
     try:

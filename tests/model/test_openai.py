@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from shared.messages import (
     system,
     user,
 )
+from shared.model import openai
 from shared.model.base import (
     ModelError,
     ModelRequestError,
@@ -67,6 +69,32 @@ async def test_streams_text_with_usage_from_the_final_chunk() -> None:
     assert texts == ["Hello", "! How", " can I help?"]
     assert chunks[-1].is_last and chunks[-1].finished_reason == "stop"
     assert chunks[-1].usage == Usage(19, 7)
+
+
+async def test_streamed_calls_share_one_kept_connection() -> None:
+    # A new connection per call was 1-2 ms of every run's time to first text (issue 18).
+    async with fake_openai([recording("text.sse"), recording("text.sse")], keep_alive=True) as fake:
+        m = model(fake.base_url)
+        for _ in range(2):
+            chunks = [c async for c in m.stream([user("hi")])]
+            assert chunks[-1].is_last and chunks[-1].finished_reason == "stop"
+        await m.aclose()
+    assert len(fake.requests) == 2
+    assert fake.connections == 1
+
+
+async def test_a_stream_held_open_after_done_still_ends_at_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(openai, "DRAIN_SECONDS", 0.2)
+    async with fake_openai([replace(recording("text.sse"), linger=5)]) as fake:
+        m = model(fake.base_url)
+        started = time.monotonic()
+        chunks = [c async for c in m.stream([user("hi")])]
+        took = time.monotonic() - started
+        await m.aclose()
+    assert chunks[-1].is_last and chunks[-1].usage == Usage(19, 7)
+    assert took < 2
 
 
 async def test_sends_stream_options_model_parameters_and_bearer_key() -> None:
