@@ -21,7 +21,7 @@ from collections import namedtuple
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     # Imported where used: the embedded (SQLite) services never load the driver, which
     # keeps their resident memory down.
     import asyncpg
+
+    from services.history.sqlitedirect import Connection as SqliteConnection
 
 S = TypeVar("S")
 
@@ -180,8 +182,9 @@ class Connection:
         return Result(out)
 
 
-# What the services' statement functions take: SQLAlchemy's connection (SQLite) or this.
-Conn = AsyncConnection | Connection
+# What the services' statement functions take: SQLAlchemy's connection, this, or its
+# SQLite twin (services/history/sqlitedirect.py).
+Conn: TypeAlias = "AsyncConnection | Connection | SqliteConnection"
 
 # Plans by (statement id, parameter names), shared by every connection.
 _PLANS: dict[tuple[int, tuple[str, ...]], _Plan] = {}
