@@ -128,6 +128,20 @@ class Result:
         return self.one()[0]
 
 
+def _result(plan: _Plan, records: Sequence[Any]) -> Result:
+    """The driver's rows as rows of the statement's columns, processed as SQLAlchemy would."""
+    make = plan.row._make
+    if not plan.results:
+        return Result([make(r) for r in records])
+    out = []
+    for record in records:
+        values = list(record)
+        for i, proc in plan.results:
+            values[i] = proc(values[i])
+        out.append(make(values))
+    return Result(out)
+
+
 class Connection:
     """A unit of work's connection: `reused` statements run on asyncpg, others through
     SQLAlchemy's connection `sa`, on the same database connection."""
@@ -170,16 +184,7 @@ class Connection:
             if isinstance(err, asyncpg.IntegrityConstraintViolationError):
                 raise exc.IntegrityError(plan.compiled.string, params, err) from err
             raise
-        make = plan.row._make
-        if not plan.results:
-            return Result([make(r) for r in records])
-        out = []
-        for record in records:
-            values = list(record)
-            for i, proc in plan.results:
-                values[i] = proc(values[i])
-            out.append(make(values))
-        return Result(out)
+        return _result(plan, records)
 
 
 # What the services' statement functions take: SQLAlchemy's connection, this, or its

@@ -66,16 +66,7 @@ class Connection:
             raise _sqlalchemy_error(sql, params, err) from err
         except sqlite3.Error as err:
             raise _sqlalchemy_error(sql, params, err) from err
-        make = plan.row._make
-        if not plan.results:
-            return pgdirect.Result([make(r) for r in records])
-        out = []
-        for record in records:
-            values = list(record)
-            for i, proc in plan.results:
-                values[i] = proc(values[i])
-            out.append(make(values))
-        return pgdirect.Result(out)
+        return pgdirect._result(plan, records)
 
 
 def _sqlalchemy_error(sql: str, params: Any, err: sqlite3.Error) -> exc.StatementError:
@@ -84,7 +75,7 @@ def _sqlalchemy_error(sql: str, params: Any, err: sqlite3.Error) -> exc.Statemen
 
 
 # Plans by (statement id, parameter names), for SQLite (pgdirect keeps PostgreSQL's).
-_PLANS: dict[tuple[int, tuple[str, ...]], Any] = {}
+_PLANS: dict[tuple[int, tuple[str, ...]], pgdirect._Plan] = {}
 
 
 async def connection(sa: AsyncConnection) -> Connection | AsyncConnection:
