@@ -143,3 +143,22 @@ async def test_a_connection_not_on_the_loop_thread_stays_with_sqlalchemy(tmp_pat
             assert await sqlitedirect.connection(sa_conn) is sa_conn
     finally:
         await eng.dispose()
+
+
+# A bind with a value of its own, and one without.
+OVER = reused(
+    sa.select(_C.id)
+    .where(_C.n > sa.bindparam("floor", value=2), _C.owner_id == sa.bindparam("o"))
+    .order_by(_C.id)
+)
+
+
+async def test_parameters_are_taken_as_sqlalchemy_takes_them(engine: AsyncEngine) -> None:
+    async with unit(engine) as conn:
+        await conn.execute(INSERT, [row("a", str(n), n=n) for n in range(5)])
+        defaulted = (await conn.execute(OVER, {"o": "a"})).all()
+        given = (await conn.execute(OVER, {"o": "a", "floor": 0})).all()
+        with pytest.raises(exc.InvalidRequestError, match="required for bind parameter 'o'"):
+            await conn.execute(OVER, {"floor": 0})
+    assert [r.id for r in defaulted] == ["3", "4"]  # the bind's own value
+    assert [r.id for r in given] == ["1", "2", "3", "4"]
