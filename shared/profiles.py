@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 import yaml
 from agentmesh.type.v1 import execution_profile_pb2
@@ -25,6 +25,9 @@ from pydantic import (
 
 from shared.domain import EXECUTOR_FROM_PB, EXECUTOR_TO_PB, ExecutorKind
 from shared.errors import InvalidArgument
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 # \Z, not $: "all\n" is not a window.
 WINDOW_RE = re.compile(r"^(all|today_yesterday|last_n:[1-9][0-9]{0,5})\Z")
@@ -249,7 +252,31 @@ def parse_profile(
     return profile
 
 
+# Runs carry a handful of distinct profiles, and each is converted on every hop (the
+# orchestrator sends it to history, the router and the executor; each of them reads it
+# back): both directions are remembered, bounded, and only for what converted cleanly.
+# ExecutionProfile is frozen all the way down, so one instance may serve every caller.
+_CONVERTED_MAX = 256
+_TO_PB: dict[ExecutionProfile, bytes] = {}
+_FROM_PB: dict[bytes, ExecutionProfile] = {}
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    if len(cache) >= _CONVERTED_MAX:
+        cache.pop(next(iter(cache)))  # the oldest
+    cache[key] = value
+    return value
+
+
 def profile_to_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionProfile:
+    """A new message each call (callers may change it); built once per distinct profile."""
+    raw = _TO_PB.get(profile)
+    if raw is None:
+        raw = _remember(_TO_PB, profile, _build_pb(profile).SerializeToString())
+    return execution_profile_pb2.ExecutionProfile.FromString(raw)
+
+
+def _build_pb(profile: ExecutionProfile) -> execution_profile_pb2.ExecutionProfile:
     return execution_profile_pb2.ExecutionProfile(
         name=profile.name,
         enable_router=profile.enable_router,
@@ -317,6 +344,14 @@ def agent_from_pb(pb: execution_profile_pb2.AgentConfig) -> dict[str, object]:
 def profile_from_pb(
     pb: execution_profile_pb2.ExecutionProfile, field: str = "profile"
 ) -> ExecutionProfile:
+    raw = pb.SerializeToString(deterministic=True)
+    known = _FROM_PB.get(raw)
+    if known is not None:
+        return known
+    return _remember(_FROM_PB, raw, _parse_pb(pb, field))
+
+
+def _parse_pb(pb: execution_profile_pb2.ExecutionProfile, field: str) -> ExecutionProfile:
     if pb.executor not in EXECUTOR_FROM_PB:
         raise InvalidArgument(f"{field}.executor", "must be worker or memory")
     return parse_profile(

@@ -14,6 +14,7 @@ settings.jwt_issuer / settings.jwt_audience are set. The admin endpoints also ne
 strings), or an API key made with admin scope. Every refused credential is a 401: the
 algorithm is taken from a fixed list per key source (no `none`; an HS256 token is only
 ever checked with the shared secret, so a public key cannot serve as an HMAC secret).
+An HS256 token that verified is remembered (bounded) until its expiry, at most 5 minutes.
 """
 
 from __future__ import annotations
@@ -138,11 +139,47 @@ async def _verification_key(
     return key.key, alg
 
 
+# Tokens signed with the shared secret that verified, with the caller each names and when
+# it stops being valid: a client sends the same token on every request, and decoding and
+# checking it again (PyJWT: about 100 us) was the gateway's largest piece of work per run
+# after the HTTP stack. Only the shared-secret path: a JWKS key can be rotated out, and
+# then its tokens must be refused at once. Keyed by everything the verdict depends on.
+_VerifiedKey = tuple[str, str, str, str]
+_VERIFIED: dict[_VerifiedKey, tuple[Caller, float]] = {}
+_VERIFIED_MAX = 4096
+# A remembered token is checked again after this long at most, whatever its expiry.
+_VERIFIED_SECONDS = 300.0
+
+
+def _remembered(key: _VerifiedKey) -> Caller | None:
+    hit = _VERIFIED.get(key)
+    if hit is None:
+        return None
+    who, until = hit
+    if time.time() < until:
+        return who
+    _VERIFIED.pop(key, None)
+    return None
+
+
+def _remember(key: _VerifiedKey, who: Caller, expires: object) -> None:
+    if not isinstance(expires, int | float):
+        return
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.pop(next(iter(_VERIFIED)))  # the oldest
+    # PyJWT refuses a token once exp <= now: it stays valid while now < exp.
+    _VERIFIED[key] = (who, min(float(expires), time.time() + _VERIFIED_SECONDS))
+
+
 async def verify_token(
     settings: Settings, token: str, jwks: jwt.PyJWKClient | None = None
 ) -> Caller:
     if len(token) > MAX_CREDENTIAL_CHARS:
         raise unauthenticated("the bearer token is not valid (too long)")
+    remembered = (token, settings.jwt_secret, settings.jwt_issuer, settings.jwt_audience)
+    who = _remembered(remembered)
+    if who is not None:
+        return who
     key, alg = await _verification_key(settings, jwks, token)
     required = ["sub", "exp"]
     if settings.jwt_issuer:
@@ -169,7 +206,10 @@ async def verify_token(
     sub = claims.get("sub")
     if not isinstance(sub, str) or not is_owner_id(sub):
         raise unauthenticated("the bearer token's subject is not a valid owner id")
-    return Caller(owner=sub, admin=_has_admin_scope(claims.get("scope")))
+    who = Caller(owner=sub, admin=_has_admin_scope(claims.get("scope")))
+    if alg == ALGORITHM and key == settings.jwt_secret:
+        _remember(remembered, who, claims.get("exp"))
+    return who
 
 
 def _sha256(secret: str) -> str:

@@ -21,17 +21,20 @@ from collections import namedtuple
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter
 
 if TYPE_CHECKING:
     # Imported where used: the embedded (SQLite) services never load the driver, which
     # keeps their resident memory down.
     import asyncpg
+
+    from services.history.sqlitedirect import Connection as SqliteConnection
 
 S = TypeVar("S")
 
@@ -76,6 +79,23 @@ class _Plan:
     # (column index, result processor) of the columns that have one.
     results: tuple[tuple[int, Callable[[Any], Any]], ...]
     returns_rows: bool
+    # Per positional parameter (not expanding): the bind's key and name, its processor, and
+    # the bind (its own value when the parameters lack it), as construct_params reads them.
+    positions: tuple[tuple[str, str, Callable[[Any], Any] | None, BindParameter[Any]], ...]
+
+
+def _positions(
+    compiled: SQLCompiler, processors: dict[str, Callable[[Any], Any]]
+) -> tuple[tuple[str, str, Callable[[Any], Any] | None, BindParameter[Any]], ...]:
+    # The bind of each (escaped) name; a later bind of a name wins, as in construct_params.
+    by_name = {
+        compiled.escaped_bind_names.get(name, name): (bind, name)
+        for bind, name in compiled.bind_names.items()
+    }
+    return tuple(
+        (by_name[p][0].key, by_name[p][1], processors.get(p), by_name[p][0])
+        for p in compiled.positiontup or ()
+    )
 
 
 def _plan(stmt: Any, dialect: Dialect, keys: Sequence[str]) -> _Plan:
@@ -91,13 +111,15 @@ def _plan(stmt: Any, dialect: Dialect, keys: Sequence[str]) -> _Plan:
         proc = column.type.dialect_impl(dialect).result_processor(dialect, None)
         if proc is not None:
             results.append((i, proc))
+    expanding = bool(compiled.post_compile_params)
     return _Plan(
         compiled=compiled,
         processors=processors,
-        expanding=bool(compiled.post_compile_params),
+        expanding=expanding,
         row=namedtuple("Row", [c.key for c in columns], rename=True),
         results=tuple(results),
         returns_rows=bool(columns),
+        positions=() if expanding else _positions(compiled, processors),
     )
 
 
@@ -124,6 +146,20 @@ class Result:
 
     def scalar_one(self) -> Any:
         return self.one()[0]
+
+
+def _result(plan: _Plan, records: Sequence[Any]) -> Result:
+    """The driver's rows as rows of the statement's columns, processed as SQLAlchemy would."""
+    make = plan.row._make
+    if not plan.results:
+        return Result([make(r) for r in records])
+    out = []
+    for record in records:
+        values = list(record)
+        for i, proc in plan.results:
+            values[i] = proc(values[i])
+        out.append(make(values))
+    return Result(out)
 
 
 class Connection:
@@ -168,20 +204,12 @@ class Connection:
             if isinstance(err, asyncpg.IntegrityConstraintViolationError):
                 raise exc.IntegrityError(plan.compiled.string, params, err) from err
             raise
-        make = plan.row._make
-        if not plan.results:
-            return Result([make(r) for r in records])
-        out = []
-        for record in records:
-            values = list(record)
-            for i, proc in plan.results:
-                values[i] = proc(values[i])
-            out.append(make(values))
-        return Result(out)
+        return _result(plan, records)
 
 
-# What the services' statement functions take: SQLAlchemy's connection (SQLite) or this.
-Conn = AsyncConnection | Connection
+# What the services' statement functions take: SQLAlchemy's connection, this, or its
+# SQLite twin (services/history/sqlitedirect.py).
+Conn: TypeAlias = "AsyncConnection | Connection | SqliteConnection"
 
 # Plans by (statement id, parameter names), shared by every connection.
 _PLANS: dict[tuple[int, tuple[str, ...]], _Plan] = {}
@@ -199,12 +227,21 @@ def _bound(plan: _Plan, params: dict[str, Any]) -> tuple[str, list[Any]]:
                 state.positiontup or (), state.positional_parameters or (), strict=True
             )
         ]
-    values = compiled.construct_params(params)
-    processors = plan.processors
-    return compiled.string, [
-        processors[name](values[name]) if name in processors else values[name]
-        for name in compiled.positiontup or ()
-    ]
+    # SQLCompiler.construct_params' rule, read from the plan: the value given by the bind's
+    # key or name, else the bind's own; it builds a dict of every bind for each call.
+    args = []
+    for key, name, processor, bind in plan.positions:
+        if key in params:
+            value = params[key]
+        elif name in params:
+            value = params[name]
+        elif bind.required:
+            compiled.construct_params(params)  # raises what SQLAlchemy raises
+            raise AssertionError("unreachable")
+        else:
+            value = bind.effective_value if bind.callable else bind.value
+        args.append(value if processor is None else processor(value))
+    return compiled.string, args
 
 
 def _bound_many(plan: _Plan, params: list[dict[str, Any]]) -> tuple[str, list[list[Any]]]:

@@ -3,7 +3,8 @@ Python): each a constant, or for a statement with variants a mapping of its vari
 line saying what it does and takes. These are the statements built once: the reads and
 writes of the run hot path (BeginRun, FinishRun, lease renewal) and of every page, with bound
 parameters only, so no call constructs a statement or computes a cache key; those marked
-`reused` run directly on asyncpg on PostgreSQL (services/history/pgdirect.py). Statements
+`reused` run directly on asyncpg on PostgreSQL (services/history/pgdirect.py), and on
+sqlite3 in SQLite's write units (services/history/sqlitedirect.py). Statements
 whose shape depends on their arguments (filters, keysets, IN lists) are built where they
 are used, in services/history/store.py.
 
@@ -374,7 +375,7 @@ PG_USAGE = _usage_stmt("postgresql")
 # Lock thread :t of :o, creating it in :mode at :now if missing, returning it.
 SQLITE_OPEN_THREAD = reused(_open_thread_stmt(sqlite.insert))
 # Take :n commit sequence numbers of :o, returning the last.
-SQLITE_NEXT_SEQUENCES = _next_sequences_stmt(sqlite.insert)
+SQLITE_NEXT_SEQUENCES = reused(_next_sequences_stmt(sqlite.insert))
 # The messages :ids (expanded into an IN list: SQLite has no arrays) of :o.
 SQLITE_MESSAGES_BY_ID = sa.select(*MESSAGE_FIELDS).where(
     messages.c.owner_id == sa.bindparam("o"),
@@ -382,8 +383,8 @@ SQLITE_MESSAGES_BY_ID = sa.select(*MESSAGE_FIELDS).where(
 )
 # Set thread :count_t of :count_o's count to :count and its update time to :count_now (with
 # SQLITE_INSERT_MESSAGES: SQLite has no data-modifying CTEs).
-SQLITE_SET_COUNT = _SET_COUNT
+SQLITE_SET_COUNT = reused(_SET_COUNT)
 # Insert messages (executemany: each row's columns by name).
-SQLITE_INSERT_MESSAGES = sa.insert(messages)
+SQLITE_INSERT_MESSAGES = reused(sa.insert(messages))
 # The usage per UTC day, as PG_USAGE.
 SQLITE_USAGE = _usage_stmt("sqlite")

@@ -15,7 +15,7 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, deletions, pgdirect, store, tables
+from services.history import convert, core, deletions, pgdirect, sqlitedirect, store, tables
 from services.history.core import Message, NewMessage, Run, Thread
 from services.history.pgdirect import Conn
 from services.history.store import ContextKey
@@ -73,12 +73,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def _unit(self, *, write: bool) -> AsyncIterator[Conn]:
         # Reads need no transaction on PostgreSQL (READ COMMITTED: each statement sees
         # committed data anyway); autocommit saves the BEGIN/ROLLBACK round trips. SQLite
-        # keeps shared.db's transaction handling.
+        # keeps shared.db's transaction handling; its write units run their hot statements
+        # on sqlite3 directly (services/history/sqlitedirect.py).
         if self._postgres:
             async with pgdirect.unit(self._engine, transaction=write) as conn:
                 yield conn
+        elif write:
+            async with self._engine.begin() as sqlite:
+                yield await sqlitedirect.connection(sqlite)
         else:
-            async with self._engine.begin() if write else self._engine.connect() as sqlite:
+            async with self._engine.connect() as sqlite:
                 yield sqlite
 
     @asynccontextmanager

@@ -180,3 +180,28 @@ def test_token_command_refuses_an_invalid_owner_id(capsys: pytest.CaptureFixture
         main(["token", "--sub", "bad owner"])
     assert exc.value.code != 0
     assert "not a valid owner id" in capsys.readouterr().err
+
+
+async def test_a_token_that_verified_is_refused_once_it_expires() -> None:
+    # Verified tokens are remembered; not past their expiry.
+    settings = Settings(jwt_secret="a-secret-that-is-long-enough-for-hs256-tokens")
+    exp = int(time.time()) + 1
+    token = jwt.encode({"sub": "alice", "exp": exp}, settings.jwt_secret, algorithm="HS256")
+    assert (await verify_token(settings, token)).owner == "alice"
+    assert (await verify_token(settings, token)).owner == "alice"
+    time.sleep(max(0.0, exp - time.time()) + 0.05)
+    with pytest.raises(Exception, match="expired"):
+        await verify_token(settings, token)
+
+
+async def test_a_token_that_verified_is_refused_under_another_secret_or_audience() -> None:
+    settings = Settings(jwt_secret="a-secret-that-is-long-enough-for-hs256-tokens")
+    claims = {"sub": "alice", "exp": int(time.time()) + 60}
+    token = jwt.encode(claims, settings.jwt_secret, algorithm="HS256")
+    assert (await verify_token(settings, token)).owner == "alice"
+    rotated = Settings(jwt_secret="another-secret-that-is-long-enough-for-hs256")
+    with pytest.raises(Exception, match="not valid"):
+        await verify_token(rotated, token)
+    # The token names no audience; one is now required.
+    with pytest.raises(Exception, match="not valid"):
+        await verify_token(settings.model_copy(update={"jwt_audience": "api"}), token)

@@ -62,3 +62,16 @@ def test_known_values_are_left_alone() -> None:
     found = check_enums(request)
     assert (found.refused, found.reset) == ([], [])
     assert request.direction == history_pb.DIRECTION_BACKWARD
+
+
+def test_unknown_choices_are_reported_in_field_number_order() -> None:
+    # The interceptor names the first refused value in its INVALID_ARGUMENT.
+    profile = execution_profile_pb2.ExecutionProfile(name="p")
+    profile.tool_policy.mode = 99
+    request = orchestrator_pb.StartRunRequest(run_id="r", profile=profile)
+    request.multitask_strategy = 98
+    by_number = sorted(
+        [("multitask_strategy", 98), ("profile.tool_policy.mode", 99)],
+        key=lambda found: request.DESCRIPTOR.fields_by_name[found[0].split(".")[0]].number,
+    )
+    assert check_enums(request).refused == by_number

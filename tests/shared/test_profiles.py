@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from shared.errors import InvalidArgument
-from shared.profiles import BUILT_INS, ProfileFileError, ProfileRegistry, parse_profile
+from shared.profiles import (
+    BUILT_INS,
+    ProfileFileError,
+    ProfileRegistry,
+    parse_profile,
+    profile_from_pb,
+    profile_to_pb,
+)
 from shared.tools import REGISTERED_TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +147,25 @@ def test_orchestrator_with_a_bad_profiles_file_exits_naming_the_field(tmp_path: 
     assert done.returncode == 1
     assert "AGENTMESH_PROFILES_FILE" in done.stderr and "profiles[1].executor" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_converted_profile_is_a_new_message_each_time() -> None:
+    # The conversion is remembered per profile; a caller changing its message changes no
+    # one else's.
+    profile = BUILT_INS["chat_default"]
+    first = profile_to_pb(profile)
+    first.name = "changed"
+    first.tool_policy.allowlist.append("other")
+    again = profile_to_pb(profile)
+    assert again.name == profile.name
+    assert list(again.tool_policy.allowlist) == list(profile.tool_policy.allowlist)
+    assert profile_from_pb(again) == profile
+
+
+def test_a_bad_profile_message_is_refused_every_time_naming_the_callers_field() -> None:
+    pb = profile_to_pb(BUILT_INS["chat_default"])
+    pb.history_policy.window = "yesterday"
+    for field in ("profile", "job.execution_profile"):
+        with pytest.raises(InvalidArgument) as err:
+            profile_from_pb(pb, field)
+        assert err.value.violations[0][0] == f"{field}.history_policy.window"
