@@ -7,9 +7,11 @@ keeps its tables in its own schema (search_path), so no service reads another's 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
@@ -19,7 +21,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import DateTime, Dialect, TypeDecorator, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from shared.settings import Settings
 
@@ -94,6 +96,68 @@ class _InlineSqlite(aiosqlite.Connection):
             self._conn.execute("PRAGMA busy_timeout=0")
 
 
+class _InlineConnection(AsyncConnection):
+    """An engine's connection that, leaving its `async with`, closes (rolls back what is
+    left and returns its SQLite connection to the pool) in the caller's task.
+
+    SQLAlchemy's own runs the close in a task of its own (so a cancellation cannot abandon
+    it halfway), and a new task waits behind every callback already ready on the loop: on
+    a loop that is never idle (target all at c=32) that kept the one pooled connection of
+    history checked out, committed but unused, for a whole loop turn after every unit
+    of work, while the units waiting for it queued (asyncio.Queue: one that a newcomer
+    overtakes goes to the back again, so some runs waited seconds; README "Performance").
+    On an _InlineSqlite connection the close does not wait for anything, so there is no
+    point where a cancellation could land: it runs to its end in the caller's step. If it
+    does wait (a statement sent to aiosqlite's thread), the rest of it runs in a shielded
+    task of its own, as SQLAlchemy's does."""
+
+    async def __aexit__(self, type_: Any, value: Any, traceback: Any) -> None:
+        closing = self.close()
+        try:
+            awaited = closing.send(None)
+        except StopIteration:
+            return  # closed without waiting: the usual case
+        rest = asyncio.ensure_future(_resume(closing, awaited))
+        cancelled: asyncio.CancelledError | None = None
+        while True:
+            try:
+                await asyncio.shield(rest)
+            except asyncio.CancelledError as err:
+                if rest.done():
+                    raise
+                cancelled = err
+            else:
+                break
+        if cancelled is not None:
+            raise cancelled
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, None], awaited: Any) -> Generator[Any, Any, None]:
+    """The rest of `coro`, which has run up to the point where it awaits `awaited` (the
+    future it yielded): hands each future it awaits to the task running this, as a task
+    would."""
+    while True:
+        try:
+            yield awaited
+        except BaseException as exc:  # thrown into the task: the coroutine gets it
+            try:
+                awaited = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                awaited = coro.send(None)
+            except StopIteration:
+                return
+
+
+class _InlineEngine(AsyncEngine):
+    """An engine whose connections are _InlineConnection's."""
+
+    _connection_cls = _InlineConnection
+
+
 def create_engine(
     settings: Settings,
     service: str,
@@ -134,7 +198,7 @@ def create_engine(
             **options,
         )
         _sqlite_pragmas(engine, busy_timeout_ms=0 if inline_sqlite else _BUSY_TIMEOUT_MS)
-        return engine
+        return _InlineEngine(engine.sync_engine) if inline_sqlite else engine
     url = make_url(settings.database_url)
     if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):
         url = url.set(drivername="postgresql+asyncpg")

@@ -37,6 +37,7 @@ from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy
 from services.orchestrator.eventlog import EventLog, LogExists
+from services.orchestrator.gate import StartGate
 from services.orchestrator.writer import RunEventWriter
 from shared import approvals, metrics
 from shared.admission import InFlight
@@ -97,6 +98,8 @@ class RunManager:
         self.holder = f"orchestrator-{uuid.uuid4().hex[:12]}"
         self._active: dict[str, ActiveRun] = {}
         self._reserved: set[str] = set()
+        # When a started run begins its work: in arrival order while the loop is behind.
+        self.gate = StartGate()
         self._sweeper: asyncio.Task[None] | None = None
 
     def active(self, owner: str, run_id: str) -> ActiveRun | None:
@@ -386,6 +389,7 @@ class RunManager:
         self, run: ActiveRun, begin: history_service_pb2.BeginRunResponse | None
     ) -> None:
         plan, lifecycle = run.plan, run.lifecycle  # RUN_STARTED is stored already (start)
+        await self.gate.enter()
         if begin is None and lifecycle.refusal is None:
             begin = await self._begin(plan, lifecycle)
         if begin is None:
