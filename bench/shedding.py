@@ -49,12 +49,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import cpu_seconds
 from bench.stats import median_of_runs, summary_ms
-from bench.suite import http_client, load, poisson_arrivals, run_clients, start_suite, token
 from services.launcher import Suite
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The load clients (bench.suite, bench.cpu: aiohttp, a bench extra) are imported where they
+# are used, so that the report's functions below import with the dev extras alone (tests).
 
 # Targets (issue 17): refused p99 at 2x the saturation load, and the accepted runs'
 # first-event p99 at 2x against the one at the saturation load.
@@ -66,6 +67,8 @@ class _Seen:
     errors."""
 
     def __init__(self) -> None:
+        from bench.suite import token
+
         self.auth = f"Bearer {token('shed-' + uuid.uuid4().hex[:6])}"
         self.firsts: list[float] = []
         self.refused: list[float] = []
@@ -118,6 +121,8 @@ class _Seen:
 def _closed_process(url: str, concurrency: int, duration: float, pause: float, out: Any) -> None:
     import uvloop
 
+    from bench.suite import http_client
+
     async def main() -> dict[str, Any]:
         seen = _Seen()
         async with http_client(concurrency + 4, timeout=120) as client:
@@ -138,6 +143,8 @@ def _closed_process(url: str, concurrency: int, duration: float, pause: float, o
 
 def _open_process(url: str, rate: float, duration: float, seed: int, out: Any) -> None:
     import uvloop
+
+    from bench.suite import http_client, poisson_arrivals
 
     async def main() -> dict[str, Any]:
         seen = _Seen()
@@ -174,6 +181,8 @@ def measure(
     url: str, concurrency: int, duration: float, processes: int, pause: float
 ) -> dict[str, Any]:
     """A closed loop of `concurrency` clients over the client processes."""
+    from bench.suite import run_clients
+
     procs = max(1, min(processes, concurrency))
     per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
     results = run_clients(_closed_process, [(url, n, duration, pause) for n in per])
@@ -183,6 +192,8 @@ def measure(
 
 def measure_open(url: str, rate: float, duration: float, processes: int) -> dict[str, Any]:
     """Poisson arrivals of `rate` runs/s over the client processes."""
+    from bench.suite import run_clients
+
     procs = max(1, processes)
     results = run_clients(
         _open_process, [(url, rate / procs, duration, 2000 + i) for i in range(procs)]
@@ -239,6 +250,8 @@ def with_cpu(suite: Suite, level: Callable[[], dict[str, Any]]) -> dict[str, Any
     unlike latency on a shared machine, what a process spends is its own), and the accepted
     runs' time to first event as the gateway measured it (from the request's arrival to the
     event sent: without the load clients' own delays, which share the cores)."""
+    from bench.cpu import cpu_seconds
+
     before = {name: cpu_seconds(p.pid) for name, p in suite.procs.items()}
     buckets = first_event_buckets(suite.gateway_url)
     measured = level()
@@ -420,6 +433,8 @@ def lines(result: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
+    from bench.suite import load, start_suite
+
     parser = argparse.ArgumentParser(
         prog="python -m bench.shedding", description=__doc__.split("\n\n")[0]
     )
