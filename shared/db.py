@@ -96,6 +96,15 @@ class _InlineSqlite(aiosqlite.Connection):
             self._conn.execute("PRAGMA busy_timeout=0")
 
 
+def inline_sqlite3(driver: object) -> sqlite3.Connection | None:
+    """The sqlite3 connection behind a pooled driver connection when it is an open inline
+    one (_InlineSqlite: its calls run on the loop's thread, busy timeout 0), else None: only
+    then may a caller run sqlite3 calls on it directly without blocking the loop on a lock."""
+    if isinstance(driver, _InlineSqlite):
+        return driver._connection
+    return None
+
+
 class _InlineConnection(AsyncConnection):
     """An engine's connection that, leaving its `async with`, closes (rolls back what is
     left and returns its SQLite connection to the pool) in the caller's task.

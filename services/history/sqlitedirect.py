@@ -2,7 +2,7 @@
 layer: the embedded twin of services/history/pgdirect.py.
 
 On the embedded backend history's engine runs SQLite on the event loop's thread
-(shared.db._InlineSqlite), and SQLAlchemy's execution layer around each statement
+(shared.db's inline SQLite), and SQLAlchemy's execution layer around each statement
 (execution context, greenlet hop, parameter and result processing through its generic
 paths, the aiosqlite cursor) cost about half of what SQLite itself did for the statements
 of a chat run. A statement marked `pgdirect.reused` is compiled once by SQLAlchemy's own
@@ -82,9 +82,7 @@ async def connection(sa: AsyncConnection) -> Connection | AsyncConnection:
     """The connection of a write unit opened with `engine.begin()` on SQLite: direct when the
     driver connection runs on the loop's thread (shared.db's inline SQLite), else `sa`."""
     pooled = await sa.get_raw_connection()
-    driver = pooled.driver_connection
     # Only the inline connection runs sqlite3 calls on this thread with busy timeout 0:
     # a direct call on another would block the event loop while it waits for a lock.
-    if isinstance(driver, db._InlineSqlite) and driver._connection is not None:
-        return Connection(sa, driver._connection)
-    return sa
+    raw = db.inline_sqlite3(pooled.driver_connection)
+    return sa if raw is None else Connection(sa, raw)
