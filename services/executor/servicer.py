@@ -50,9 +50,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
                         yield convert.item_to_pb(item)
                     return
                 # Closed first: its producer task stops before the agent's stream is closed.
-                # (shared/streams.py, moving to this service now, still declares the async
-                # generator an AsyncIterator, which has no aclose: unused once it says so.)
-                async with aclosing(streams.batches(items)) as ready:  # type: ignore[type-var]
+                async with aclosing(streams.batches(items)) as ready:
                     async for batch in ready:
                         yield pb.ExecuteResponse(items=[convert.item_to_pb(i) for i in batch])
         finally:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-async def batches(source: AsyncIterator[T], max_items: int = 256) -> AsyncIterator[list[T]]:
+async def batches(source: AsyncIterator[T], max_items: int = 256) -> AsyncGenerator[list[T], None]:
     """The items of `source`, in order, grouped as they were ready; never an empty batch.
 
     `source` is iterated by a task of its own (in a copy of the current context), at most

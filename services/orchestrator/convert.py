@@ -115,7 +115,7 @@ def plan_from_pb(
     )
 
 
-_STRATEGIES = {
+_STRATEGIES: dict[int, core.MultitaskStrategy] = {
     pb.MULTITASK_STRATEGY_UNSPECIFIED: core.MultitaskStrategy.ENQUEUE,
     pb.MULTITASK_STRATEGY_REJECT: core.MultitaskStrategy.REJECT,
     pb.MULTITASK_STRATEGY_ENQUEUE: core.MultitaskStrategy.ENQUEUE,
@@ -132,7 +132,7 @@ _STRATEGY_TO_HISTORY = {
 
 def _strategy(value: int) -> core.MultitaskStrategy:
     try:
-        return _STRATEGIES[value]  # type: ignore[index]
+        return _STRATEGIES[value]
     except KeyError:
         raise InvalidArgument(
             "multitask_strategy", "must be REJECT, ENQUEUE, INTERRUPT or ROLLBACK"

@@ -330,6 +330,7 @@ async def test_a_deployment_endpoint_may_be_local(store: WebhookStore, receiver:
     receiver.secrets["/ops"] = secret
     listed = [{"id": "ops", "url": receiver.url("/ops"), "secret": secret}]
     settings = Settings(webhook_endpoints=json.dumps(listed), webhook_allow_private_addresses=False)
+    # No service is called by send_due: the clients are not needed.
     deliverer = webhooks.Deliverer(None, store, settings)  # type: ignore[arg-type]
     [d] = webhooks.deliveries_for(
         [_event()], webhooks.deployment_endpoints(settings), outbox.now_ms() - 1

@@ -113,6 +113,7 @@ async def test_a_unit_of_work_gives_its_connection_back_without_giving_up_the_lo
 
         assert await _turns_taken(write) == 0
         assert await _turns_taken(read) == 0
+        # A QueuePool at run time; the stubs type engine.pool as the Pool base, without it.
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         await engine.dispose()
@@ -143,6 +144,7 @@ async def test_a_close_that_waits_ends_even_when_its_caller_is_cancelled(
         with pytest.raises(asyncio.CancelledError):
             await reading
         # The cancellation waited for the close: the connection is back in the pool.
+        # A QueuePool at run time; the stubs type engine.pool as the Pool base, without it.
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         await engine.dispose()
