@@ -3,7 +3,7 @@
 by two definitions of "twice".
 
     python -m bench.shedding [--backend embedded|postgres] [--bound 16] [--duration 10]
-                             [--repeats 3] [--shape all|split] [--pin|--no-pin]
+                             [--repeats 3] [--shape split|all] [--pin|--no-pin]
                              [--processes 2] [--pause 0.05] [--out results]
 
 Saturation: --bound clients in a closed loop (each sends its next run when the last ended):
@@ -27,13 +27,12 @@ cores and their own delays grow with what they send. The three levels run in tur
 --repeats times; a level's p99 rests on about ten runs, so each verdict is the median of
 the repeats' ratios. Writes results/shedding-<backend>.json.
 
-Shape and cores: the suite runs as one process (`--shape all`, what `make run` starts),
-pinned to CPU 0, and the load clients to the other CPUs (`--pin`, the default when the
-machine has two or more and the shape is one process): on a machine where the clients must
-share the host with the server, this keeps them off the server's core, as a load generator
-on another host would be, so both the server's and the clients' timings are of the server.
-`--shape split` (one process per service) cannot be kept off the clients' cores and is not
-pinned.
+Shape and cores: one process per service (`--shape split`, the default), or every service
+in one process (`--shape all`, what `make run` starts). One process is pinned to CPU 0 with
+its threads, and the load clients to the other CPUs (`--pin`, the default; the machine needs
+two or more): where the clients must share the host with the server, this keeps them off the
+server's core, as a load generator on another host would be. The split shape needs every
+core and is not pinned.
 
 The default bound, 16, is about where this suite's throughput stops growing on the 2-core
 development machine (scripted model, embedded: c=16 153 runs/s, c=32 155-172 runs/s at
@@ -496,7 +495,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="client processes")
     parser.add_argument("--pause", type=float, default=0.05, help="seconds a refused client waits")
     parser.add_argument(
-        "--shape", default="all", choices=["all", "split"], help="one process, or one per service"
+        "--shape", default="split", choices=["all", "split"], help="one per service, or one process"
     )
     parser.add_argument(
         "--pin",
