@@ -3,7 +3,7 @@
 by two definitions of "twice".
 
     python -m bench.shedding [--backend embedded|postgres] [--bound 16] [--duration 10]
-                             [--repeats 3]
+                             [--repeats 3] [--shape split|all] [--pin|--no-pin]
                              [--processes 2] [--pause 0.05] [--out results]
 
 Saturation: --bound clients in a closed loop (each sends its next run when the last ended):
@@ -26,6 +26,13 @@ from the request's arrival to the event sent), since on one machine the clients 
 cores and their own delays grow with what they send. The three levels run in turn
 --repeats times; a level's p99 rests on about ten runs, so each verdict is the median of
 the repeats' ratios. Writes results/shedding-<backend>.json.
+
+Shape and cores: one process per service (`--shape split`, the default), or every service
+in one process (`--shape all`, what `make run` starts). One process is pinned to CPU 0 with
+its threads, and the load clients to the other CPUs (`--pin`, the default; the machine needs
+two or more): where the clients must share the host with the server, this keeps them off the
+server's core, as a load generator on another host would be. The split shape needs every
+core and is not pinned.
 
 The default bound, 16, is about where this suite's throughput stops growing on the 2-core
 development machine (scripted model, embedded: c=16 153 runs/s, c=32 155-172 runs/s at
@@ -118,8 +125,18 @@ class _Seen:
         }
 
 
-def _closed_process(url: str, concurrency: int, duration: float, pause: float, out: Any) -> None:
+def _client_cpus(cpus: set[int] | None) -> None:
+    """Keep this client process on `cpus` (None: wherever the kernel puts it)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def _closed_process(
+    url: str, concurrency: int, duration: float, pause: float, cpus: set[int] | None, out: Any
+) -> None:
     import uvloop
+
+    _client_cpus(cpus)
 
     from bench.suite import http_client
 
@@ -141,8 +158,12 @@ def _closed_process(url: str, concurrency: int, duration: float, pause: float, o
     out.close()
 
 
-def _open_process(url: str, rate: float, duration: float, seed: int, out: Any) -> None:
+def _open_process(
+    url: str, rate: float, duration: float, seed: int, cpus: set[int] | None, out: Any
+) -> None:
     import uvloop
+
+    _client_cpus(cpus)
 
     from bench.suite import http_client, poisson_arrivals
 
@@ -178,25 +199,32 @@ def _level(results: list[dict[str, Any]], elapsed: float, **more: Any) -> dict[s
 
 
 def measure(
-    url: str, concurrency: int, duration: float, processes: int, pause: float
+    url: str,
+    concurrency: int,
+    duration: float,
+    processes: int,
+    pause: float,
+    cpus: set[int] | None = None,
 ) -> dict[str, Any]:
-    """A closed loop of `concurrency` clients over the client processes."""
+    """A closed loop of `concurrency` clients over the client processes (on `cpus`)."""
     from bench.suite import run_clients
 
     procs = max(1, min(processes, concurrency))
     per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    results = run_clients(_closed_process, [(url, n, duration, pause) for n in per])
+    results = run_clients(_closed_process, [(url, n, duration, pause, cpus) for n in per])
     elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
     return _level(results, elapsed, model="closed", concurrency=concurrency)
 
 
-def measure_open(url: str, rate: float, duration: float, processes: int) -> dict[str, Any]:
-    """Poisson arrivals of `rate` runs/s over the client processes."""
+def measure_open(
+    url: str, rate: float, duration: float, processes: int, cpus: set[int] | None = None
+) -> dict[str, Any]:
+    """Poisson arrivals of `rate` runs/s over the client processes (on `cpus`)."""
     from bench.suite import run_clients
 
     procs = max(1, processes)
     results = run_clients(
-        _open_process, [(url, rate / procs, duration, 2000 + i) for i in range(procs)]
+        _open_process, [(url, rate / procs, duration, 2000 + i, cpus) for i in range(procs)]
     )
     return _level(
         results,
@@ -267,15 +295,27 @@ def with_cpu(suite: Suite, level: Callable[[], dict[str, Any]]) -> dict[str, Any
     return measured
 
 
-def gateway_cpu(result: dict[str, Any]) -> dict[str, float | None]:
-    """The gateway's CPU per request it answered (accepted runs and refusals alike), in ms,
-    at each level."""
+def gateway_cpu(result: dict[str, Any], process: str = "gateway") -> dict[str, float | None]:
+    """The CPU per request answered (accepted runs and refusals alike), in ms, at each level,
+    of the process hosting the gateway (`process`: in the one-process shape, the whole suite)."""
     out: dict[str, float | None] = {}
     for name, _ in _LEVELS:
         lv = result[name]
         answered = lv["runs"] + lv["refused"]["n"]
-        out[name] = round(lv["cpu_s"]["gateway"] / answered * 1000, 3) if answered else None
+        out[name] = round(lv["cpu_s"][process] / answered * 1000, 3) if answered else None
     return out
+
+
+def pinned(suite: Suite) -> set[int] | None:
+    """Pin a one-process suite (and its threads) to the first CPU; the CPUs left for the load
+    clients, or None where the suite is not pinned (one CPU, or one process per service)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or len(suite.procs) != 1:
+        return None
+    (proc,) = suite.procs.values()
+    for task in os.listdir(f"/proc/{proc.pid}/task"):
+        os.sched_setaffinity(int(task), {cpus[0]})
+    return set(cpus[1:])
 
 
 def door_cpu(refusals: int) -> float:
@@ -385,12 +425,19 @@ def _ratio_text(value: dict[str, float] | None) -> str:
     return f"{value['median']}{spread}, {_verdict(value['median'])}"
 
 
+def _pin_text(client_cpus: list[int] | None) -> str:
+    if client_cpus is None:
+        return "not pinned"
+    return f"the suite on CPU 0 and the clients on CPU {','.join(map(str, client_cpus))}"
+
+
 def lines(result: dict[str, Any]) -> list[str]:
     runs = result.get("runs") or [result]  # a result of one run kept its levels at the top
     out = [
         f"Load shedding ({result['backend']}, AGENTMESH_MAX_RUNS_IN_FLIGHT={result['bound']}, "
         f"{result['duration']} s per level, closed-loop pause {result['pause']} s, "
-        f"{len(runs)} repeat(s) of the three levels in turn):",
+        f"{len(runs)} repeat(s) of the three levels in turn; shape "
+        f"{result.get('shape', 'split')}, {_pin_text(result.get('client_cpus'))}):",
         "",
         "| load | offered/s (x 1x runs/s) | accepted runs/s "
         "| accepted first event p50 / p99 (ms) | the same at the gateway p50 / p99 (ms) "
@@ -421,8 +468,9 @@ def lines(result: dict[str, Any]) -> list[str]:
     cpus = [r["gateway_cpu"] for r in runs if "gateway_cpu" in r]
     if cpus:
         cpu = cpus[-1]
+        whose = "The suite's" if result.get("shape") == "all" else "Gateway"
         out.append(
-            "Gateway CPU per request answered (ms, last repeat): "
+            f"{whose} CPU per request answered (ms, last repeat): "
             + ", ".join(f"{label.split(':')[0]} {cpu[name]}" for name, label in _LEVELS)
             + f"; the door's own per refusal, in process: {result['door_cpu_us']} us."
         )
@@ -446,6 +494,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the three levels")
     parser.add_argument("--processes", type=int, default=2, help="client processes")
     parser.add_argument("--pause", type=float, default=0.05, help="seconds a refused client waits")
+    parser.add_argument(
+        "--shape", default="split", choices=["all", "split"], help="one per service, or one process"
+    )
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a one-process suite on CPU 0, the load clients on the others",
+    )
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-shed-{args.backend}-"))
@@ -456,12 +513,17 @@ def main() -> None:
         tmp,
         prefix,
         {"AGENTMESH_MAX_RUNS_IN_FLIGHT": bound, "AGENTMESH_MAX_RUNS_IN_FLIGHT_PER_OWNER": bound},
+        shape=args.shape,
     )
+    cpus = pinned(suite) if args.pin else None
+    gateway_process = next(key for key, hosted in suite.groups.items() if "gateway" in hosted)
     result: dict[str, Any] = {
         "backend": args.backend,
         "bound": args.bound,
         "duration": args.duration,
         "pause": args.pause,
+        "shape": args.shape,
+        "client_cpus": sorted(cpus) if cpus else None,
         "load_average": round(os.getloadavg()[0], 1),
         "command": "python -m bench.shedding "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
@@ -475,19 +537,23 @@ def main() -> None:
         for _ in range(args.repeats):
             run: dict[str, Any] = {}
             run["saturation"] = with_cpu(
-                suite, lambda: measure(url, args.bound, args.duration, args.processes, args.pause)
+                suite,
+                lambda: measure(url, args.bound, args.duration, args.processes, args.pause, cpus),
             )
             run["overload"] = with_cpu(
                 suite,
-                lambda: measure(url, 2 * args.bound, args.duration, args.processes, args.pause),
+                lambda: measure(
+                    url, 2 * args.bound, args.duration, args.processes, args.pause, cpus
+                ),
             )
             run["ratios"] = ratios(run["saturation"], run["overload"])
             rate = 2 * run["saturation"]["runs_per_s"]
             run["overload_open"] = with_cpu(
-                suite, functools.partial(measure_open, url, rate, args.duration, args.processes)
+                suite,
+                functools.partial(measure_open, url, rate, args.duration, args.processes, cpus),
             )
             run["ratios_open"] = ratios(run["saturation"], run["overload_open"])
-            run["gateway_cpu"] = gateway_cpu(run)
+            run["gateway_cpu"] = gateway_cpu(run, gateway_process)
             runs.append(run)
         result["runs"] = runs
         result["ratio_summary"] = ratio_summary(runs)

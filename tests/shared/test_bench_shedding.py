@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from bench.shedding import bucket_quantile
+from bench.shedding import bucket_quantile, pinned
 
 INF = float("inf")
 
@@ -54,3 +54,36 @@ def test_the_verdict_is_the_median_of_the_repeats_ratios() -> None:
     result = {"backend": "embedded", "bound": 16, "duration": 10, "pause": 0.05, "runs": runs}
     text = "\n".join(lines({**result, "load_average": 0.5, "command": "python -m bench.shedding"}))
     assert "at 2x / at 1x 1.2 (0.9-1.8), not met (at the gateway 0.9 (0.9-0.9), met)" in text
+
+
+def test_a_one_process_suite_is_pinned_with_its_threads_and_the_other_cpus_left_to_clients() -> (
+    None
+):
+    import os
+    import subprocess
+    import sys
+    import types
+
+    cpus = sorted(os.sched_getaffinity(0))
+    # A process with a second thread, as the suite has (gRPC's, SQLite's).
+    code = (
+        "import threading, time; "
+        "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        while len(os.listdir(f"/proc/{proc.pid}/task")) < 2:
+            pass
+        suite = types.SimpleNamespace(procs={"all": proc})
+        left = pinned(suite)  # type: ignore[arg-type]  # only .procs is read
+        if len(cpus) < 2:
+            assert left is None
+            return
+        assert left == set(cpus[1:])
+        for task in os.listdir(f"/proc/{proc.pid}/task"):
+            assert os.sched_getaffinity(int(task)) == {cpus[0]}
+        # One process per service is not pinned: it needs the cores the clients would get.
+        assert pinned(types.SimpleNamespace(procs={"a": proc, "b": proc})) is None  # type: ignore[arg-type]
+    finally:
+        proc.kill()
+        proc.wait()
