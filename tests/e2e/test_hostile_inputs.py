@@ -26,6 +26,7 @@ JOBS = "/api/v1/automation/jobs"
 RUNS = "/api/v1/agent/runs"
 QUOTAS = "/api/v1/admin/owners/hostile-quota/quotas"
 KEYS = "/api/v1/admin/api-keys"
+WEBHOOKS = "/api/v1/webhooks/endpoints"
 OWNER = f"hostile-{uuid.uuid4().hex[:8]}"
 # An error answer stays small whatever it refuses (the caps of api-endpoints.md).
 MAX_ERROR_BYTES = 2048
@@ -408,6 +409,10 @@ ROWS = [
         admin=True,
     ),
     get("API keys page_size -1", f"{KEYS}?page_size=-1", "page_size", admin=True),
+    # --- webhook URLs no attempt could be made to (a delivery pass failed on each before)
+    post("webhook host with an empty label", WEBHOOKS, {"url": "http://a..b/"}, "url"),
+    post("webhook host label of 64", WEBHOOKS, {"url": f"http://{'a' * 64}.example.com/"}, "url"),
+    post("webhook host bad A-label", WEBHOOKS, {"url": "http://xn--zz.example.com/"}, "url"),
 ]
 
 
