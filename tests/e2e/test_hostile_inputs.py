@@ -172,6 +172,9 @@ ROWS = [
     ),
     post("NUL in state value", RUNS, run(state={"k": "a\x00b"}), "state.k"),
     get("NUL in memory query", "/api/v1/memories?query=tea%00", "query"),
+    # The memory service's rule, named as the caller wrote it (it said "query" for q).
+    get("memory search of punctuation", "/api/v1/memories?q=%25%25%25", "q"),
+    get("memory search of punctuation, former name", "/api/v1/memories?query=%25%25", "query"),
     get("NUL in job id", f"{JOBS}/a%00b", "job_id"),
     get("NUL in thread id", "/api/v1/agent/threads/a%00b/history", "thread_id"),
     get("invalid UTF-8 in query", "/api/v1/memories?query=tea%ff", "query"),
