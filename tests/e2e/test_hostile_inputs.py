@@ -218,6 +218,20 @@ ROWS = [
         job(schedule={"type": "once", "runAt": "9999-12-31T23:59:59-14:00"}),
         "schedule.runAt",
     ),
+    # --- instants are RFC 3339 text: a number was taken as seconds since 1970 (ran at once)
+    post("runAt a number", JOBS, job(schedule={"type": "once", "runAt": 1}), "schedule.runAt"),
+    post(
+        "runAt digits",
+        JOBS,
+        job(schedule={"type": "once", "runAt": "1700000000"}),
+        "schedule.runAt",
+    ),
+    get(
+        "audit start_time digits",
+        "/api/v1/admin/audit?owner_id=x&start_time=99999999999999",
+        "start_time",
+        admin=True,
+    ),
     get(
         "audit start_time after 9999",
         "/api/v1/admin/audit?owner_id=x&start_time=9999-12-31T23:59:59-14:00",
