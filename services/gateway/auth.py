@@ -167,8 +167,9 @@ def _remember(key: _VerifiedKey, who: Caller, expires: object) -> None:
         return
     if len(_VERIFIED) >= _VERIFIED_MAX:
         _VERIFIED.pop(next(iter(_VERIFIED)))  # the oldest
-    # PyJWT refuses a token once exp <= now: it stays valid while now < exp.
-    _VERIFIED[key] = (who, min(float(expires), time.time() + _VERIFIED_SECONDS))
+    # PyJWT refuses a token once exp <= now: it stays valid while now < exp. The bound is
+    # taken before float(): an int exp may be past any float (10**400 is valid JSON).
+    _VERIFIED[key] = (who, float(min(expires, time.time() + _VERIFIED_SECONDS)))
 
 
 async def verify_token(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,8 +121,10 @@ async def unary(
     service: str,
     timeout: float,
     admin: bool = False,
+    renames: Mapping[str, str] | None = None,
 ) -> Any:
-    """One unary call on behalf of `owner`, with a deadline; a failure becomes an ApiError."""
+    """One unary call on behalf of `owner`, with a deadline; a failure becomes an ApiError
+    (`renames`: a proto field -> the name the caller used for it, as in errors.from_rpc)."""
     try:
         return await rpc(
             request,
@@ -129,4 +132,4 @@ async def unary(
             timeout=timeout,
         )
     except grpc.RpcError as err:
-        raise from_rpc(err, service) from None
+        raise from_rpc(err, service, renames=renames) from None

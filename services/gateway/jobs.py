@@ -9,7 +9,7 @@ checks the meaning (schedule, zone, prompt, tools, ranges), so each rule lives i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as pb
 from agentmesh.type.v1 import execution_profile_pb2
@@ -26,7 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from services.gateway.convert import profile_json, timestamp
 from services.gateway.errors import ApiError, camel_field, invalid
-from services.gateway.strict import field_path, instant
+from services.gateway.strict import RFC3339, field_path, instant
 from shared.errors import InvalidArgument
 from shared.profiles import parse_profile, profile_to_pb
 
@@ -98,7 +98,7 @@ class _Strict(BaseModel):
 
 class ScheduleIn(_Strict):
     type: Literal["once", "daily", "weekly", "cron"]
-    run_at: AwareDatetime | None = None
+    run_at: Annotated[AwareDatetime, RFC3339] | None = None
     local_time: StrictStr | None = None
     weekday: StrictInt | None = Field(default=None, ge=0, le=_INT32_MAX)
     cron: StrictStr | None = None

@@ -16,7 +16,7 @@ from services.gateway.clients import Clients, unary
 from services.gateway.errors import invalid
 from services.gateway.openapi import errors
 from services.gateway.params import IdPath, PageSize, PageToken, only_params
-from services.gateway.strict import instant
+from services.gateway.strict import RFC3339, instant
 from shared.ids import OWNER_RULE, is_owner_id
 from shared.pagination import DEFAULT_PAGE_SIZE
 from shared.settings import Settings
@@ -180,8 +180,10 @@ async def list_audit(
     executor: Literal["worker", "memory"] | None = None,
     execution_profile_name: Annotated[str, Query(max_length=128)] = "",
     thread_id: Annotated[str, Query(max_length=128)] = "",
-    start_time: Annotated[datetime | None, Query(description="RFC 3339, inclusive")] = None,
-    end_time: Annotated[datetime | None, Query(description="RFC 3339, exclusive")] = None,
+    start_time: Annotated[
+        datetime | None, Query(description="RFC 3339, inclusive"), RFC3339
+    ] = None,
+    end_time: Annotated[datetime | None, Query(description="RFC 3339, exclusive"), RFC3339] = None,
     page_size: PageSize = 0,
     page_token: PageToken = "",
 ) -> dict[str, Any]:

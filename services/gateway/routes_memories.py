@@ -3,7 +3,7 @@ and the record of every change (who changed what, and why)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -48,7 +48,13 @@ class MemoryPatch(BaseModel):
     version: StrictInt | None = Field(default=None, ge=1)
 
 
-async def _memory(request: Request, who: Caller, method: str, message: Any) -> Any:
+async def _memory(
+    request: Request,
+    who: Caller,
+    method: str,
+    message: Any,
+    renames: Mapping[str, str] | None = None,
+) -> Any:
     clients: Clients = request.app.state.clients
     settings: Settings = request.app.state.settings
     return await unary(
@@ -57,6 +63,7 @@ async def _memory(request: Request, who: Caller, method: str, message: Any) -> A
         owner=who.owner,
         service="memory",
         timeout=settings.rpc_timeout_seconds,
+        renames=renames,
     )
 
 
@@ -89,6 +96,8 @@ async def list_memories(
             who,
             "SearchMemories",
             pb.SearchMemoriesRequest(query=text, page_size=page_size),
+            # The service names its field query; the caller may have called it q.
+            renames={"query": "q"} if q else None,
         )
         return {"memories": [convert.memory_json(m, scored=True) for m in found.memories]}
     reply = await _memory(

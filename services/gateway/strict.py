@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from google.protobuf import timestamp_pb2
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
 from starlette.requests import Request
 
 from services.gateway.errors import invalid
@@ -161,6 +164,24 @@ def check_params(request: Request) -> None:
 _MIN_INSTANT = datetime(1, 1, 1, tzinfo=UTC)
 _MAX_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 INSTANT_RULE = "must be an instant from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+
+
+# A date and a time of day (RFC 3339 section 5.6; its note allows a space for the T).
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+RFC3339_RULE = "must be an RFC 3339 date-time string (for example 2025-01-02T10:00:00+08:00)"
+
+
+def rfc3339_text(value: object) -> object:
+    """`value` when it is date-time text; pydantic's datetime would also take a number (or
+    digits) as seconds since 1970, a date alone as its midnight."""
+    if not isinstance(value, str) or _DATE_TIME.match(value) is None:
+        # A custom error's message is the description as is (no "Value error, " prefix).
+        raise PydanticCustomError("rfc3339", RFC3339_RULE)
+    return value
+
+
+# Before a datetime field or parameter: only RFC 3339 text is parsed as an instant.
+RFC3339 = BeforeValidator(rfc3339_text)
 
 
 def instant(field: str, value: datetime) -> timestamp_pb2.Timestamp:

@@ -83,6 +83,14 @@ def url_problem(url: str) -> str | None:
         return "must be an http or https URL with a host"
     if any(c.isspace() or ord(c) < 32 for c in url):
         return "must not contain spaces or control characters"
+    import httpx
+
+    try:
+        # The deliverer's client must take the URL, and the resolver its host name (the
+        # IDNA codec: no empty label, none over 63 characters), or no attempt could be made.
+        httpx.URL(url).host.encode("idna")
+    except (httpx.InvalidURL, ValueError):  # UnicodeError and idna's errors are ValueErrors
+        return "must have a valid host name or IP address"
     return None
 
 
@@ -411,7 +419,9 @@ class Deliverer:
                 error = f"HTTP {code}: {reply.text[:200]}"
         except _Refused as err:
             error = str(err)
-        except (httpx.HTTPError, OSError) as err:  # OSError: the name did not resolve
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as err:
+            # OSError: the name did not resolve; InvalidURL, ValueError (UnicodeError): a URL
+            # stored before url_problem refused its host. An attempt is recorded either way.
             error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         now = outbox.now_ms()
         state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)

@@ -357,7 +357,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         ):
             raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
         backward = request.direction == pb.DIRECTION_BACKWARD
-        scope = ["history", thread_id, "backward" if backward else "forward"]
+        # Every scope names the owner: thread ids are per owner, and a position is not shared.
+        scope = ["history", owner, thread_id, "backward" if backward else "forward"]
         raw = self._tokens.decode(request.page_token, scope)
         after = None if raw is None else position_int(raw)
         async with self._read() as conn:
@@ -384,7 +385,15 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         thread_id = None if across else convert.identifier(request.thread_id, "thread_id")
         window, zone, max_chars = convert.context_options(request.context)
         size = page_size(request.page_size)
-        scope = ["context", thread_id, across, request.context.window or "all", zone.key, max_chars]
+        scope = [
+            "context",
+            owner,
+            thread_id,
+            across,
+            request.context.window or "all",
+            zone.key,
+            max_chars,
+        ]
         # A paged context is a snapshot: later pages use the first page's time and end.
         token = self._tokens.decode(request.page_token, scope)
         after: ContextKey | None = None
@@ -470,7 +479,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.ListThreadsResponse:
         owner = owner_id(context)
         size = page_size(request.page_size)
-        scope = ["threads"]
+        scope = ["threads", owner]
         raw = self._tokens.decode(request.page_token, scope)
         after = None
         if raw is not None:
@@ -693,7 +702,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
             request,
-            "runs",
+            ["runs", owner],
             lambda conn, after, n: store.list_runs(
                 conn, owner, store.RunKey(*after) if after else None, n
             ),
@@ -707,7 +716,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         page, token = await self._time_keyed_page(
             request,
-            "deletions",
+            ["deletions", owner],
             lambda conn, after, n: store.list_deletions(
                 conn, owner, store.DeletionKey(*after) if after else None, n
             ),
@@ -720,13 +729,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def _time_keyed_page(
         self,
         request: Any,
-        scope: str,
+        scope: list[str],
         fetch: Callable[[Conn, tuple[datetime, str] | None, int], Awaitable[list[T]]],
         key_of: Callable[[T], tuple[datetime, str]],
     ) -> tuple[list[T], str]:
         """One page of a listing keyed by (time, id), and the token of the next page."""
         size = page_size(request.page_size)
-        raw = self._tokens.decode(request.page_token, [scope])
+        raw = self._tokens.decode(request.page_token, scope)
         after = None
         if raw is not None:
             when, item_id = position_list(raw, 2)
@@ -737,7 +746,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         token = ""
         if len(rows) > size:
             when_last, id_last = key_of(page[-1])
-            token = self._tokens.encode([when_last.isoformat(), id_last], [scope])
+            token = self._tokens.encode([when_last.isoformat(), id_last], scope)
         return page, token
 
     async def ListUnfinishedDeletions(

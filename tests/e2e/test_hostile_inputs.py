@@ -26,6 +26,7 @@ JOBS = "/api/v1/automation/jobs"
 RUNS = "/api/v1/agent/runs"
 QUOTAS = "/api/v1/admin/owners/hostile-quota/quotas"
 KEYS = "/api/v1/admin/api-keys"
+WEBHOOKS = "/api/v1/webhooks/endpoints"
 OWNER = f"hostile-{uuid.uuid4().hex[:8]}"
 # An error answer stays small whatever it refuses (the caps of api-endpoints.md).
 MAX_ERROR_BYTES = 2048
@@ -171,6 +172,9 @@ ROWS = [
     ),
     post("NUL in state value", RUNS, run(state={"k": "a\x00b"}), "state.k"),
     get("NUL in memory query", "/api/v1/memories?query=tea%00", "query"),
+    # The memory service's rule, named as the caller wrote it (it said "query" for q).
+    get("memory search of punctuation", "/api/v1/memories?q=%25%25%25", "q"),
+    get("memory search of punctuation, former name", "/api/v1/memories?query=%25%25", "query"),
     get("NUL in job id", f"{JOBS}/a%00b", "job_id"),
     get("NUL in thread id", "/api/v1/agent/threads/a%00b/history", "thread_id"),
     get("invalid UTF-8 in query", "/api/v1/memories?query=tea%ff", "query"),
@@ -213,6 +217,20 @@ ROWS = [
         JOBS,
         job(schedule={"type": "once", "runAt": "9999-12-31T23:59:59-14:00"}),
         "schedule.runAt",
+    ),
+    # --- instants are RFC 3339 text: a number was taken as seconds since 1970 (ran at once)
+    post("runAt a number", JOBS, job(schedule={"type": "once", "runAt": 1}), "schedule.runAt"),
+    post(
+        "runAt digits",
+        JOBS,
+        job(schedule={"type": "once", "runAt": "1700000000"}),
+        "schedule.runAt",
+    ),
+    get(
+        "audit start_time digits",
+        "/api/v1/admin/audit?owner_id=x&start_time=99999999999999",
+        "start_time",
+        admin=True,
     ),
     get(
         "audit start_time after 9999",
@@ -408,6 +426,10 @@ ROWS = [
         admin=True,
     ),
     get("API keys page_size -1", f"{KEYS}?page_size=-1", "page_size", admin=True),
+    # --- webhook URLs no attempt could be made to (a delivery pass failed on each before)
+    post("webhook host with an empty label", WEBHOOKS, {"url": "http://a..b/"}, "url"),
+    post("webhook host label of 64", WEBHOOKS, {"url": f"http://{'a' * 64}.example.com/"}, "url"),
+    post("webhook host bad A-label", WEBHOOKS, {"url": "http://xn--zz.example.com/"}, "url"),
 ]
 
 

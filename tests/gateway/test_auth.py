@@ -205,3 +205,11 @@ async def test_a_token_that_verified_is_refused_under_another_secret_or_audience
     # The token names no audience; one is now required.
     with pytest.raises(Exception, match="not valid"):
         await verify_token(settings.model_copy(update={"jwt_audience": "api"}), token)
+
+
+async def test_a_signed_token_expiring_past_any_float_is_accepted_and_remembered() -> None:
+    # exp = 10**400: an integer JSON allows and PyJWT accepts (it was a 500 remembering it).
+    settings = Settings(jwt_secret="a-secret-that-is-long-enough-for-hs256-tokens")
+    token = jwt.encode({"sub": "alice", "exp": 10**400}, settings.jwt_secret, algorithm="HS256")
+    assert (await verify_token(settings, token)).owner == "alice"
+    assert (await verify_token(settings, token)).owner == "alice"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from services.gateway.errors import ApiError
-from services.gateway.strict import MAX_JSON_DEPTH, json_value
+from services.gateway.strict import MAX_JSON_DEPTH, json_value, rfc3339_text
 
 
 def _refused(body: bytes) -> tuple[str, str]:
@@ -54,3 +54,16 @@ def test_what_no_service_can_carry_is_refused_naming_the_field(body: bytes, fiel
 def test_the_int64_range_and_paired_surrogates_are_accepted() -> None:
     body = b'{"lo": -9223372036854775808, "hi": 9223372036854775807, "s": "\\ud83d\\ude00"}'
     assert json_value(body) == {"lo": -(2**63), "hi": 2**63 - 1, "s": "\U0001f600"}
+
+
+@pytest.mark.parametrize(
+    "value", ["2025-01-02T10:00:00+08:00", "2025-01-02t10:00:00.5z", "2025-01-02 10:00:00Z"]
+)
+def test_rfc3339_date_times_are_passed_on(value: str) -> None:
+    assert rfc3339_text(value) == value
+
+
+@pytest.mark.parametrize("value", [1, 1.5, True, "1", "1700000000.5", "2025-01-02", "10:00"])
+def test_numbers_and_partial_times_are_not_instants(value: object) -> None:
+    with pytest.raises(ValueError, match="RFC 3339"):
+        rfc3339_text(value)

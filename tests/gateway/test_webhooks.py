@@ -43,6 +43,13 @@ def test_http_and_https_urls_with_a_host_are_endpoints(url: str) -> None:
         "http://exa mple.com/",
         "javascript:alert(1)",
         "https://e.com/" + "a" * 2000,
+        # Hosts no attempt could reach: the resolver's IDNA codec or the client refuses them.
+        "http://a..b/",
+        "http://.example.com/",
+        "http://" + "a" * 64 + ".example.com/",
+        "http://\u200b.example.com/",
+        "http://xn--zz.example.com/",
+        "http://[v1.x]/",
     ],
 )
 def test_other_urls_are_refused(url: str) -> None:
@@ -304,6 +311,29 @@ async def test_a_delivery_to_a_deleted_endpoint_fails_saying_so(store: WebhookSt
     sent = await store.delivery(delivery_id, None)
     assert sent is not None and sent.state == "failed"
     assert sent.last_error == "the endpoint was deleted"
+
+
+@pytest.mark.parametrize(
+    ("url", "private_allowed"),
+    # The resolver of the private-address check refuses the first, the client the second.
+    [("http://a..b/", False), ("http://xn--zz.example.com/", True)],
+)
+async def test_an_endpoint_whose_host_cannot_be_called_is_a_recorded_attempt(
+    store: WebhookStore, url: str, private_allowed: bool
+) -> None:
+    # Stored before url_problem refused such hosts: each attempt fails and says why (it
+    # was a pass that failed whole, the delivery never recorded and claimed again forever).
+    endpoint = Endpoint("whe_1", "alice", url, webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(store, webhook_allow_private_addresses=private_allowed)
+    try:
+        assert await deliverer.send_due() == 1
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.state == "pending" and sent.attempts == 1
+    assert sent.last_error and sent.last_status_code is None
 
 
 async def test_an_owners_endpoint_on_a_local_address_is_not_called_unless_allowed(

@@ -375,6 +375,33 @@ async def test_a_page_token_is_bound_to_thread_and_direction(history: History) -
         assert "page_token" in (err.details() or "")
 
 
+async def test_a_page_token_is_bound_to_its_owner(history: History) -> None:
+    # Thread ids are per owner: bob may have a t1 too, and alice's positions are not his.
+    for owner in ("alice", "bob"):
+        for name in ("t1", "t2"):
+            await append(
+                history, name, [text_msg(f"{owner}-{name}-{i}") for i in range(2)], owner=owner
+            )
+    alice, bob = history.md("alice"), history.md("bob")
+    threads = await history.stub.ListThreads(pb.ListThreadsRequest(page_size=1), metadata=alice)
+    messages = await history.stub.ListHistory(
+        pb.ListHistoryRequest(thread_id="t1", page_size=1), metadata=alice
+    )
+    assert threads.next_page_token and messages.next_page_token
+    for call in (
+        history.stub.ListThreads(
+            pb.ListThreadsRequest(page_token=threads.next_page_token), metadata=bob
+        ),
+        history.stub.ListHistory(
+            pb.ListHistoryRequest(thread_id="t1", page_token=messages.next_page_token),
+            metadata=bob,
+        ),
+    ):
+        err = await rpc_error(call)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_token" in (err.details() or "")
+
+
 @pytest.mark.parametrize("size", [-1, 1001])
 async def test_page_size_out_of_range_is_invalid(history: History, size: int) -> None:
     await append(history, "t1", [text_msg("m1")])
