@@ -107,6 +107,32 @@ def _jwks_unreachable() -> ApiError:
     )
 
 
+class _JwksUnusable(Exception):
+    """The IdP's key set could not be fetched, or what it answered is not a usable key set:
+    the IdP's fault (503), not the token's."""
+
+
+def _signing_key(jwks: jwt.PyJWKClient, kid: str) -> jwt.PyJWK:
+    """The IdP's key `kid`; a kid the (usable) key set lacks is PyJWKClientError. PyJWKClient
+    raises the same PyJWKClientError for a key set that is no JSON object, and lets a body
+    that is no JSON at all (an HTML error page) or a set without usable keys escape as
+    other errors: the set is read first, so any failure of it is the IdP's."""
+    unusable = (jwt.PyJWKClientConnectionError, jwt.PyJWKSetError, ValueError, OSError)
+    try:
+        keys = jwks.get_signing_keys()  # the cached set, or fetched now
+    except (*unusable, jwt.PyJWKClientError) as exc:
+        raise _JwksUnusable(str(exc)) from exc
+    # A known kid is answered from that set, without get_signing_key's lock: a fetch for an
+    # unknown kid holds it up to the timeout while the IdP hangs.
+    known = jwks.match_kid(keys, kid)
+    if known is not None:
+        return known
+    try:
+        return jwks.get_signing_key(kid)
+    except unusable as exc:  # the fetch again for a kid not in the cached set
+        raise _JwksUnusable(str(exc)) from exc
+
+
 async def _verification_key(
     settings: Settings, jwks: jwt.PyJWKClient | None, token: str
 ) -> tuple[Any, str]:
@@ -125,8 +151,8 @@ async def _verification_key(
         raise unauthenticated("the bearer token is not valid (no usable key id)")
     try:
         # PyJWKClient fetches with blocking I/O: off the event loop.
-        key = await asyncio.to_thread(jwks.get_signing_key, kid)
-    except jwt.PyJWKClientConnectionError as exc:
+        key = await asyncio.to_thread(_signing_key, jwks, kid)
+    except _JwksUnusable as exc:
         log.warning("JWKS fetch failed: %s", exc)
         raise _jwks_unreachable() from None
     except (jwt.PyJWKClientError, jwt.InvalidTokenError):

@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.gateway import convert, jobs, store
 from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError
+from services.gateway.routes_webhooks import MAX_ENDPOINTS, endpoint_json
 from services.gateway.webhook_store import WebhookStore
 from shared.pagination import MAX_PAGE_SIZE
 from shared.settings import Settings
@@ -254,11 +255,19 @@ async def _all_pages(ask: Callable[[str], Awaitable[Any]], field: str) -> list[A
             return items
 
 
-async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict[str, Any]:
+async def export_owner(
+    clients: Clients, settings: Settings, webhooks: WebhookStore, owner: str
+) -> dict[str, Any]:
     """Everything the services hold for `owner`, as one JSON document: threads, runs, every
     message (hidden ones included, as the audit shows them), refused tool calls, memories,
-    jobs and their runs."""
+    jobs and their runs, and the gateway's own: the owner's webhook endpoints (never their
+    secrets)."""
     timeout = settings.rpc_timeout_seconds
+    try:
+        endpoints = await webhooks.endpoints(owner, MAX_ENDPOINTS)
+    except SQLAlchemyError:
+        log.warning("reading an owner's webhook endpoints for the export failed", exc_info=True)
+        raise ApiError(503, "UNAVAILABLE", "the gateway's database failed; retry later") from None
 
     def call(rpc: Any, request: Any, service: str, *, admin: bool = False) -> Awaitable[Any]:
         return unary(rpc, request, owner=owner, service=service, timeout=timeout, admin=admin)
@@ -336,4 +345,5 @@ async def export_owner(clients: Clients, settings: Settings, owner: str) -> dict
         "toolDenials": [convert.tool_denial_json(d) for d in denials],
         "memories": [convert.memory_json(m) for m in memories],
         "jobs": exported_jobs,
+        "webhookEndpoints": [endpoint_json(e) for e in endpoints],
     }

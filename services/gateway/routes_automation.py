@@ -13,6 +13,7 @@ from services.gateway.clients import Clients, unary
 from services.gateway.errors import ApiError, invalid
 from services.gateway.openapi import JOB_PATCH, JOB_PUT, errors, json_body
 from services.gateway.params import IDENTIFIER, PageSize, PageToken, only_params
+from services.gateway.quota import Quota, admit
 from services.gateway.routes_runs import read_body
 from services.gateway.strict import json_object
 from shared.ids import MAX_ID_CHARS
@@ -228,6 +229,11 @@ async def resume_job(
 async def trigger_job(
     request: Request, job_id: JobId, who: Caller = Depends(caller)
 ) -> dict[str, Any]:
+    # A triggered run is a run the owner asks for now, as a POST /runs: the owner's quotas
+    # admit it first (429 before the job run is recorded). It has no stream of the caller's
+    # to hold a concurrent slot for, so the slot goes back at once.
+    quota: Quota = request.app.state.quota
+    await quota.release(await admit(quota, who.owner))
     reply = await _scheduler(request, who, "TriggerJob", pb.TriggerJobRequest(job_id=job_id))
     return jobs.job_run_json(reply.job_run)
 

@@ -148,7 +148,8 @@ async def _deletions(
 )
 async def export_me(request: Request, who: Annotated[Caller, Depends(caller)]) -> dict[str, Any]:
     clients, settings = _ctx(request)
-    return await lifecycle.export_owner(clients, settings, who.owner)
+    webhooks = request.app.state.webhook_store
+    return await lifecycle.export_owner(clients, settings, webhooks, who.owner)
 
 
 def _owner(owner_id: str) -> str:

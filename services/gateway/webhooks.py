@@ -62,6 +62,8 @@ LEASE = "webhook-deliverer"
 SOURCES = ("history", "memory", "scheduler")
 MAX_URL_CHARS = 2000
 MAX_ERROR_CHARS = 500
+# How much of a failed attempt's answer is read, for its lastError.
+ERROR_BODY_BYTES = 200
 SECRET_PREFIX = "whsec_"
 # Events taken from a service per page, and the most pages per pass (the sends wait).
 COLLECT_PAGE = 100
@@ -267,6 +269,16 @@ _MESSAGES: dict[str, Any] = {
 }
 
 
+async def _start_of(reply: httpx.Response, limit: int) -> str:
+    """The first `limit` bytes of an answer's body, as text (the rest is not read)."""
+    data = b""
+    async for chunk in reply.aiter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return data[:limit].decode(errors="replace")
+
+
 class _Refused(Exception):
     """An attempt not made (and counted as failed)."""
 
@@ -409,14 +421,27 @@ class Deliverer:
                 and await resolves_to_private(endpoint.url)
             ):
                 raise _Refused("the endpoint's host resolves to a private or local address")
-            reply = await self._http.post(
-                endpoint.url,
-                content=d.payload.encode(),
-                headers=signed_headers(endpoint.secret, d.event_id, d.payload, at),
+            # One deadline for the whole attempt: httpx's timeout is per read, so a
+            # receiver trickling its answer byte by byte would hold the pass forever. Of
+            # the answer only the status counts, and of a failure the body's start.
+            async with (
+                asyncio.timeout(self._settings.webhook_timeout_seconds),
+                self._http.stream(
+                    "POST",
+                    endpoint.url,
+                    content=d.payload.encode(),
+                    headers=signed_headers(endpoint.secret, d.event_id, d.payload, at),
+                ) as reply,
+            ):
+                code = reply.status_code
+                if not 200 <= code < 300:
+                    error = f"HTTP {code}: {await _start_of(reply, ERROR_BODY_BYTES)}"
+        except TimeoutError:
+            error = (
+                f"TimeoutError: no answer within {self._settings.webhook_timeout_seconds:g} s"
+                if code is None
+                else f"HTTP {code}: (its body did not come within the timeout)"
             )
-            code = reply.status_code
-            if not 200 <= code < 300:
-                error = f"HTTP {code}: {reply.text[:200]}"
         except _Refused as err:
             error = str(err)
         except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as err:

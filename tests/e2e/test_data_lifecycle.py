@@ -203,8 +203,24 @@ def test_the_export_holds_the_owners_data_and_nobody_elses(suite: Suite) -> None
     owner, other = _owner("fay"), _owner("gil")
     run_id = _seed(suite, owner)
     _chat(suite, other, "t-other", "not yours")
+    hooks = {}
+    for who in (owner, other):
+        made = _call(
+            suite,
+            "POST",
+            "/api/v1/webhooks/endpoints",
+            who,
+            json={"url": f"https://hooks.example.com/{who}", "description": "my app"},
+        )
+        assert made.status_code == 201, made.text
+        hooks[who] = made.json()
 
     data = _export(suite, owner)
+    # The gateway's own data of the owner: its webhook endpoints, never their secrets.
+    [endpoint] = data["webhookEndpoints"]
+    assert endpoint["id"] == hooks[owner]["id"]
+    assert endpoint["url"] == f"https://hooks.example.com/{owner}"
+    assert "secret" not in endpoint and hooks[owner]["secret"] not in str(data)
     assert data["ownerId"] == owner
     assert {t["id"] for t in data["threads"]} >= {"t-one"}
     texts = str(data["messages"])

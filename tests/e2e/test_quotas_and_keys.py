@@ -169,3 +169,35 @@ def test_usage_counts_automation_runs_and_chat_runs_from_their_run_records(suite
         over, _ = _chat(client, _auth(owner))
         assert over.status_code == 429, over.text
         assert over.json()["error"]["quota"] == "tokens per day"
+
+
+def test_triggering_a_job_over_the_quotas_is_429_and_records_no_job_run(suite: Suite) -> None:
+    owner = f"trig-{uuid.uuid4().hex[:8]}"
+    admin = _auth("ops", admin=True)
+    with httpx.Client(base_url=suite.gateway_url, timeout=30) as client:
+        registered = client.post("/api/v1/users", json={}, headers=_auth(owner))
+        assert registered.status_code == 200, registered.text
+        [job] = [j for j in registered.json()["jobs"] if j["defaultJob"]]
+        url = f"/api/v1/automation/jobs/{job['id']}"
+        client.put(f"/api/v1/admin/owners/{owner}/quotas", json={"runsPerMinute": 1}, headers=admin)
+        resp, _ = _chat(client, _auth(owner))
+        assert resp.status_code == 200, resp.text
+        # The chat run took the minute's one run: a trigger is a run too.
+        refused = client.post(f"{url}:trigger", headers=_auth(owner))
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["quota"] == "runs per minute"
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        # Tokens per day: the owner's use is at the quota, so no trigger spends more.
+        client.put(
+            f"/api/v1/admin/owners/{owner}/quotas",
+            json={"tokensPerDay": _tokens(resp)},
+            headers=admin,
+        )
+        time.sleep(TOKENS_CACHE_SECONDS + 0.2)
+        over = client.post(f"{url}:trigger", headers=_auth(owner))
+        assert over.status_code == 429, over.text
+        assert over.json()["error"]["quota"] == "tokens per day"
+        assert client.get(f"{url}/runs", headers=_auth(owner)).json()["runs"] == []
+        # Within its quotas the owner triggers it as before.
+        client.delete(f"/api/v1/admin/owners/{owner}/quotas", headers=admin)
+        assert client.post(f"{url}:trigger", headers=_auth(owner)).status_code == 202

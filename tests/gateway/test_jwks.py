@@ -37,13 +37,21 @@ class Jwks:
 
     def __init__(self) -> None:
         self.keys: list[dict[str, Any]] = []
+        # Served instead of the keys when set: an IdP (or a proxy before it) that answers
+        # something other than a JWKS.
+        self.raw: bytes | None = None
+        # Seconds to wait before answering (an IdP that hangs).
+        self.delay = 0.0
         self.fetches = 0
         jwks = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 jwks.fetches += 1
-                body = json.dumps({"keys": jwks.keys}).encode()
+                time.sleep(jwks.delay)
+                body = (
+                    jwks.raw if jwks.raw is not None else json.dumps({"keys": jwks.keys}).encode()
+                )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -346,6 +354,68 @@ async def test_an_unreachable_jwks_is_503_and_hs256_tokens_still_work(
         assert resp.status_code == 503, resp.text
         assert resp.headers["retry-after"] == "1"
         assert (await _threads(http, issue_token(settings, "hs"))).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"<html>Service temporarily unavailable</html>",
+        b'{"keys": []}',
+        b'{"keys": [{"kty": "RSA", "kid": "k"}]}',
+        b"[]",
+    ],
+    ids=["html", "no-keys", "unusable-key", "not-an-object"],
+)
+async def test_a_jwks_answer_that_is_not_a_key_set_is_503_never_a_500(
+    base_settings: Settings, peers: Peers, raw: bytes
+) -> None:
+    server = Jwks()
+    server.raw = raw
+    settings = gateway_settings(
+        base_settings,
+        peers.addrs,
+        jwks_url=server.url,
+        jwks_cache_seconds=CACHE_SECONDS,
+        jwks_refresh_cooldown_seconds=0,
+    )
+    try:
+        async with app_client(settings) as http:
+            token = _sign(_rsa(), "k")
+            resp = await _threads(http, token)
+            assert resp.status_code == 503, resp.text
+            assert resp.headers["retry-after"] == "1"
+            assert (await _threads(http, issue_token(settings, "hs"))).status_code == 200
+    finally:
+        server.stop()
+
+
+async def test_a_known_key_is_not_held_up_by_a_fetch_for_an_unknown_one(
+    base_settings: Settings, peers: Peers
+) -> None:
+    server = Jwks()
+    key = _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = gateway_settings(
+        base_settings,
+        peers.addrs,
+        jwks_url=server.url,
+        jwks_refresh_cooldown_seconds=0,
+        jwt_issuer=ISSUER,
+        jwt_audience=AUDIENCE,
+        rpc_timeout_seconds=3.0,
+    )
+    try:
+        async with app_client(settings) as http:
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            server.delay = 5.0  # the IdP hangs from now on
+            unknown = asyncio.create_task(_threads(http, _sign(_rsa(), "other")))
+            await asyncio.sleep(0.3)  # its fetch is under way
+            started = time.monotonic()
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            assert time.monotonic() - started < 1.0
+            assert (await unknown).status_code == 503
+    finally:
+        server.stop()
 
 
 async def test_an_empty_jwt_secret_turns_hs256_off(base_settings: Settings, peers: Peers) -> None:

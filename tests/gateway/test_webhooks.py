@@ -5,7 +5,9 @@ the delivery log and replay."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -298,6 +300,64 @@ async def test_a_slow_receiver_is_a_timed_out_attempt_retried_later(
     assert "Timeout" in sent.last_error and sent.last_status_code is None
     assert sent.next_attempt_ms is not None
     assert sent.next_attempt_ms - (sent.last_attempt_ms or 0) == 60_000
+
+
+class _Trickler:
+    """A receiver that answers `status` at once, then its body one byte at a time, slower
+    than nothing ever (each byte well within any read timeout), for as long as asked."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(f"HTTP/1.1 {self.status} OK\r\nContent-Length: 1000000\r\n\r\n".encode())
+        try:
+            for _ in range(1_000_000):
+                writer.write(b"x")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/hook"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(
+    store: WebhookStore, status: int
+) -> None:
+    trickler = _Trickler(status)
+    url = await trickler.start()
+    endpoint = Endpoint("whe_1", "alice", url, webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(store, webhook_timeout_seconds=0.5)
+    started = time.monotonic()
+    try:
+        # Without an overall deadline the pass would read the body for 14 hours.
+        await asyncio.wait_for(deliverer.send_due(), 10)
+    finally:
+        await deliverer.aclose()
+        trickler.stop()
+    assert time.monotonic() - started < 3
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.attempts == 1
+    if status == 200:
+        # The 2xx came in time: the body is not the receiver's answer.
+        assert (sent.state, sent.last_status_code, sent.last_error) == ("succeeded", 200, "")
+    else:
+        assert (sent.state, sent.last_status_code) == ("pending", 500)
+        assert sent.last_error == "HTTP 500: (its body did not come within the timeout)"
 
 
 async def test_a_delivery_to_a_deleted_endpoint_fails_saying_so(store: WebhookStore) -> None:
