@@ -43,7 +43,7 @@ from services.gateway import (
 )
 from services.gateway.auth import ApiKeys, jwks_client
 from services.gateway.clients import Clients, open_clients
-from services.gateway.errors import ApiError, internal, invalid
+from services.gateway.errors import ApiError, internal, invalid, store_unavailable
 from services.gateway.quota import Quota
 from services.gateway.shedding import ShedRuns
 from services.gateway.store import GatewayStore
@@ -143,12 +143,7 @@ async def _store_error(_: Request, exc: Exception) -> Response:
     """The gateway's own database (services/gateway/store.py) failed: 503, nothing done."""
     error = as_domain_error(exc, "the gateway's database failed")
     log.warning("gateway store failed: %s", error.message, exc_info=exc)
-    return ApiError(
-        503,
-        "UNAVAILABLE",
-        "the gateway's database cannot be reached; try again shortly",
-        headers={"Retry-After": "1"},
-    ).response()
+    return store_unavailable().response()
 
 
 def _allowed_methods(request: Request) -> str | None:

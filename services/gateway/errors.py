@@ -107,6 +107,17 @@ def unauthenticated(message: str) -> ApiError:
     return ApiError(401, "UNAUTHENTICATED", message, headers={"WWW-Authenticate": "Bearer"})
 
 
+def store_unavailable() -> ApiError:
+    """The gateway's own database failed: 503, worded without the driver's text (its SQL and
+    parameters are for the log, not the caller)."""
+    return ApiError(
+        503,
+        "UNAVAILABLE",
+        "the gateway's database cannot be reached; try again shortly",
+        headers={"Retry-After": "1"},
+    )
+
+
 def internal() -> ApiError:
     return ApiError(500, "INTERNAL", f"internal error (request id {request_id_var.get()})")
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from services.gateway import convert, jobs, store
 from services.gateway.clients import Clients, unary
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, store_unavailable
 from services.gateway.routes_webhooks import MAX_ENDPOINTS, endpoint_json
 from services.gateway.webhook_store import WebhookStore
 from shared.pagination import MAX_PAGE_SIZE
@@ -93,8 +93,9 @@ async def _gateway_step(webhooks: WebhookStore, owner: str) -> dict[str, int]:
         counts = await webhooks.delete_owner(owner)
         counts.update(await store.delete_owner_usage(webhooks.engine, owner))
         return counts
-    except SQLAlchemyError as err:
-        raise ApiError(503, "UNAVAILABLE", f"the gateway's database failed: {err}") from None
+    except SQLAlchemyError:
+        log.warning("the gateway's step of an owner deletion failed", exc_info=True)
+        raise store_unavailable() from None
 
 
 class _PerKey:
@@ -267,7 +268,7 @@ async def export_owner(
         endpoints = await webhooks.endpoints(owner, MAX_ENDPOINTS)
     except SQLAlchemyError:
         log.warning("reading an owner's webhook endpoints for the export failed", exc_info=True)
-        raise ApiError(503, "UNAVAILABLE", "the gateway's database failed; retry later") from None
+        raise store_unavailable() from None
 
     def call(rpc: Any, request: Any, service: str, *, admin: bool = False) -> Awaitable[Any]:
         return unary(rpc, request, owner=owner, service=service, timeout=timeout, admin=admin)
