@@ -3,8 +3,15 @@ words and Chinese character bigrams, ranked (a hit needs any query token)."""
 
 from __future__ import annotations
 
-import grpc
+from datetime import UTC, datetime
 
+import grpc
+import sqlalchemy as sa
+
+from services.memory import core, store
+from services.memory.service import MIGRATIONS
+from shared import db
+from shared.settings import Settings
 from tests.memory.conftest import rpc_error
 
 
@@ -123,3 +130,32 @@ async def test_results_carry_a_relevance_score_between_0_and_1(client) -> None:
     hits = await alice.search("green tea")
     assert hits and all(0 < m.score <= 1 for m in hits)
     assert [m.score for m in hits] == sorted((m.score for m in hits), reverse=True)
+
+
+async def test_owner_without_memories_is_answered_by_one_probe_and_sees_new_ones(
+    settings: Settings,
+) -> None:
+    """Every run recalls and most owners have none: their search is one probe of the owner's
+    rows, not a full-text query; a memory another replica commits is found by the next one."""
+    replica, other = (db.create_engine(settings, "memory") for _ in range(2))
+    try:
+        await db.migrate(replica, MIGRATIONS, settings.schema_for("memory"))
+        statements: list[str] = []
+        sa.event.listen(
+            replica.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2])
+        )
+        async with replica.connect() as conn:
+            assert await store.search(conn, "alice", "green tea", 10) == []
+        reads = [s for s in statements if "memories" in s]  # not SQLite's BEGIN
+        assert len(reads) == 1
+        assert "EXISTS" in reads[0]
+        async with other.begin() as conn:
+            fact = core.validate_write("I love green tea", "", "", [])
+            await store.write(conn, "alice", fact, datetime.now(UTC))
+        async with replica.connect() as conn:
+            hits = await store.search(conn, "alice", "green tea", 10)
+            assert [m.content for m in hits] == ["I love green tea"]
+            assert await store.search(conn, "bob", "green tea", 10) == []
+    finally:
+        await replica.dispose()
+        await other.dispose()
