@@ -328,6 +328,10 @@ def _contains(conn: AsyncConnection, column: Any, needle: str) -> Any:
     return position(column, needle) > 0
 
 
+# Whether :owner has a memory (served by ix_memories_owner_update).
+_HAS_MEMORIES = sa.select(sa.exists().where(memories.c.owner_id == sa.bindparam("owner")))
+
+
 async def search(
     conn: AsyncConnection,
     owner: str,
@@ -343,6 +347,11 @@ async def search(
     query's vector by `model`), also the memories nearest to it; the rankings fused by
     core.fuse. Memories the embedder has not reached yet are found by the lexical half.
     `limit` bounds each ranking and the answer."""
+    # Most owners have no memories, and every run recalls: one probe of the owner index
+    # answers them without tokenizing the query or reading the full-text index. It reads
+    # the rows themselves (no cache), so every replica sees a memory once it is committed.
+    if not (await conn.execute(_HAS_MEMORIES, {"owner": owner})).scalar():
+        return []
     tokens = core.query_tokens(query)
     if embedding is None:
         found = await _lexical(conn, owner, core.any_of(tokens), limit)

@@ -66,3 +66,25 @@ async def test_list_page_after_a_position_searches_the_index_from_it(engine: Asy
                 "SEARCH memories USING INDEX ix_memories_owner_update "
                 "(owner_id=? AND (update_time,id)<(?,?))"
             ]
+
+
+async def test_search_of_an_owner_without_memories_is_one_probe_of_the_owner_index(
+    engine: AsyncEngine,
+) -> None:
+    """Every run recalls and most owners have no memories: their search is one query, answered
+    from the owner's index, not a full-text query."""
+    statement, args = await query_sent(
+        engine, lambda conn: store.search(conn, "alice", "green tea", 10)
+    )
+    async with engine.connect() as conn:
+        if db.is_postgres(engine):
+            await conn.exec_driver_sql("SET enable_seqscan = off")
+            rows = (await conn.exec_driver_sql("EXPLAIN " + statement, args)).all()
+            plan = "\n".join(r[0] for r in rows)
+            assert "ix_memories_owner_update" in plan, plan
+            assert "search_tsv" not in plan, plan
+        else:
+            rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, args)).all()
+            plan = [r[3] for r in rows]
+            assert "SEARCH memories USING INDEX ix_memories_owner_update (owner_id=?)" in plan
+            assert not any("memories_fts" in p for p in plan), plan

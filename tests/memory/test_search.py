@@ -3,8 +3,14 @@ words and Chinese character bigrams, ranked (a hit needs any query token)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import grpc
 
+from services.memory import core, store
+from services.memory.service import MIGRATIONS
+from shared import db
+from shared.settings import Settings
 from tests.memory.conftest import rpc_error
 
 
@@ -123,3 +129,25 @@ async def test_results_carry_a_relevance_score_between_0_and_1(client) -> None:
     hits = await alice.search("green tea")
     assert hits and all(0 < m.score <= 1 for m in hits)
     assert [m.score for m in hits] == sorted((m.score for m in hits), reverse=True)
+
+
+async def test_an_owner_without_memories_finds_the_first_one_another_replica_commits(
+    settings: Settings,
+) -> None:
+    """Their search is answered by a probe of the owner's rows (tests/memory/test_plans.py),
+    never by a cache: a memory another replica commits is found by the next search."""
+    replica, other = (db.create_engine(settings, "memory") for _ in range(2))
+    try:
+        await db.migrate(replica, MIGRATIONS, settings.schema_for("memory"))
+        async with replica.connect() as conn:
+            assert await store.search(conn, "alice", "green tea", 10) == []
+        async with other.begin() as conn:
+            fact = core.validate_write("I love green tea", "", "", [])
+            await store.write(conn, "alice", fact, datetime.now(UTC))
+        async with replica.connect() as conn:
+            hits = await store.search(conn, "alice", "green tea", 10)
+            assert [m.content for m in hits] == ["I love green tea"]
+            assert await store.search(conn, "bob", "green tea", 10) == []
+    finally:
+        await replica.dispose()
+        await other.dispose()
