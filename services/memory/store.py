@@ -347,9 +347,10 @@ async def search(
     query's vector by `model`), also the memories nearest to it; the rankings fused by
     core.fuse. Memories the embedder has not reached yet are found by the lexical half.
     `limit` bounds each ranking and the answer."""
-    # Most owners have no memories, and every run recalls: one probe of the owner index
-    # answers them without tokenizing the query or reading the full-text index. It reads
-    # the rows themselves (no cache), so every replica sees a memory once it is committed.
+    # Every chat run recalls, and an owner may have nothing to recall (a new user, one not
+    # yet extracted): one probe of the owner index answers that without tokenizing the
+    # query or reading the full-text index (a long message costs its every term there). It
+    # reads the rows themselves (no cache), so every replica sees a memory once committed.
     if not (await conn.execute(_HAS_MEMORIES, {"owner": owner})).scalar():
         return []
     tokens = core.query_tokens(query)
