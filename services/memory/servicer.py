@@ -157,6 +157,11 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
         limit = pagination.page_size(request.page_size)
+        if self.embedder is not None:
+            # Nothing to recall is answered before the query is embedded (a model call).
+            async with self.engine.connect() as conn:
+                if not await store.has_memories(conn, owner):
+                    return pb.SearchMemoriesResponse()
         embedding, model = await self._embed_query(query)
         async with self.engine.connect() as conn:
             found = await store.search(conn, owner, query, limit, embedding=embedding, model=model)

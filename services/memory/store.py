@@ -332,6 +332,12 @@ def _contains(conn: AsyncConnection, column: Any, needle: str) -> Any:
 _HAS_MEMORIES = sa.select(sa.exists().where(memories.c.owner_id == sa.bindparam("owner")))
 
 
+async def has_memories(conn: AsyncConnection, owner: str) -> bool:
+    """Whether `owner` has a memory: one probe of the owner index. It reads the rows
+    themselves (no cache), so every replica sees a memory once it is committed."""
+    return bool((await conn.execute(_HAS_MEMORIES, {"owner": owner})).scalar())
+
+
 async def search(
     conn: AsyncConnection,
     owner: str,
@@ -348,10 +354,9 @@ async def search(
     core.fuse. Memories the embedder has not reached yet are found by the lexical half.
     `limit` bounds each ranking and the answer."""
     # Every chat run recalls, and an owner may have nothing to recall (a new user, one not
-    # yet extracted): one probe of the owner index answers that without tokenizing the
-    # query or reading the full-text index (a long message costs its every term there). It
-    # reads the rows themselves (no cache), so every replica sees a memory once committed.
-    if not (await conn.execute(_HAS_MEMORIES, {"owner": owner})).scalar():
+    # yet extracted): the probe answers that without tokenizing the query or reading the
+    # full-text index (a long message costs its every term there).
+    if not await has_memories(conn, owner):
         return []
     tokens = core.query_tokens(query)
     if embedding is None:

@@ -186,3 +186,54 @@ async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(setti
             assert hits[0].content == "User has a dog named Max"
     finally:
         server.stop()
+
+
+async def test_an_owner_without_memories_is_answered_without_embedding_the_query(
+    settings: Settings, embedding_server: LocalEmbeddingServer
+) -> None:
+    """Every chat run recalls with the user's message: an owner with nothing to recall costs
+    no model call (the embedder's), only a probe of the owner's rows."""
+    import http.server
+    import json
+    import threading
+    import urllib.request
+
+    asked: list[str] = []  # every text the model was asked to embed
+
+    class Relay(http.server.BaseHTTPRequestHandler):
+        # The real model behind a door that records what it is asked.
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            asked.extend(json.loads(body)["input"])
+            forward = urllib.request.Request(
+                embedding_server.base_url.removesuffix("/v1") + self.path,
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(forward, timeout=30) as answer:
+                data = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: object) -> None:
+            return None
+
+    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    try:
+        counted = _with_model(settings, f"http://127.0.0.1:{relay.server_port}/v1")
+        async with running_service("memory", build, counted) as address, channel(address) as ch:
+            bob = Client(pb_grpc.MemoryServiceStub(ch), "bob")
+            assert await bob.search("what do I like to drink?") == []
+            assert "what do I like to drink?" not in asked
+            # With a memory, the query is embedded and found by meaning.
+            await bob.write("User likes green tea")
+            await _embedded(counted)
+            assert [m.content for m in await bob.search("beverage")] == ["User likes green tea"]
+            assert "beverage" in asked
+    finally:
+        relay.shutdown()
+        relay.server_close()
