@@ -71,8 +71,8 @@ async def test_list_page_after_a_position_searches_the_index_from_it(engine: Asy
 async def test_search_of_an_owner_without_memories_is_one_probe_of_the_owner_index(
     engine: AsyncEngine,
 ) -> None:
-    """Every run recalls and most owners have no memories: their search is one query, answered
-    from the owner's index, not a full-text query."""
+    """Every chat run recalls, and an owner may have nothing to recall: their search is one
+    query, answered from the owner's index, not a full-text query."""
     statement, args = await query_sent(
         engine, lambda conn: store.search(conn, "alice", "green tea", 10)
     )
