@@ -28,11 +28,13 @@ cores and their own delays grow with what they send. The three levels run in tur
 the repeats' ratios. Writes results/shedding-<backend>.json.
 
 Shape and cores: one process per service (`--shape split`, the default), or every service
-in one process (`--shape all`, what `make run` starts). One process is pinned to CPU 0 with
-its threads, and the load clients to the other CPUs (`--pin`, the default; the machine needs
-two or more): where the clients must share the host with the server, this keeps them off the
-server's core, as a load generator on another host would be. The split shape needs every
-core and is not pinned.
+in one process (`--shape all`, what `make run` starts). With `--pin` (the default; the
+machine needs two or more CPUs) the process hosting the gateway runs on CPU 0 with its
+threads, and every other process, the load clients with the suite's other services, on the
+other CPUs. The door that refuses is then never waiting for a core that a load client
+holds, as with a gateway deployed on its own (one Deployment per service) and the load
+generated elsewhere; one process (`--shape all`) is then the whole suite on CPU 0 and the
+clients alone on the others. With `--no-pin` the kernel places every process on any core.
 
 The default bound, 16, is about where this suite's throughput stops growing on the 2-core
 development machine (scripted model, embedded: c=16 153 runs/s, c=32 155-172 runs/s at
@@ -307,15 +309,19 @@ def gateway_cpu(result: dict[str, Any], process: str = "gateway") -> dict[str, f
 
 
 def pinned(suite: Suite) -> set[int] | None:
-    """Pin a one-process suite (and its threads) to the first CPU; the CPUs left for the load
-    clients, or None where the suite is not pinned (one CPU, or one process per service)."""
+    """Pin the process hosting the gateway (and its threads) to the first CPU and the suite's
+    other processes to the rest; the CPUs left for the load clients (the rest), or None where
+    nothing is pinned (one CPU)."""
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2 or len(suite.procs) != 1:
+    if len(cpus) < 2:
         return None
-    (proc,) = suite.procs.values()
-    for task in os.listdir(f"/proc/{proc.pid}/task"):
-        os.sched_setaffinity(int(task), {cpus[0]})
-    return set(cpus[1:])
+    door, rest = {cpus[0]}, set(cpus[1:])
+    gateway = suite.process_of("gateway")
+    for key, proc in suite.procs.items():
+        where = door if key == gateway else rest
+        for task in os.listdir(f"/proc/{proc.pid}/task"):
+            os.sched_setaffinity(int(task), where)
+    return rest
 
 
 def door_cpu(refusals: int) -> float:
@@ -428,7 +434,10 @@ def _ratio_text(value: dict[str, float] | None) -> str:
 def _pin_text(client_cpus: list[int] | None) -> str:
     if client_cpus is None:
         return "not pinned"
-    return f"the suite on CPU 0 and the clients on CPU {','.join(map(str, client_cpus))}"
+    return (
+        f"the gateway's process on CPU 0, the clients and any other process on CPU "
+        f"{','.join(map(str, client_cpus))}"
+    )
 
 
 def lines(result: dict[str, Any]) -> list[str]:
@@ -501,7 +510,7 @@ def main() -> None:
         "--pin",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="a one-process suite on CPU 0, the load clients on the others",
+        help="the gateway's process on CPU 0, the load clients and the rest on the others",
     )
     parser.add_argument("--out", default=str(ROOT / "results"))
     args = parser.parse_args()
@@ -516,7 +525,7 @@ def main() -> None:
         shape=args.shape,
     )
     cpus = pinned(suite) if args.pin else None
-    gateway_process = next(key for key, hosted in suite.groups.items() if "gateway" in hosted)
+    gateway_process = suite.process_of("gateway")
     result: dict[str, Any] = {
         "backend": args.backend,
         "bound": args.bound,

@@ -5,8 +5,14 @@ histogram_quantile)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+
+import pytest
 
 from bench.shedding import bucket_quantile, pinned
+from services.launcher import ALL_SERVICES, Suite
 
 INF = float("inf")
 
@@ -56,34 +62,43 @@ def test_the_verdict_is_the_median_of_the_repeats_ratios() -> None:
     assert "at 2x / at 1x 1.2 (0.9-1.8), not met (at the gateway 0.9 (0.9-0.9), met)" in text
 
 
-def test_a_one_process_suite_is_pinned_with_its_threads_and_the_other_cpus_left_to_clients() -> (
-    None
-):
-    import os
-    import subprocess
-    import sys
-    import types
-
-    cpus = sorted(os.sched_getaffinity(0))
-    # A process with a second thread, as the suite has (gRPC's, SQLite's).
+def _threaded_process() -> subprocess.Popen[bytes]:
+    """A process with a second thread, as each of the suite's has (gRPC's, SQLite's)."""
     code = (
         "import threading, time; "
         "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
+    while len(os.listdir(f"/proc/{proc.pid}/task")) < 2:
+        pass
+    return proc
+
+
+def _affinities(proc: subprocess.Popen[bytes]) -> set[frozenset[int]]:
+    return {
+        frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{proc.pid}/task")
+    }
+
+
+@pytest.mark.parametrize("shape", ["split", "all"])
+def test_the_gateways_process_gets_the_first_cpu_and_the_rest_share_the_others(shape: str) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    suite = Suite(shape=shape)  # not started: its processes are stand-ins
+    keys = list(suite.groups)
     try:
-        while len(os.listdir(f"/proc/{proc.pid}/task")) < 2:
-            pass
-        suite = types.SimpleNamespace(procs={"all": proc})
-        left = pinned(suite)  # type: ignore[arg-type]  # only .procs is read
+        suite.procs = {key: _threaded_process() for key in keys}
+        left = pinned(suite)
         if len(cpus) < 2:
             assert left is None
             return
         assert left == set(cpus[1:])
-        for task in os.listdir(f"/proc/{proc.pid}/task"):
-            assert os.sched_getaffinity(int(task)) == {cpus[0]}
-        # One process per service is not pinned: it needs the cores the clients would get.
-        assert pinned(types.SimpleNamespace(procs={"a": proc, "b": proc})) is None  # type: ignore[arg-type]
+        gateway = suite.process_of("gateway")
+        assert gateway in keys
+        for key, proc in suite.procs.items():
+            want = {cpus[0]} if key == gateway else set(cpus[1:])
+            assert _affinities(proc) == {frozenset(want)}, key
+        assert len(keys) == (1 if shape == "all" else len(ALL_SERVICES))
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in suite.procs.values():
+            proc.kill()
+            proc.wait()
