@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -69,8 +70,12 @@ def _threaded_process() -> subprocess.Popen[bytes]:
         "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
     while len(os.listdir(f"/proc/{proc.pid}/task")) < 2:
-        pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the stand-in process did not start its second thread")
+        time.sleep(0.01)
     return proc
 
 
@@ -86,7 +91,8 @@ def test_the_gateways_process_gets_the_first_cpu_and_the_rest_share_the_others(s
     suite = Suite(shape=shape)  # not started: its processes are stand-ins
     keys = list(suite.groups)
     try:
-        suite.procs = {key: _threaded_process() for key in keys}
+        for key in keys:
+            suite.procs[key] = _threaded_process()
         left = pinned(suite)
         if len(cpus) < 2:
             assert left is None
