@@ -288,8 +288,12 @@ async def test_trigger_records_a_manual_run_and_dispatches_it(api) -> None:
     job = await create(
         stub, config=pb.JobConfig(prompt="remember: I like tea", tools=["memory_write"])
     )
+    assert not job.HasField("last_run_time")
     run = (await stub.TriggerJob(pb.TriggerJobRequest(job_id=job.id), metadata=ALICE)).job_run
     assert run.trigger == pb.JOB_RUN_TRIGGER_MANUAL and run.attempt == 1
+    # A manual run is a run: the job says when it last ran, as after a scheduled slot.
+    after = (await stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE)).job
+    assert after.last_run_time == run.scheduled_slot
 
     async def succeeded() -> pb.JobRun:
         for _ in range(100):
