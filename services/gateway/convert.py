@@ -184,6 +184,10 @@ def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[st
         extras["kind"] = KIND_NAMES[m.kind]
     if m.HasField("created_at"):
         extras["createdAt"] = timestamp(m.created_at)
+    if m.finished_reason:
+        # Why the model's text ended: `interrupted` / `error` mark what a cancelled / failed
+        # run had streamed when it stopped (orchestrator core.partial_replies).
+        extras["finishedReason"] = m.finished_reason
     if audit:
         extras["visibilityMask"] = m.visibility_mask
     if m.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
