@@ -181,6 +181,8 @@ async def test_a_malformed_job_is_400_naming_the_field(
             },
             "executionProfile.toolPolicy.allowlist",
         ),
+        # A memory job that could neither write nor forget would fail every attempt.
+        ({"config": {"prompt": "x", "tools": ["memory_search"]}}, "config.tools"),
     ],
 )
 async def test_an_invalid_job_is_400_naming_the_field_in_camel_case(

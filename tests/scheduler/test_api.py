@@ -90,6 +90,8 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
         metadata=ALICE,
     )
     assert job.job.execution_profile.name == "automation_memory_default"
+    # No tools declared: the memory tools the profile allows, so the job can do its work.
+    assert list(job.job.config.tools) == ["memory_write", "memory_forget"]
 
 
 @pytest.mark.parametrize(
@@ -148,6 +150,18 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
                 "execution_profile": execution_profile_pb2.ExecutionProfile(
                     executor=execution_profile_pb2.EXECUTOR_MEMORY,
                     tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["rm_rf"]),
+                )
+            },
+            "job.execution_profile.tool_policy.allowlist",
+        ),
+        # A memory job that could call neither memory_write nor memory_forget would fail
+        # every attempt (MEMORY_OUTPUT_UNUSABLE): refused when it is made.
+        ({"config": pb.JobConfig(prompt="p", tools=["memory_search"])}, "job.config.tools"),
+        (
+            {
+                "execution_profile": execution_profile_pb2.ExecutionProfile(
+                    executor=execution_profile_pb2.EXECUTOR_MEMORY,
+                    tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["memory_search"]),
                 )
             },
             "job.execution_profile.tool_policy.allowlist",
