@@ -466,6 +466,17 @@ def dev_token(settings: Settings, sub: str = "dev-user") -> str:
     return issue_token(settings, sub, ttl_seconds=30 * 86_400)
 
 
+def register_dev_user(gateway_url: str, token: str) -> str:
+    """Registers the development user (POST /api/v1/users, idempotent), so it has its daily
+    memory job as any registered user has; the job's line for the banner."""
+    resp = httpx.post(
+        f"{gateway_url}/api/v1/users", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    resp.raise_for_status()
+    job = resp.json()["jobs"][0]
+    return f"daily memory job at {job['schedule']['localTime']} {job['timezone']}"
+
+
 def console_url(gateway_url: str, token: str) -> str:
     """The console signed in with `token`: the token rides in the URL's fragment, which the
     browser never sends to a server (nor logs); the console keeps it and drops it from the URL."""
@@ -510,10 +521,15 @@ def main(argv: list[str] | None = None) -> None:
             model_server.stop()
         sys.exit(1)
     token = dev_token(settings)
+    try:
+        job_line = f"  dev-user:  registered; {register_dev_user(suite.gateway_url, token)}\n"
+    except (httpx.HTTPError, LookupError, ValueError) as err:
+        job_line = f"  dev-user:  not registered ({err}); POST /api/v1/users registers it\n"
     model_line = f"  model:     {LOCAL_CARD} at {model_server.base_url}\n" if model_server else ""
     print(
         "\nagentmesh is running.\n"
         f"{model_line}"
+        f"{job_line}"
         f"  console:   {console_url(suite.gateway_url, token)}\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
         f"  token:     {token}\n\n"

@@ -107,6 +107,16 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             timeout=5,
         )
         assert threads.status_code == 200, threads.text
+        # The development user is registered: its daily memory job exists from the start.
+        jobs = httpx.get(
+            f"{page}api/v1/automation/jobs",
+            headers={"Authorization": f"Bearer {fragment}"},
+            timeout=5,
+        )
+        assert jobs.status_code == 200, jobs.text
+        assert [j["executionProfile"]["name"] for j in jobs.json()["jobs"]] == [
+            "automation_memory_default"
+        ]
         assert all(port_in_use(base + i) for i in range(6))
         assert not port_in_use(DEFAULT_PORTS["gateway"]) or DEFAULT_PORTS["gateway"] == gateway
     finally:
