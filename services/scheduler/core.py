@@ -11,9 +11,9 @@ from enum import StrEnum
 
 from services.scheduler import schedule as sched
 from services.scheduler.schedule import Schedule, ScheduleError, ScheduleType
-from shared.domain import automation_thread_id
+from shared.domain import ExecutorKind, automation_thread_id
 from shared.errors import InvalidArgument
-from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile, ExecutorKind
+from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
 from shared.text import check_storable
 from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools
 
