@@ -20,7 +20,7 @@ from services.executor.events import (
     ToolCallStart,
     ToolDenied,
 )
-from services.executor.tools import ToolRegistry, requires_approval
+from services.executor.tools import SourceState, SourceStatus, ToolRegistry, requires_approval
 from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
@@ -168,3 +168,28 @@ def registered_tool_to_pb(tools: ToolRegistry, name: str) -> message_pb2.Registe
         source=str(getattr(tool, "source", "builtin")),
         requires_approval=tool is not None and requires_approval(tool),
     )
+
+
+SOURCE_STATE_TO_PB = {
+    SourceState.PENDING: message_pb2.TOOL_SOURCE_STATE_PENDING,
+    SourceState.CONNECTED: message_pb2.TOOL_SOURCE_STATE_CONNECTED,
+    SourceState.FAILED: message_pb2.TOOL_SOURCE_STATE_FAILED,
+}
+
+
+def source_status_to_pb(status: SourceStatus) -> message_pb2.ToolSourceStatus:
+    out = message_pb2.ToolSourceStatus(
+        name=status.name,
+        state=SOURCE_STATE_TO_PB[status.state],
+        tool_count=status.tool_count,
+        last_error=status.last_error,
+        consecutive_failures=status.consecutive_failures,
+    )
+    for field, when in (
+        (out.last_error_time, status.last_error_at),
+        (out.last_success_time, status.last_success_at),
+        (out.next_attempt_time, status.next_attempt_at),
+    ):
+        if when is not None:
+            field.FromDatetime(when)
+    return out

@@ -356,3 +356,29 @@ def tool_denial_json(d: history_service_pb2.ToolDenial) -> dict[str, Any]:
     if d.HasField("create_time"):
         out["createTime"] = timestamp(d.create_time)
     return out
+
+
+SOURCE_STATES = {
+    message_pb2.TOOL_SOURCE_STATE_PENDING: "pending",
+    message_pb2.TOOL_SOURCE_STATE_CONNECTED: "connected",
+    message_pb2.TOOL_SOURCE_STATE_FAILED: "failed",
+}
+
+
+def source_status_json(s: message_pb2.ToolSourceStatus) -> dict[str, Any]:
+    """An outside tool source's state (GET /api/v1/tools `sources`); unset fields omitted."""
+    out: dict[str, Any] = {
+        "name": s.name,
+        "state": SOURCE_STATES.get(s.state, "pending"),
+        "toolCount": s.tool_count,
+        "consecutiveFailures": s.consecutive_failures,
+    }
+    if s.last_error:
+        out["lastError"] = s.last_error
+    if s.HasField("last_error_time"):
+        out["lastErrorTime"] = timestamp(s.last_error_time)
+    if s.HasField("last_success_time"):
+        out["lastSuccessTime"] = timestamp(s.last_success_time)
+    if s.HasField("next_attempt_time"):
+        out["nextAttemptTime"] = timestamp(s.next_attempt_time)
+    return out

@@ -62,16 +62,22 @@ class ListToolsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOOLS_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.RegisteredTool]: ...
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSourceStatus]:
+        """Every configured outside source (MCP servers, HTTP tools) and its state."""
+
     def __init__(
         self,
         *,
         tools: _abc.Iterable[_message_pb2.RegisteredTool] | None = ...,
+        sources: _abc.Iterable[_message_pb2.ToolSourceStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sources", b"sources", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
