@@ -1,6 +1,6 @@
 """Settings of every service, read from AGENTMESH_* environment variables (pydantic-settings).
 
-Every variable is listed with its meaning in README.md ("Environment variables").
+Every variable is listed with its meaning in docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ import httpx
 import pytest
 import yaml
 
-from services.launcher import Suite
+from services.launcher import Suite, free_port
 from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, token
-from tests.model.fake_openai import FakeOpenAI, Reply, closed_port, error, events, recording
+from tests.model.fake_openai import FakeOpenAI, Reply, error, events, recording
 
 KEY = "sk-fault-test-key-0123456789abcdef"
 PROMPT = "The secret word of this turn is marmalade-4821"
@@ -86,7 +86,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Suite, Fa
     cards = tmp / "cards"
     cards.mkdir()
     _card(cards / "fault.yaml", "fault", fake.fake.base_url)
-    _card(cards / "down.yaml", "down", f"http://127.0.0.1:{closed_port()}/v1")
+    _card(cards / "down.yaml", "down", f"http://127.0.0.1:{free_port()}/v1")
     profiles = tmp / "profiles.yaml"
     profiles.write_text(
         yaml.safe_dump(

@@ -12,8 +12,9 @@ import pytest
 import sqlalchemy as sa
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 
+from services.launcher import free_port
 from services.memory import store, tables
-from services.memory.embedding_server import LocalEmbeddingServer, free_port
+from services.memory.embedding_server import LocalEmbeddingServer
 from services.memory.service import MIGRATIONS, build
 from shared.settings import Settings
 from tests.conftest import migrated_engine

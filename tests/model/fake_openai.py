@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -152,10 +151,3 @@ async def fake_openai(
             task.cancel()
         await asyncio.gather(*fake.tasks, return_exceptions=True)
         await server.wait_closed()
-
-
-def closed_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

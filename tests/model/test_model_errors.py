@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from services.launcher import free_port
 from shared.messages import user
 from shared.model.base import (
     ModelAuthError,
@@ -21,7 +22,7 @@ from shared.model.base import (
 )
 from shared.model.merge import collect
 from shared.model.openai import classify_refusal
-from tests.model.fake_openai import Reply, closed_port, error, events, fake_openai, recording
+from tests.model.fake_openai import Reply, error, events, fake_openai, recording
 from tests.model.test_openai import SECRET, model
 
 PROMPT = "my secret diary entry about the merger"
@@ -103,7 +104,7 @@ async def test_server_errors_past_the_retries_are_unavailable() -> None:
 
 
 async def test_a_server_that_is_down_is_unavailable() -> None:
-    m = model(f"http://127.0.0.1:{closed_port()}/v1", max_retries=0)
+    m = model(f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     with pytest.raises(ModelUnavailable) as err:
         await collect(m.stream([user(PROMPT)]))
     await m.aclose()

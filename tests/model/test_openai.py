@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from services.launcher import free_port
 from shared.messages import (
     DataBlock,
     TextBlock,
@@ -34,7 +35,7 @@ from shared.model.base import (
 from shared.model.cards import ModelCard
 from shared.model.merge import collect
 from shared.model.openai import OpenAIChatModel, read_api_key, to_openai_messages
-from tests.model.fake_openai import Reply, closed_port, error, fake_openai, recording
+from tests.model.fake_openai import Reply, error, fake_openai, recording
 
 SECRET = "sk-test-secret-value-1234567890"
 
@@ -189,7 +190,7 @@ async def test_client_error_is_not_retried() -> None:
 
 
 async def test_closed_port_fails_fast_with_a_clear_error() -> None:
-    m = model(f"http://127.0.0.1:{closed_port()}/v1", max_retries=1)
+    m = model(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     start = time.perf_counter()
     with pytest.raises(
         ModelUnavailable, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/completions"

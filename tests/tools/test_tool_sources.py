@@ -18,12 +18,13 @@ from services.executor.agents.worker import WorkerAgent
 from services.executor.events import StepItem, StepResult
 from services.executor.tool_sources import ToolSources
 from services.executor.tools import SourceState, ToolRegistry
+from services.launcher import free_port
 from shared.domain import ExecutorKind
 from shared.messages import Msg, ToolResultBlock, ToolResultState, user
 from shared.model.scripted import ScriptedModel
 from shared.profiles import ExecutionProfile, ToolPolicy
 from shared.tool_config import parse_tools_config
-from tests.tools.conftest import PYTHON, ROOT, HttpToolServer, free_port, notes_stdio, time_server
+from tests.tools.conftest import PYTHON, ROOT, HttpToolServer, notes_stdio, time_server
 
 
 def profile(*allowlist: str) -> ExecutionProfile:
