@@ -193,6 +193,26 @@ async def delete_run_events(
             return
 
 
+async def forget_conversation(
+    clients: Clients, settings: Settings, owner: str, thread_id: str, *, strict: bool
+) -> None:
+    """The thread's messages leave the memory service's conversation index (conversation
+    recall). `strict`: a failure is the caller's error (the thread is then not deleted);
+    otherwise it is logged."""
+    try:
+        await unary(
+            clients.memory.DeleteConversation,
+            memory_pb.DeleteConversationRequest(thread_id=thread_id),
+            owner=owner,
+            service="memory",
+            timeout=settings.rpc_timeout_seconds,
+        )
+    except ApiError as err:
+        if strict:
+            raise
+        log.warning("a deleted thread's conversation index not dropped again: %s", err.code)
+
+
 async def start_owner_deletion(
     clients: Clients,
     settings: Settings,

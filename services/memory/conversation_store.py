@@ -20,16 +20,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.memory import core
 from services.memory.conversation import Message
 from services.memory.store import _vector_text  # pgvector's text form, one writer of it
-from services.memory.tables import conversation_embeddings, conversation_messages
+from services.memory.tables import (
+    conversation_deletions,
+    conversation_embeddings,
+    conversation_messages,
+)
 from shared.db import is_postgres
 
 _M = conversation_messages
 _E = conversation_embeddings
+_D = conversation_deletions
 _COLUMNS = (_M.c.message_id, _M.c.thread_id, _M.c.role, _M.c.text, _M.c.create_time)
 _SQL_COLUMNS = "m.message_id, m.thread_id, m.role, m.text, m.create_time"
-_EXCLUDE: sa.BindParameter[str] = sa.bindparam(
-    "exclude", expanding=True, type_=sa.String(128)
-)
+_EXCLUDE: sa.BindParameter[str] = sa.bindparam("exclude", expanding=True, type_=sa.String(128))
 
 # --- named statements ---------------------------------------------------------------------
 
@@ -98,6 +101,7 @@ async def index(
 ) -> int:
     """Adds the owner's messages to the index; how many were new (a message already there
     keeps its row: history's messages do not change once kept)."""
+    messages = await _not_deleted(conn, owner, messages)
     if not messages:
         return 0
     insert = postgresql.insert if is_postgres(conn) else sqlite.insert
@@ -122,6 +126,24 @@ async def index(
         .returning(_M.c.seq)
     )
     return len((await conn.execute(stmt)).all())
+
+
+async def _not_deleted(
+    conn: AsyncConnection, owner: str, messages: Sequence[Message]
+) -> list[Message]:
+    """`messages` without those written before their thread was deleted (delete_thread)."""
+    threads = sorted({m.thread_id for m in messages})
+    rows = (
+        await conn.execute(
+            sa.select(_D.c.thread_id, _D.c.delete_time).where(
+                _D.c.owner_id == owner, _D.c.thread_id.in_(threads)
+            )
+        )
+    ).all()
+    deleted = {r.thread_id: _utc(r.delete_time) for r in rows}
+    return [
+        m for m in messages if m.thread_id not in deleted or m.create_time > deleted[m.thread_id]
+    ]
 
 
 async def has_messages(conn: AsyncConnection, owner: str) -> bool:
@@ -215,6 +237,20 @@ async def _nearest(
     return [_message(rows[i]) for i in best]
 
 
+async def forget_thread(conn: AsyncConnection, owner: str, thread_id: str, now: datetime) -> int:
+    """The thread was deleted: removes its indexed messages, and records when, so that an
+    older message of it that arrives later is not indexed (a thread of the same id written
+    afterwards is indexed as any other)."""
+    insert = postgresql.insert if is_postgres(conn) else sqlite.insert
+    stmt = insert(_D).values(owner_id=owner, thread_id=thread_id, delete_time=now)
+    await conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["owner_id", "thread_id"], set_={"delete_time": now}
+        )
+    )
+    return await delete_thread(conn, owner, thread_id)
+
+
 async def delete_thread(conn: AsyncConnection, owner: str, thread_id: str) -> int:
     """Removes the owner's indexed messages of `thread_id` (their vectors with them)."""
     await _delete_embeddings(conn, _M.c.owner_id == owner, _M.c.thread_id == thread_id)
@@ -225,7 +261,9 @@ async def delete_thread(conn: AsyncConnection, owner: str, thread_id: str) -> in
 
 
 async def delete_owner(conn: AsyncConnection, owner: str) -> int:
-    """Removes every indexed message of the owner, with the vectors."""
+    """Removes every indexed message of the owner, with the vectors and the records of
+    their deleted threads."""
+    await conn.execute(_D.delete().where(_D.c.owner_id == owner))
     await conn.execute(_E.delete().where(_E.c.owner_id == owner))
     gone = await conn.execute(_M.delete().where(_M.c.owner_id == owner))
     return int(gone.rowcount or 0)

@@ -282,5 +282,5 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         owner = owner_id(context)
         thread_id = core.validate_id("thread_id", request.thread_id)
         async with self.engine.begin() as conn:
-            count = await conversation_store.delete_thread(conn, owner, thread_id)
+            count = await conversation_store.forget_thread(conn, owner, thread_id, store.utc_now())
         return pb.DeleteConversationResponse(deleted_count=count)

@@ -103,3 +103,12 @@ conversation_embeddings = sa.Table(
     # pgvector `vector` on PostgreSQL (written and read as text), float32 bytes on SQLite.
     sa.Column("embedding", sa.LargeBinary, nullable=False),
 )
+
+# When a deleted thread's messages left the index: older messages of it are never indexed again.
+conversation_deletions = sa.Table(
+    "conversation_deletions",
+    _meta,
+    sa.Column("owner_id", sa.String(128), primary_key=True),
+    sa.Column("thread_id", sa.String(128), primary_key=True),
+    sa.Column("delete_time", sa.DateTime(timezone=True), nullable=False),
+)

@@ -117,6 +117,21 @@ async def test_a_deleted_thread_is_never_found_again(stub) -> None:
     assert ids(await search(stub, "alice", "wifi")) == ["m2"]
 
 
+async def test_a_message_of_a_deleted_thread_that_arrives_late_is_not_indexed(stub) -> None:
+    await stub.DeleteConversation(
+        pb.DeleteConversationRequest(thread_id="gone"), metadata=owner_md("alice")
+    )
+    # Written before the deletion (a run that ended just before it): never indexed.
+    before = NOW - timedelta(days=1)
+    late = said("m1", "the wifi password is swordfish", thread_id="gone", when=before)
+    assert await index(stub, "alice", late) == 0
+    # A thread of the same id written afterwards is another conversation.
+    after = datetime.now(UTC) + timedelta(seconds=1)
+    fresh = said("m2", "the new wifi password is marlin", thread_id="gone", when=after)
+    assert await index(stub, "alice", fresh) == 1
+    assert ids(await search(stub, "alice", "wifi password")) == ["m2"]
+
+
 async def test_deleting_the_owner_deletes_their_conversation_index(stub) -> None:
     await index(stub, "alice", said("m1", "my passport number is X123"))
     await index(stub, "bob", said("m1", "my passport expired"))

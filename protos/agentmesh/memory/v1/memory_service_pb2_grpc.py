@@ -225,7 +225,8 @@ class MemoryServiceServicer:
 
     def DeleteConversation(self, request, context):
         """Removes one thread's messages from the caller's conversation index (the thread was
-        deleted). Idempotent.
+        deleted). A message of the thread written before this call is not indexed afterwards
+        (an IndexConversation that arrives late); one written later is. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -79,7 +79,8 @@ class MemoryServiceStub:
     """
     DeleteConversation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteConversationRequest, _memory_service_pb2.DeleteConversationResponse]
     """Removes one thread's messages from the caller's conversation index (the thread was
-    deleted). Idempotent.
+    deleted). A message of the thread written before this call is not indexed afterwards
+    (an IndexConversation that arrives late); one written later is. Idempotent.
     """
 
 @_typing.type_check_only
@@ -133,7 +134,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """
     DeleteConversation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteConversationRequest, _memory_service_pb2.DeleteConversationResponse]  # type: ignore[assignment]
     """Removes one thread's messages from the caller's conversation index (the thread was
-    deleted). Idempotent.
+    deleted). A message of the thread written before this call is not indexed afterwards
+    (an IndexConversation that arrives late); one written later is. Idempotent.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -274,7 +276,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteConversationResponse, _abc.Awaitable[_memory_service_pb2.DeleteConversationResponse]]:
         """Removes one thread's messages from the caller's conversation index (the thread was
-        deleted). Idempotent.
+        deleted). A message of the thread written before this call is not indexed afterwards
+        (an IndexConversation that arrives late); one written later is. Idempotent.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

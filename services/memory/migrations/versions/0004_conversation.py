@@ -6,7 +6,9 @@ core.search_text(text). PostgreSQL: a stored tsvector of search_text under a GIN
 SQLite: an external-content FTS5 table over search_text kept by triggers (rows are inserted
 and deleted, never rewritten). conversation_embeddings: a message's vector by `model`, as
 memory_embeddings holds a memory's; deleting a message deletes its vector (foreign key,
-ON DELETE CASCADE).
+ON DELETE CASCADE). conversation_deletions: when each deleted thread's messages were removed;
+a message of that thread written before then is never indexed again (an IndexConversation
+that arrives after the deletion, from a run that ended just before it).
 
 Revision ID: 0004_conversation
 Revises: 0003_webhook_outbox
@@ -102,9 +104,17 @@ def upgrade() -> None:
         "ix_conversation_embeddings_owner_model", "conversation_embeddings", ["owner_id", "model"]
     )
 
+    op.create_table(
+        "conversation_deletions",
+        sa.Column("owner_id", sa.String(128), primary_key=True),
+        sa.Column("thread_id", sa.String(128), primary_key=True),
+        sa.Column("delete_time", sa.DateTime(timezone=True), nullable=False),
+    )
+
 
 def downgrade() -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
+    op.drop_table("conversation_deletions")
     op.drop_table("conversation_embeddings")
     if not postgres:
         for trigger in ("conversation_fts_ad", "conversation_fts_ai"):
