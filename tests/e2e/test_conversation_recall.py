@@ -107,6 +107,11 @@ def test_something_said_once_and_never_extracted_is_recalled_from_a_new_thread(
     [item] = [i for i in recalled(suite, owner, new, run_id) if i["id"] == f"m-{told_run}"]
     assert item["threadId"] == old and 0 < item["score"] <= 1
     assert "my locker code at the gym is 4711" in item["text"]
+    # The run record keeps the policy it ran with.
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=_auth(owner), timeout=10
+    ).json()
+    assert record["profile"]["memory"]["conversation"] is True
 
     # Another owner asking the same finds nothing of it.
     other = _owner("bea")
