@@ -295,14 +295,17 @@ async def expire(conn: AsyncConnection, cutoff: datetime, limit: int) -> int:
 
 
 async def unembedded(
-    conn: AsyncConnection, model: str, dims: int, limit: int
+    conn: AsyncConnection, model: str, dims: int, limit: int, after: int = 0
 ) -> list[tuple[int, str, str]]:
-    """Messages (of any owner: the embedder's work list) without a vector by `model` in
-    `dims` dimensions, oldest first: (seq, owner, text)."""
+    """Messages (of any owner: the embedder's work list) numbered after `after` without a
+    vector by `model` in `dims` dimensions, oldest first: (seq, owner, text)."""
     stmt = (
         sa.select(_M.c.seq, _M.c.owner_id, _M.c.text)
         .select_from(_M.outerjoin(_E, _E.c.message_seq == _M.c.seq))
-        .where(sa.or_(_E.c.message_seq.is_(None), _E.c.model != model, _E.c.dimensions != dims))
+        .where(
+            _M.c.seq > after,
+            sa.or_(_E.c.message_seq.is_(None), _E.c.model != model, _E.c.dimensions != dims),
+        )
         .order_by(_M.c.seq)
         .limit(limit)
     )

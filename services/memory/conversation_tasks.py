@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +18,10 @@ from services.memory.embeddings import EmbeddingClient
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_SECONDS = 60.0
+# The embedder reads on from the last message it saw (messages are only ever added), and
+# from the start again this often: a message whose number was taken before a higher one's
+# but committed after it (PostgreSQL sequences) is caught by the next full pass.
+_FULL_PASS_SECONDS = 600.0
 # Threads expired per transaction of the retention sweep.
 _EXPIRE_BATCH = 100
 
@@ -30,6 +35,9 @@ class ConversationEmbedder:
         self.engine = engine
         self.client = client
         self._wake = asyncio.Event()
+        # The highest message number looked at since the last full pass.
+        self._after = 0
+        self._pass_start = 0.0
 
     def wake(self) -> None:
         self._wake.set()
@@ -37,6 +45,8 @@ class ConversationEmbedder:
     async def run(self) -> None:
         backoff = 0.0
         while True:
+            if time.monotonic() - self._pass_start > _FULL_PASS_SECONDS:
+                self._after, self._pass_start = 0, time.monotonic()
             try:
                 done = await self.embed_batch()
                 backoff = 0.0
@@ -57,7 +67,7 @@ class ConversationEmbedder:
         config = self.client.config
         async with self.engine.connect() as conn:
             pending = await conversation_store.unembedded(
-                conn, config.model, config.dimensions, config.batch_size
+                conn, config.model, config.dimensions, config.batch_size, self._after
             )
         if not pending:
             return 0
@@ -65,6 +75,7 @@ class ConversationEmbedder:
         async with self.engine.begin() as conn:
             for (seq, owner, _), vector in zip(pending, vectors, strict=True):
                 await conversation_store.put_embedding(conn, seq, owner, config.model, vector)
+        self._after = pending[-1][0]
         return len(pending)
 
 
