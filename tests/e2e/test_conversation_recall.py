@@ -20,6 +20,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from services.launcher import Suite
 from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, serves_runs
+from tests.e2e.test_data_lifecycle import _wait_deletion
 from tests.e2e.test_memory_agent import _auth, _owner, memories
 from tests.e2e.test_memory_recall import audit, job_run
 
@@ -137,6 +138,21 @@ def test_a_deleted_thread_is_never_recalled(suite: Suite) -> None:
         f"{suite.gateway_url}/api/v1/agent/threads/{old}", headers=_auth(owner), timeout=10
     )
     assert resp.status_code == 200, resp.text
+    new = f"new-{owner}"
+    run_id, _ = chat(suite, owner, new, "What is my locker code at the gym?")
+    assert recalled(suite, owner, new, run_id) == []
+
+
+def test_a_deleted_owners_messages_are_never_recalled(suite: Suite) -> None:
+    owner = _owner("fay")
+    chat(suite, owner, f"old-{owner}", LOCKER)
+    resp = httpx.delete(f"{suite.gateway_url}/api/v1/users/me", headers=_auth(owner), timeout=10)
+    assert resp.status_code == 202, resp.text
+    final = _wait_deletion(suite, owner, resp.json()["id"])
+    assert final["state"] == "succeeded", final
+    [memory] = [s for s in final["steps"] if s["service"] == "memory"]
+    assert memory["deletedCounts"]["conversationMessages"] == 2  # the message and its reply
+    # The same owner id, back later, recalls nothing of before.
     new = f"new-{owner}"
     run_id, _ = chat(suite, owner, new, "What is my locker code at the gym?")
     assert recalled(suite, owner, new, run_id) == []
