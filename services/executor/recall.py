@@ -23,6 +23,7 @@ block (logged); a user's chat is worth more than the memories it would have seen
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -207,10 +208,11 @@ async def recall(
     is off or the memory service failed)."""
     if policy.mode != "recall" or memories is None or room <= 0:
         return []
-    found = await search(memories, owner, queries, policy) or []
+    searches = [search(memories, owner, queries, policy)]
     if policy.conversation and isinstance(memories, ConversationSearch):
-        said = await search_conversation(memories, owner, queries, policy, in_context)
-        found = merge([found, said or []])
+        # Side by side: the run waits for the slower of the two, not their sum.
+        searches.append(search_conversation(memories, owner, queries, policy, in_context))
+    found = merge([hits or [] for hits in await asyncio.gather(*searches)])
     return choose(found, policy, min(room, policy.max_tokens))
 
 
