@@ -79,21 +79,25 @@ class ConversationEmbedder:
         return len(pending)
 
 
-async def expire_forever(engine: AsyncEngine, days: int, every_seconds: float = 3600.0) -> None:
-    """Every `every_seconds`: forget the threads whose newest indexed message is older than
-    `days` days. History expires a thread by its last update, never before its newest
-    message, so the index lets go of a thread no later than history does."""
+async def expire_forever(engine: AsyncEngine, days: int, every_seconds: float) -> None:
+    """Every `every_seconds` (history's retention sweep's interval): forget the threads whose
+    newest indexed message is older than `days` days, less one interval. History expires a
+    thread by its last update, never before its newest message, and sweeps as often: so
+    whatever history has expired, this sweep had removed already."""
     while True:
         try:
-            await expire_once(engine, days)
+            await expire_once(engine, days, early_seconds=every_seconds)
         except Exception:
             log.exception("conversation retention sweep failed")
         await asyncio.sleep(every_seconds)
 
 
-async def expire_once(engine: AsyncEngine, days: int, now: datetime | None = None) -> int:
-    """One sweep; how many messages went."""
-    cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
+async def expire_once(
+    engine: AsyncEngine, days: int, now: datetime | None = None, early_seconds: float = 0.0
+) -> int:
+    """One sweep (threads older than `days` days less `early_seconds`); how many messages
+    went."""
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=days) + timedelta(seconds=early_seconds)
     total = 0
     while True:
         async with engine.begin() as conn:

@@ -47,8 +47,8 @@ async def build(settings: Settings) -> ServiceParts:
     if embedder is not None and said is not None:
         background += [embedder.run, said.run]
     if settings.thread_retention_days > 0:
-        days = settings.thread_retention_days
-        background.append(lambda: conversation_tasks.expire_forever(engine, days))
+        days, every = settings.thread_retention_days, settings.lifecycle_sweep_seconds
+        background.append(lambda: conversation_tasks.expire_forever(engine, days, every))
 
     def register(server: grpc.aio.Server) -> None:
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)

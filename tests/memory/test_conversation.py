@@ -195,3 +195,13 @@ async def test_retention_forgets_threads_whose_newest_message_is_older(
         gone = await conversation_tasks.expire_once(engine, 30, now=NOW + timedelta(days=1))
     assert gone == 1
     assert ids(await search(stub, "alice", "spare key")) == ["m2"]
+
+
+async def test_retention_runs_one_sweep_ahead_of_history(stub, settings: Settings) -> None:
+    # 30 days less an hour old: history keeps it for another hour, so its next sweep (an
+    # hour away) may delete it; this sweep does so already.
+    when = NOW - timedelta(days=30) + timedelta(minutes=30)
+    await index(stub, "alice", said("m1", "the spare key is under the mat", when=when))
+    async with migrated_engine(settings, "memory", MIGRATIONS) as engine:
+        assert await conversation_tasks.expire_once(engine, 30, now=NOW) == 0
+        assert await conversation_tasks.expire_once(engine, 30, now=NOW, early_seconds=3600) == 1
