@@ -185,8 +185,10 @@ def index_conversation_request(
     thread_id: str, messages: Sequence[Msg]
 ) -> memory_service_pb2.IndexConversationRequest:
     """The memory service's IndexConversation of a finished chat run's recallable messages
-    (core.recallable), each cut to what the index keeps."""
+    (core.recallable), each cut to what the index keeps. A message's time is never later than
+    now: the index forgets a thread by its newest message, never after history does."""
     out = memory_service_pb2.IndexConversationRequest()
+    now = datetime.now(UTC)
     for m in messages[: conversation.MAX_MESSAGES_PER_CALL]:
         item = out.messages.add(
             message_id=m.id,
@@ -194,7 +196,7 @@ def index_conversation_request(
             role="user" if m.role is Role.USER else "assistant",
             text=m.text.strip()[: conversation.MAX_TEXT_CHARS],
         )
-        item.create_time.FromDatetime(m.created_at)
+        item.create_time.FromDatetime(min(m.created_at, now))
     return out
 
 
