@@ -170,6 +170,11 @@ async def _drive(
         d = recorded.deletion
         if not record.done:
             break
+        if step.service == "history":
+            # A chat run that ended between the memory step and this one indexed its
+            # messages for recall after the memory step emptied the index; history has
+            # deleted them now, so the index lets them go too.
+            await forget_conversation(clients, settings, owner, "", strict=False)
     return d
 
 
@@ -196,13 +201,14 @@ async def delete_run_events(
 async def forget_conversation(
     clients: Clients, settings: Settings, owner: str, thread_id: str, *, strict: bool
 ) -> None:
-    """The thread's messages leave the memory service's conversation index (conversation
-    recall). `strict`: a failure is the caller's error (the thread is then not deleted);
-    otherwise it is logged."""
+    """The thread's messages (every thread's, with `thread_id` empty) leave the memory
+    service's conversation index (conversation recall). `strict`: a failure is the caller's
+    error (the thread is then not deleted); otherwise it is logged."""
+    request = memory_pb.DeleteConversationRequest(thread_id=thread_id, all_threads=not thread_id)
     try:
         await unary(
             clients.memory.DeleteConversation,
-            memory_pb.DeleteConversationRequest(thread_id=thread_id),
+            request,
             owner=owner,
             service="memory",
             timeout=settings.rpc_timeout_seconds,

@@ -280,6 +280,12 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         self, request: pb.DeleteConversationRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteConversationResponse:
         owner = owner_id(context)
+        if request.all_threads:
+            if request.thread_id:
+                raise InvalidArgument("thread_id", "must be empty with all_threads")
+            async with self.engine.begin() as conn:
+                count = await conversation_store.delete_owner(conn, owner)
+            return pb.DeleteConversationResponse(deleted_count=count)
         thread_id = core.validate_id("thread_id", request.thread_id)
         async with self.engine.begin() as conn:
             count = await conversation_store.forget_thread(conn, owner, thread_id, store.utc_now())

@@ -15,9 +15,14 @@ import grpc
 import httpx
 import pytest
 import yaml
+from agentmesh.history.v1 import history_service_pb2 as history_pb
+from agentmesh.history.v1 import history_service_pb2_grpc as history_grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
+from agentmesh.type.v1 import message_pb2
 
 from services.launcher import Suite
+from shared.identity import call_metadata
+from shared.profiles import CHAT_DEFAULT, profile_to_pb
 from tests.conftest import USES_POSTGRES, drop_schemas
 from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, serves_runs
 from tests.e2e.test_data_lifecycle import _wait_deletion
@@ -153,6 +158,49 @@ def test_a_deleted_owners_messages_are_never_recalled(suite: Suite) -> None:
     [memory] = [s for s in final["steps"] if s["service"] == "memory"]
     assert memory["deletedCounts"]["conversationMessages"] == 2  # the message and its reply
     # The same owner id, back later, recalls nothing of before.
+    new = f"new-{owner}"
+    run_id, _ = chat(suite, owner, new, "What is my locker code at the gym?")
+    assert recalled(suite, owner, new, run_id) == []
+
+
+def test_a_message_said_while_the_owner_deletion_waits_for_history_is_never_recalled(
+    suite: Suite,
+) -> None:
+    owner = _owner("gus")
+    md = call_metadata(owner)
+    chat(suite, owner, f"busy-{owner}", "hello")
+    with grpc.insecure_channel(suite.address("history")) as ch:
+        history = history_grpc.HistoryServiceStub(ch)
+        # A run in flight: the deletion's history step waits for it, after the memory step.
+        history.BeginRun(
+            history_pb.BeginRunRequest(
+                thread_id=f"busy-{owner}",
+                runtime_mode=message_pb2.RUNTIME_MODE_CHAT,
+                run_id=f"live-{owner}",
+                profile=profile_to_pb(CHAT_DEFAULT),
+                lease_holder="test",
+                lease_seconds=600,
+            ),
+            metadata=md,
+            timeout=10,
+        )
+        resp = httpx.delete(f"{suite.gateway_url}/api/v1/users/me", headers=_auth(owner))
+        assert resp.status_code == 202, resp.text
+        steps = {s["service"]: s for s in resp.json()["steps"]}
+        assert steps["memory"]["done"] and not steps["history"]["done"]
+        # Said meanwhile, in a new thread: indexed after the memory step emptied the index.
+        chat(suite, owner, f"late-{owner}", LOCKER)
+        history.FinishRun(
+            history_pb.FinishRunRequest(
+                run_id=f"live-{owner}", state=history_pb.RUN_STATE_CANCELLED
+            ),
+            metadata=md,
+            timeout=10,
+        )
+    # Asked again, the running deletion is driven on: history deletes the late thread.
+    again = httpx.delete(f"{suite.gateway_url}/api/v1/users/me", headers=_auth(owner))
+    final = _wait_deletion(suite, owner, again.json()["id"])
+    assert final["state"] == "succeeded", final
     new = f"new-{owner}"
     run_id, _ = chat(suite, owner, new, "What is my locker code at the gym?")
     assert recalled(suite, owner, new, run_id) == []

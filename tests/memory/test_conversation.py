@@ -132,6 +132,28 @@ async def test_a_message_of_a_deleted_thread_that_arrives_late_is_not_indexed(st
     assert ids(await search(stub, "alice", "wifi password")) == ["m2"]
 
 
+async def test_all_threads_of_the_caller_and_none_of_another_owners_can_go(stub) -> None:
+    await index(stub, "alice", said("m1", "wifi one", thread_id="a"), said("m2", "wifi two"))
+    await index(stub, "bob", said("m1", "wifi three"))
+    reply = await stub.DeleteConversation(
+        pb.DeleteConversationRequest(all_threads=True), metadata=owner_md("alice")
+    )
+    assert reply.deleted_count == 2
+    assert await search(stub, "alice", "wifi") == []
+    assert ids(await search(stub, "bob", "wifi")) == ["m1"]
+    err = await rpc_error(
+        stub.DeleteConversation(
+            pb.DeleteConversationRequest(thread_id="a", all_threads=True),
+            metadata=owner_md("alice"),
+        )
+    )
+    assert (err.code, err.violations[0][0]) == (grpc.StatusCode.INVALID_ARGUMENT, "thread_id")
+    err = await rpc_error(
+        stub.DeleteConversation(pb.DeleteConversationRequest(), metadata=owner_md("alice"))
+    )
+    assert (err.code, err.violations[0][0]) == (grpc.StatusCode.INVALID_ARGUMENT, "thread_id")
+
+
 async def test_deleting_the_owner_deletes_their_conversation_index(stub) -> None:
     await index(stub, "alice", said("m1", "my passport number is X123"))
     await index(stub, "bob", said("m1", "my passport expired"))

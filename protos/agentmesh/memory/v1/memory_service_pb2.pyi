@@ -923,15 +923,22 @@ class DeleteConversationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
+    ALL_THREADS_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
+    """The deleted thread; empty with all_threads."""
+    all_threads: _builtins.bool
+    """Every thread of the caller (an owner deletion, once history deleted the owner's
+    messages: a run that ended after the memory step added its messages again).
+    """
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
+        all_threads: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_threads", b"all_threads", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
