@@ -38,7 +38,12 @@ from shared.settings import Settings
 from shared.tool_config import TOOL_NAME_RE, ToolFileError, ToolsConfig, load_tools_config
 
 # The server-side tools of the system. The executor registers exactly these.
-REGISTERED_TOOLS: tuple[str, ...] = ("memory_write", "memory_forget", "memory_search")
+REGISTERED_TOOLS: tuple[str, ...] = (
+    "memory_write",
+    "memory_forget",
+    "memory_search",
+    "conversation_search",
+)
 
 
 class DenialReason(StrEnum):

@@ -11,16 +11,24 @@ message of kind memory_recall with the ids and scores it used, which the run sto
 the audit only (never in /history, never in a later run's context: each run recalls
 afresh).
 
+With the policy's `conversation`, the owner's past chat messages are searched too (the
+memory service's SearchConversation, ranked as memories are), without the messages already
+in the step's context; memories and messages share one ranking by score and the same
+top_k and budget. A message is shown as an excerpt with its date and who said it, under
+its own header; the audit record lists it with source "conversation" and its thread.
+
 A memory service that cannot answer does not fail the run: the step goes on without the
 block (logged); a user's chat is worth more than the memories it would have seen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
 
 from shared.domain import MessageKind
 from shared.errors import DomainError, InvalidArgument
@@ -36,8 +44,18 @@ HEADER = (
 )
 # A search query is at most this long (the memory service's rule); longer input is cut.
 MAX_QUERY_CHARS = 2000
+CONVERSATION_HEADER = (
+    "From the user's earlier conversations (excerpts found for this message; use them when "
+    "they are relevant):"
+)
 # The memory agent searches with each of its newest user messages, at most this many.
 MAX_QUERIES = 10
+# A recalled message is shown by its beginning.
+MAX_EXCERPT_CHARS = 500
+# The memory service's bound of the messages a search leaves out (the newest are sent).
+MAX_EXCLUDED = 1000
+# Recalled.kind of a chat message (a memory's is its kind: fact, preference, ...).
+CONVERSATION = "conversation"
 
 
 @dataclass(frozen=True)
@@ -46,17 +64,45 @@ class Recalled:
     content: str
     kind: str
     score: float
+    # A chat message (kind CONVERSATION): its thread, who said it and when.
+    thread_id: str = ""
+    role: str = ""
+    said_at: datetime | None = None
 
 
 class MemorySearch(Protocol):
     async def search(self, owner: str, query: str, page_size: int = 10) -> list[Any]: ...
 
 
-def block_text(memories: Sequence[Recalled]) -> str:
-    """What the model reads: the header, then one line per memory. Empty without memories."""
-    if not memories:
-        return ""
-    return "\n".join([HEADER, *(f"- {m.content}" for m in memories)])
+@runtime_checkable
+class ConversationSearch(Protocol):
+    async def search_conversation(
+        self, owner: str, query: str, page_size: int, exclude: Sequence[str]
+    ) -> list[Any]: ...
+
+
+def _line(item: Recalled) -> str:
+    if item.kind != CONVERSATION:
+        return f"- {item.content}"
+    excerpt = item.content[:MAX_EXCERPT_CHARS] + (
+        "…" if len(item.content) > MAX_EXCERPT_CHARS else ""
+    )
+    who = "the user" if item.role == "user" else "you"
+    when = f"{item.said_at.date().isoformat()}, " if item.said_at is not None else ""
+    return f"- ({when}{who} said) {excerpt}"
+
+
+def block_text(recalled: Sequence[Recalled]) -> str:
+    """What the model reads: the header, then one line per memory; then the recalled chat
+    messages under their own header. Empty without either."""
+    memories = [r for r in recalled if r.kind != CONVERSATION]
+    said = [r for r in recalled if r.kind == CONVERSATION]
+    lines: list[str] = []
+    if memories:
+        lines += [HEADER, *map(_line, memories)]
+    if said:
+        lines += [CONVERSATION_HEADER, *map(_line, said)]
+    return "\n".join(lines)
 
 
 def choose(found: Sequence[Recalled], policy: MemoryPolicy, budget: int) -> list[Recalled]:
@@ -115,19 +161,59 @@ async def search(
     return merge(results)
 
 
+async def search_conversation(
+    messages: ConversationSearch,
+    owner: str,
+    queries: Sequence[str],
+    policy: MemoryPolicy,
+    exclude: Sequence[str],
+) -> list[Recalled] | None:
+    """The owner's past chat messages for `queries`, ranked, none of `exclude`; None when
+    the memory service failed."""
+    texts = [q.strip()[:MAX_QUERY_CHARS] for q in queries if q.strip()][-MAX_QUERIES:]
+    left_out = list(dict.fromkeys(exclude))[-MAX_EXCLUDED:]
+    results: list[list[Recalled]] = []
+    for text in texts:
+        try:
+            hits = await messages.search_conversation(owner, text, policy.top_k, left_out)
+        except DomainError as err:
+            if isinstance(err, InvalidArgument):
+                continue
+            log.warning(
+                "recall: the conversation search did not answer; the step runs without it",
+                extra={"fields": {"error": err.reason}},
+            )
+            return None
+        results.append([_said(h) for h in hits])
+    return merge(results)
+
+
+def _said(hit: Any) -> Recalled:
+    """A SearchConversation hit (memory service ConversationHit) as a recalled item."""
+    m = hit.message
+    when = m.create_time.ToDatetime(tzinfo=UTC) if m.HasField("create_time") else None
+    return Recalled(m.message_id, m.text, CONVERSATION, float(hit.score), m.thread_id, m.role, when)
+
+
 async def recall(
     memories: MemorySearch | None,
     owner: str,
     policy: MemoryPolicy,
     queries: Sequence[str],
     room: int,
+    in_context: Sequence[str] = (),
 ) -> list[Recalled]:
-    """The memories a step recalls by its policy, within `room` tokens (none when the
-    policy is off or the memory service failed)."""
+    """The memories (and with the policy's `conversation`, the past chat messages, none of
+    `in_context`) a step recalls by its policy, within `room` tokens (none when the policy
+    is off or the memory service failed)."""
     if policy.mode != "recall" or memories is None or room <= 0:
         return []
-    found = await search(memories, owner, queries, policy)
-    return [] if found is None else choose(found, policy, min(room, policy.max_tokens))
+    searches = [search(memories, owner, queries, policy)]
+    if policy.conversation and isinstance(memories, ConversationSearch):
+        # Side by side: the run waits for the slower of the two, not their sum.
+        searches.append(search_conversation(memories, owner, queries, policy, in_context))
+    found = merge([hits or [] for hits in await asyncio.gather(*searches)])
+    return choose(found, policy, min(room, policy.max_tokens))
 
 
 def recall_message(memories: Sequence[Recalled], message_id: str) -> Msg:
@@ -136,8 +222,17 @@ def recall_message(memories: Sequence[Recalled], message_id: str) -> Msg:
         block_text(memories),
         id=message_id,
         kind=MessageKind.MEMORY_RECALL,
-        metadata={"memory_recall": [{"id": m.id, "score": round(m.score, 6)} for m in memories]},
+        metadata={"memory_recall": [_audited(m) for m in memories]},
     )
+
+
+def _audited(item: Recalled) -> dict[str, Any]:
+    """An item of the audit record: a memory's id and score; a chat message's also its
+    source and thread."""
+    entry: dict[str, Any] = {"id": item.id, "score": round(item.score, 6)}
+    if item.kind == CONVERSATION:
+        entry.update(source=CONVERSATION, threadId=item.thread_id)
+    return entry
 
 
 def recall_message_id(reply_message_id: str) -> str:

@@ -244,6 +244,8 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
             "minRelevance": policy.min_relevance,
             "maxTokens": policy.max_tokens,
         }
+        if policy.conversation:
+            out["memory"]["conversation"] = True
     return out
 
 

@@ -12,10 +12,12 @@ from typing import Any
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
+from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.router.v1 import router_service_pb2
 from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 
+from services.memory import conversation
 from services.orchestrator import core
 from services.orchestrator.core import OpenSpans, RunPlan
 from shared.approvals import Decision, decision_from_pb, decision_to_pb
@@ -30,7 +32,7 @@ from shared.domain import (
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, check_time_zone
-from shared.messages import Msg, ToolCallBlock, msg_from_pb, msg_to_pb, system, usage_from_pb
+from shared.messages import Msg, Role, ToolCallBlock, msg_from_pb, msg_to_pb, system, usage_from_pb
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
@@ -177,6 +179,25 @@ def finish_run_request(
         error_message=message,
         tool_denials=denials,
     )
+
+
+def index_conversation_request(
+    thread_id: str, messages: Sequence[Msg]
+) -> memory_service_pb2.IndexConversationRequest:
+    """The memory service's IndexConversation of a finished chat run's recallable messages
+    (core.recallable), each cut to what the index keeps. A message's time is never later than
+    now: the index forgets a thread by its newest message, never after history does."""
+    out = memory_service_pb2.IndexConversationRequest()
+    now = datetime.now(UTC)
+    for m in messages[: conversation.MAX_MESSAGES_PER_CALL]:
+        item = out.messages.add(
+            message_id=m.id,
+            thread_id=thread_id,
+            role="user" if m.role is Role.USER else "assistant",
+            text=m.text.strip()[: conversation.MAX_TEXT_CHARS],
+        )
+        item.create_time.FromDatetime(min(m.created_at, now))
+    return out
 
 
 def context_without_inputs(

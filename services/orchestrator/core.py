@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from services.history.visibility import in_context, visibility_mask_for
 from shared import errors, run_events
 from shared.approvals import Decision
 from shared.domain import (
@@ -277,6 +278,25 @@ def stamped(msg: Msg, plan: RunPlan) -> Msg:
         kind=kind,
         metadata={**msg.metadata, **message_metadata(plan.origin, plan.profile, kind)},
     )
+
+
+# What conversation recall indexes of a chat run (services/memory/conversation.py).
+RECALLABLE_KINDS = (MessageKind.USER_MESSAGE, MessageKind.AGENT_REPLY)
+
+
+def recallable(plan: RunPlan, messages: Iterable[Msg]) -> list[Msg]:
+    """The messages of a finished chat run the conversation index takes: user messages and
+    agent replies with text that the visibility rule lets into a model's context (never an
+    automation input, never a recall or route record)."""
+    if plan.origin is not RuntimeMode.CHAT:
+        return []
+    return [
+        m
+        for m in messages
+        if m.kind in RECALLABLE_KINDS
+        and in_context(visibility_mask_for(plan.origin, m.kind))
+        and m.text.strip()
+    ]
 
 
 def partial_replies(

@@ -652,11 +652,31 @@ class RunManager:
             run.lifecycle.end(RunState.CANCELLED)
             await self._emit(run, convert.run_end(RunState.CANCELLED))
             return
+        await self._index_conversation(run)
         run.lifecycle.end(state)
         # The record's usage (its output messages' sum, history) is what GET .../runs/{id}
         # shows; the step's own is the fallback of a history that recorded none.
         usage = record.usage if record.HasField("usage") else result.usage
         await self._emit(run, convert.run_end(state, pending, usage, asked))
+
+    async def _index_conversation(self, run: ActiveRun) -> None:
+        """A chat run whose messages history kept: they join the owner's conversation index
+        (conversation recall), before its end is streamed, so the next run can find them.
+        Best effort: an index that missed them costs recall, never the run. Indexed after
+        FinishRun, whose answer says the messages stay (a run rolled back is recorded
+        cancelled and never reaches here)."""
+        said = core.recallable(run.plan, [*run.plan.inputs, *run.outputs])
+        if not said:
+            return
+        try:
+            await self.peers.index_conversation(
+                run.plan.owner, convert.index_conversation_request(run.plan.thread_id, said)
+            )
+        except Exception as exc:
+            log.warning(
+                "the run's messages were not indexed for conversation recall: %s",
+                core.as_domain_error(exc).message,
+            )
 
     async def _fail(self, run: ActiveRun, exc: BaseException) -> None:
         error = core.as_domain_error(exc)

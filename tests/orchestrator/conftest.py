@@ -70,6 +70,8 @@ async def running_suite(
             update={"scripted_token_latency": token_latency, "memory_addr": memory_addr}
         )
         addresses: dict[str, Any] = {
+            # The orchestrator indexes chat runs' messages for conversation recall.
+            "memory_addr": memory_addr,
             "history_addr": await stack.enter_async_context(
                 running_service("history", build_history, peers)
             )

@@ -183,7 +183,14 @@ class MemoryAgent:
         # or forgets them instead of writing near-duplicates.
         said = [m.text for m in fresh if m.role is Role.USER]
         limit = step.profile.memory.max_tokens
-        recalled = await recall.recall(self.memories, step.owner, step.profile.memory, said, limit)
+        recalled = await recall.recall(
+            self.memories,
+            step.owner,
+            step.profile.memory,
+            said,
+            limit,
+            in_context=[m.id for m in step.context],
+        )
         if recalled:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
         block = recall.block_text(recalled)

@@ -141,6 +141,8 @@ class WorkerAgent:
             step.profile.memory,
             [step.input.text],
             budget.recall_budget(budget_tokens, carried, offered, step.profile.memory.max_tokens),
+            # The thread's messages the step sends are in its context already.
+            in_context=[m.id for m in (*step.context, step.input)],
         )
         if recalled:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
