@@ -175,3 +175,40 @@ async def test_an_owner_id_deleted_twice_keeps_both_deletions_sums(history: Hist
 
     day = await _today(history)
     assert (day.runs, day.input_tokens, day.output_tokens) == (2, 20, 2)
+
+
+async def test_the_usage_of_a_turn_cut_short_is_in_the_run_and_the_ledger(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", [text_msg("u1")])
+    cut = message_pb2.Usage(input_tokens=400, output_tokens=6, estimated=True)
+    finished = await history.stub.FinishRun(
+        pb.FinishRunRequest(
+            run_id="r1",
+            state=pb.RUN_STATE_CANCELLED,
+            output_messages=[reply("a1", 10, 5)],
+            unstored_usage=cut,
+        ),
+        metadata=history.md(),
+    )
+    u = finished.run.usage
+    assert (u.input_tokens, u.output_tokens, u.estimated) == (410, 11, True)
+    day = await _today(history)
+    assert (day.input_tokens, day.output_tokens, day.tokens_estimated) == (410, 11, True)
+
+
+async def test_a_negative_unstored_usage_is_invalid_naming_it(history: History) -> None:
+    await begin(history, "t1", "r1", [text_msg("u1")])
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await history.stub.FinishRun(
+            pb.FinishRunRequest(
+                run_id="r1",
+                state=pb.RUN_STATE_FAILED,
+                unstored_usage=message_pb2.Usage(input_tokens=-1),
+            ),
+            metadata=history.md(),
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unstored_usage" in (err.value.details() or "")
+    run = await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())
+    assert run.run.state == pb.RUN_STATE_RUNNING  # nothing stored
