@@ -4,13 +4,20 @@ or owner deletion does not reduce."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
 import grpc
 import pytest
 import sqlalchemy as sa
 from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.type.v1 import message_pb2
 
+from services.history import store
+from services.history.core import Run, RunState
 from services.history.service import MIGRATIONS
+from shared.domain import RuntimeMode
+from shared.profiles import CHAT_DEFAULT
 from shared.settings import Settings
 from tests.conftest import migrated_engine
 from tests.history.conftest import AUTOMATION, REPLY, History, begin, finish, text_msg
@@ -212,3 +219,26 @@ async def test_a_negative_unstored_usage_is_invalid_naming_it(history: History) 
     assert "unstored_usage" in (err.value.details() or "")
     run = await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())
     assert run.run.state == pb.RUN_STATE_RUNNING  # nothing stored
+
+
+async def test_entering_a_run_twice_keeps_its_first_entry(settings: Settings) -> None:
+    when = datetime(2025, 6, 10, 4, 0, tzinfo=UTC)
+    run = Run(
+        owner_id="alice",
+        id="r1",
+        thread_id="t1",
+        state=RunState.CANCELLED,
+        origin=RuntimeMode.CHAT,
+        profile=CHAT_DEFAULT,
+        create_time=when,
+        start_time=when,
+        finish_time=when,
+        input_tokens=10,
+        output_tokens=5,
+    )
+    async with migrated_engine(settings, "history", MIGRATIONS) as engine:
+        async with engine.begin() as conn:
+            await store.record_usage(conn, [run], when)
+            await store.record_usage(conn, [replace(run, input_tokens=999)], when)
+            [day] = await store.owner_usage(conn, "alice", when, when + timedelta(days=1))
+    assert (day.runs, day.input_tokens, day.output_tokens) == (1, 10, 5)
