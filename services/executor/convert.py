@@ -19,13 +19,14 @@ from services.executor.events import (
     ToolCallResult,
     ToolCallStart,
     ToolDenied,
+    TurnUsage,
 )
 from services.executor.tools import SourceState, SourceStatus, ToolRegistry, requires_approval
 from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier
-from shared.messages import Msg, msg_from_pb, msg_to_pb
+from shared.messages import Msg, msg_from_pb, msg_to_pb, usage_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import profile_from_pb
 
@@ -136,6 +137,8 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         )
     if isinstance(item, Msg):
         return pb.ExecuteResponse(message=msg_to_pb(item))
+    if isinstance(item, TurnUsage):
+        return pb.ExecuteResponse(turn_usage=usage_to_pb(item.usage))
     if isinstance(item, StepResult):
         result = pb.StepResult(
             pending_tool_call_ids=list(item.pending_tool_call_ids),

@@ -772,6 +772,45 @@ class UsageDay:
     tokens_estimated: bool
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A finished run's line in the usage ledger: what it used, never what it said."""
+
+    owner_id: str
+    run_id: str
+    day: str  # the UTC day the run was created on, YYYY-MM-DD: the day it counts on
+    origin: RuntimeMode
+    state: RunState
+    input_tokens: int
+    output_tokens: int
+    usage_estimated: bool
+    duration_ms: int
+    record_time: datetime
+
+
+def ledger_entry(run: Run, now: datetime) -> LedgerEntry:
+    """The ledger's entry of `run`, which has just finished. Every finished run has one (a
+    run that called no model with no tokens), so the ledger also counts the runs of a day
+    after their thread is gone."""
+    ran = (
+        round((run.finish_time - run.start_time).total_seconds() * 1000)
+        if run.start_time is not None and run.finish_time is not None
+        else 0
+    )
+    return LedgerEntry(
+        owner_id=run.owner_id,
+        run_id=run.id,
+        day=run.create_time.astimezone(UTC).date().isoformat(),
+        origin=run.origin,
+        state=run.state,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        usage_estimated=run.usage_estimated,
+        duration_ms=max(0, ran),
+        record_time=now,
+    )
+
+
 def _utc_day(text: str, field: str) -> date:
     try:
         if len(text) != len("YYYY-MM-DD"):

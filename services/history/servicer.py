@@ -278,6 +278,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         usage = convert.messages_usage(request.output_messages, "output_messages")
+        if request.HasField("unstored_usage"):
+            usage += convert.usage(request.unstored_usage, "unstored_usage")
         plan = core.plan_finish(run_id, end, usage, self._clock())
         now = plan.finish_time
 

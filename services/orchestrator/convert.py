@@ -32,7 +32,17 @@ from shared.domain import (
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, check_time_zone
-from shared.messages import Msg, Role, ToolCallBlock, msg_from_pb, msg_to_pb, system, usage_from_pb
+from shared.messages import (
+    Msg,
+    Role,
+    ToolCallBlock,
+    Usage,
+    msg_from_pb,
+    msg_to_pb,
+    system,
+    usage_from_pb,
+    usage_to_pb,
+)
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
@@ -169,9 +179,11 @@ def finish_run_request(
     denials: Sequence[history_service_pb2.ToolDenial] = (),
     code: str = "",
     message: str = "",
+    unstored: Usage | None = None,
 ) -> history_service_pb2.FinishRunRequest:
-    """History's FinishRun of the run, ended `state` (with its error's code and message)."""
-    return history_service_pb2.FinishRunRequest(
+    """History's FinishRun of the run, ended `state` (with its error's code and message, and
+    the usage of a model turn cut short, which no output message carries)."""
+    request = history_service_pb2.FinishRunRequest(
         run_id=plan.run_id,
         state=RUN_STATE_TO_PB[state],
         output_messages=[msg_to_pb(m) for m in outputs],
@@ -179,6 +191,9 @@ def finish_run_request(
         error_message=message,
         tool_denials=denials,
     )
+    if unstored is not None:
+        request.unstored_usage.CopyFrom(usage_to_pb(unstored))
+    return request
 
 
 def index_conversation_request(
@@ -391,14 +406,22 @@ def run_end(
 def end_of(record: history_service_pb2.Run) -> run_event_pb2.RunEvent:
     """The terminal event of a run that already ended (a StartRun retry of a finished run)."""
     state = record_state(record.state)
-    if state is RunState.FAILED:
-        return run_error(record.error_code or "INTERNAL", record.error_message or "the run failed")
     usage = record.usage if record.HasField("usage") else None
+    if state is RunState.FAILED:
+        return run_error(
+            record.error_code or "INTERNAL", record.error_message or "the run failed", usage
+        )
     return run_end(state if state in _AGUI_OUTCOMES else RunState.SUCCEEDED, usage=usage)
 
 
-def run_error(code: str, message: str) -> run_event_pb2.RunEvent:
-    return run_event_pb2.RunEvent(run_error=run_event_pb2.RunError(code=code, message=message))
+def run_error(
+    code: str, message: str, usage: message_pb2.Usage | None = None
+) -> run_event_pb2.RunEvent:
+    """RUN_ERROR, with the usage of a run that called a model before it failed."""
+    error = run_event_pb2.RunError(code=code, message=message)
+    if usage is not None and (usage.input_tokens or usage.output_tokens):
+        error.usage.CopyFrom(usage)
+    return run_event_pb2.RunEvent(run_error=error)
 
 
 def step_started(name: str) -> run_event_pb2.RunEvent:

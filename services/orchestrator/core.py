@@ -36,8 +36,9 @@ from shared.errors import (
     Unavailable,
 )
 from shared.ids import check_identifier
-from shared.messages import Msg, Role, ToolResultBlock, assistant
+from shared.messages import Msg, Role, ToolResultBlock, Usage, assistant
 from shared.model.base import ToolSpec
+from shared.model.tokens import text_tokens
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
 from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools, matches, planned_tools
@@ -505,6 +506,41 @@ class OpenSpans(run_events.SpanTracker):
     def partial_texts(self, stored_ids: Iterable[str]) -> list[tuple[str, str]]:
         """(message id, text) of streamed text whose message the executor never delivered."""
         return self.texts("text", stored_ids)
+
+
+@dataclass
+class TurnMeter:
+    """The model turn under way in an executor step: its usage as the step last reported it
+    (ExecuteResponse.turn_usage) and what it streamed since. A turn that ends delivers its
+    message with its usage, which history sums; a turn that a cancel or a broken stream cuts
+    short delivers none, and `cut_short` is what it used: the model server's report when it
+    sent one, else the input counted at the turn's start and the output counted from what
+    streamed (estimated), so a run that called a model always reports usage."""
+
+    reported: Usage | None = None
+    streamed: list[str] = dataclasses.field(default_factory=list)
+
+    def report(self, usage: Usage) -> None:
+        if self.reported is None:
+            self.streamed.clear()  # a new turn
+        self.reported = usage
+
+    def stream(self, delta: str) -> None:
+        if self.reported is not None:
+            self.streamed.append(delta)
+
+    def ended(self) -> None:
+        """The turn's message arrived with its usage."""
+        self.reported = None
+        self.streamed.clear()
+
+    def cut_short(self) -> Usage | None:
+        if self.reported is None:
+            return None
+        if not self.reported.estimated:
+            return self.reported
+        output = text_tokens("".join(self.streamed))
+        return Usage(self.reported.input_tokens, max(output, self.reported.output_tokens), True)
 
 
 # ---- errors -------------------------------------------------------------------------

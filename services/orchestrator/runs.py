@@ -35,7 +35,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
-from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy
+from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy, TurnMeter
 from services.orchestrator.eventlog import EventLog, LogExists
 from services.orchestrator.gate import StartGate
 from services.orchestrator.writer import RunEventWriter
@@ -51,7 +51,7 @@ from shared.errors import (
     Unavailable,
 )
 from shared.logs import run_id_var, thread_id_var
-from shared.messages import Msg, msg_from_pb
+from shared.messages import Msg, msg_from_pb, usage_from_pb
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
@@ -76,6 +76,8 @@ class ActiveRun:
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
     heartbeat: asyncio.Task[None] | None = None
+    # The executor's model turn under way: what it used if a cancel or an error cuts it.
+    turn: TurnMeter = field(default_factory=TurnMeter)
 
 
 class RunManager:
@@ -599,10 +601,17 @@ class RunManager:
         async for item in self.peers.execute(run.plan.owner, request):
             which = item.WhichOneof("item")
             if which == "event":
-                if item.event.WhichOneof("payload") in core.RELAYED_PAYLOADS:
+                payload = item.event.WhichOneof("payload")
+                if payload in core.RELAYED_PAYLOADS:
                     progress.produced = True
+                    if payload in _STREAMED_OUTPUT:
+                        run.turn.stream(getattr(item.event, payload).delta)
                     await self._emit(run, item.event)
+            elif which == "turn_usage":
+                run.turn.report(usage_from_pb(item.turn_usage))
             elif which == "message":
+                if item.message.HasField("usage"):
+                    run.turn.ended()
                 if item.message.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
                     # What the step recalled, for the audit: it streamed nothing, so the
                     # step may still be tried again, and the new attempt's record replaces it.
@@ -629,12 +638,13 @@ class RunManager:
         message: str = "",
     ) -> history_service_pb2.Run:
         """Finish the record; history's answer is the run's real end (a run whose cancel was
-        requested before it finished is recorded cancelled, whatever `state` asked)."""
+        requested before it finished is recorded cancelled, whatever `state` asked). A model
+        turn cut short (a cancel, an error) is in its usage."""
         run.lifecycle.finish()
-        response = await self.peers.finish_run(
-            run.plan.owner,
-            convert.finish_run_request(run.plan, state, outputs, run.denials, code, message),
+        request = convert.finish_run_request(
+            run.plan, state, outputs, run.denials, code, message, run.turn.cut_short()
         )
+        response = await self.peers.finish_run(run.plan.owner, request)
         return response.run
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
@@ -650,7 +660,8 @@ class RunManager:
             # An interrupt/rollback run was admitted before this one finished: history
             # recorded it cancelled (under rollback its messages are hidden), so is its end.
             run.lifecycle.end(RunState.CANCELLED)
-            await self._emit(run, convert.run_end(RunState.CANCELLED))
+            usage = record.usage if record.HasField("usage") else None
+            await self._emit(run, convert.run_end(RunState.CANCELLED, usage=usage))
             return
         await self._index_conversation(run)
         run.lifecycle.end(state)
@@ -686,13 +697,15 @@ class RunManager:
             log.warning("run failed: %s", error.message)
         code, message = core.user_error(error)
         outputs = run.outputs + core.partial_replies(run.spans, run.outputs, run.plan, "error")
+        usage = None
         try:
-            await self._finish(run, RunState.FAILED, outputs, code, message)
+            record = await self._finish(run, RunState.FAILED, outputs, code, message)
+            usage = record.usage if record.HasField("usage") else None
         except Exception as finish_exc:
             reason = core.as_domain_error(finish_exc).message
             log.warning("cannot record the failed run: %s", reason)
         run.lifecycle.end(RunState.FAILED)
-        await self._emit(run, convert.run_error(code, message))
+        await self._emit(run, convert.run_error(code, message, usage))
 
     async def _cancelled(self, run: ActiveRun) -> None:
         for kind, ident in run.spans.closing():
@@ -701,12 +714,13 @@ class RunManager:
             run.spans, run.outputs, run.plan, "interrupted"
         )
         try:
-            await self._finish(run, RunState.CANCELLED, outputs)
+            record = await self._finish(run, RunState.CANCELLED, outputs)
         except Exception as exc:
             await self._fail(run, exc)
             return
         run.lifecycle.end(RunState.CANCELLED)
-        await self._emit(run, convert.run_end(RunState.CANCELLED))
+        usage = record.usage if record.HasField("usage") else None
+        await self._emit(run, convert.run_end(RunState.CANCELLED, usage=usage))
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
@@ -714,6 +728,12 @@ LEASE_EXPIRED = core.LEASE_EXPIRED
 NOT_STARTED = "RUN_NOT_STARTED"
 NOT_STARTED_MESSAGE = (
     "the run's event stream is unavailable; the run was not started: send it again later"
+)
+
+
+# The events whose deltas are a model turn's output (counted if the turn is cut short).
+_STREAMED_OUTPUT = frozenset(
+    {"text_message_content", "tool_call_args", "reasoning_message_content"}
 )
 
 

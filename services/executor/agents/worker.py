@@ -38,6 +38,7 @@ from services.executor.events import (
     ToolCallResult,
     ToolCallStart,
     ToolDenied,
+    TurnUsage,
 )
 from services.executor.tools import (
     ToolContext,
@@ -194,6 +195,8 @@ class WorkerAgent:
                             "context: left out the oldest messages to fit the model's window",
                             extra={"fields": {"dropped": fitted.dropped, "budget": budget_tokens}},
                         )
+                # Counted from here on, even if a cancel or a broken stream cuts the turn.
+                yield TurnUsage(Usage(input_tokens, 0, estimated=True))
                 try:
                     async for event in self._model_turn(
                         model_call, messages, tools, message_id, turn
@@ -346,6 +349,8 @@ class WorkerAgent:
                 if chunk.usage is not None:
                     # Providers report the turn's running total; the last report wins.
                     turn.usage = chunk.usage
+                    if not chunk.is_last:
+                        yield TurnUsage(chunk.usage)
                 if chunk.is_last:
                     turn.finished_reason = chunk.finished_reason
         if text_open:

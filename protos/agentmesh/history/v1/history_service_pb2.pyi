@@ -416,6 +416,7 @@ class FinishRunRequest(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOOL_DENIALS_FIELD_NUMBER: _builtins.int
+    UNSTORED_USAGE_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     state: Global___RunState.ValueType
     error_code: _builtins.str
@@ -426,6 +427,13 @@ class FinishRunRequest(_message.Message):
     def tool_denials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolDenial]:
         """Tool calls the run refused (tool policy); stored in the same transaction."""
 
+    @_builtins.property
+    def unstored_usage(self) -> _message_pb2.Usage:
+        """The usage of model calls whose answer no output message carries: a turn cut short by
+        a cancel or a broken stream (what the model server reported, else agentmesh's count,
+        estimated). Added to the output messages' usage in the run's record and its ledger entry.
+        """
+
     def __init__(
         self,
         *,
@@ -435,10 +443,11 @@ class FinishRunRequest(_message.Message):
         error_code: _builtins.str = ...,
         error_message: _builtins.str = ...,
         tool_denials: _abc.Iterable[Global___ToolDenial] | None = ...,
+        unstored_usage: _message_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["unstored_usage", b"unstored_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "output_messages", b"output_messages", "run_id", b"run_id", "state", b"state", "tool_denials", b"tool_denials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "output_messages", b"output_messages", "run_id", b"run_id", "state", b"state", "tool_denials", b"tool_denials", "unstored_usage", b"unstored_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
