@@ -210,3 +210,36 @@ def test_an_unanswered_approval_expires_and_is_recorded_denied(suite: Suite) -> 
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == interrupt["id"] and "not executed" in result["content"]
     assert notes(suite, owner) == "no notes"
+
+
+def _threads(suite: Suite, owner: str) -> list[dict[str, Any]]:
+    resp = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/threads",
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    # JSON of the response.
+    return resp.json()["threads"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ([{"name": "notes.add_note"}], "tools[0].name"),
+        ([{"name": "lookup"}, {"name": "memory_search"}], "tools[1].name"),
+        ([{"name": "notes.not_listed_by_the_server"}], "tools[0].name"),
+        ([{"name": "lookup"}, {"name": "lookup"}], "tools[1].name"),
+    ],
+    ids=["an outside tool", "a built-in", "the namespace of a tool server", "twice"],
+)
+def test_a_client_tool_named_like_a_server_tool_is_400_before_anything_is_stored(
+    suite: Suite, tools: list[dict[str, Any]], field: str
+) -> None:
+    owner, thread = new("hal"), new("t")
+    resp = post(suite, owner, thread, "use my tool", tools=tools)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert error["details"][0]["field"] == field, resp.text
+    assert _threads(suite, owner) == []
