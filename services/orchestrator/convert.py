@@ -160,6 +160,7 @@ def begin_run_request(
         context=history_service_pb2.ContextOptions(
             window=plan.profile.history_policy.window, time_zone=plan.time_zone
         ),
+        answered_interrupt_ids=[d.tool_call_id for d in plan.decisions],
     )
 
 
