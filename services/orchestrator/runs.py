@@ -3,8 +3,9 @@ stop it; its events go through its RunEventWriter into the event log, which ever
 (StartRun's caller, StreamRun's) follows.
 
 The pipeline (ARCHITECTURE.md §2): RUN_STARTED -> history BeginRun -> [router step] ->
-executor step -> history FinishRun -> RUN_FINISHED (strategy reject: BeginRun first, so a
-busy thread is refused before any stream); on failure FinishRun FAILED then
+executor step -> history FinishRun -> RUN_FINISHED (strategy reject, and a run that
+resumes approvals: BeginRun first, so a busy thread, or an approval another run answered,
+is refused before any stream); on failure FinishRun FAILED then
 RUN_ERROR, and nothing after it. A cancel stops the steps (the executor call, and with it
 the model stream), closes what the stream had open, stores what was produced as
 interrupted, finishes the record CANCELLED and ends with RUN_FINISHED outcome cancelled.
