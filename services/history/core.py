@@ -181,6 +181,25 @@ def check_denial(tool_call_id: str, tool_name: str, digest: str, reason: str, fi
         )
 
 
+# The reason of a BeginRun refused because another run answered one of its interrupts.
+INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+
+
+def check_answers(
+    tool_call_ids: Sequence[str], answerers: Mapping[str, str], run_id: str, field: str
+) -> None:
+    """A run may answer the thread's waiting approvals no other run took (it took its own
+    already when it is begun again); INVALID_ARGUMENT naming `<field>[i]` otherwise."""
+    for i, call_id in enumerate(tool_call_ids):
+        taken_by = answerers.get(call_id)
+        if taken_by is not None and taken_by != run_id:
+            raise InvalidArgument(
+                f"{field}[{i}]",
+                "this approval was answered already, by another run",
+                reason=INTERRUPT_ANSWERED,
+            )
+
+
 def denials_for_run(
     items: Sequence[tuple[str, str, str, str]], run: Run, now: datetime
 ) -> list[ToolDenial]:

@@ -53,6 +53,7 @@ from services.history.rows import (
 from services.history.tables import (
     MESSAGE_FIELDS,
     deletions,
+    interrupt_answers,
     messages,
     runs,
     threads,
@@ -671,6 +672,46 @@ def run_ended_event(run: Run) -> outbox.Event:
     if run.finish_time is not None:
         data["finishTime"] = rfc3339(run.finish_time)
     return outbox.new_event(run.owner_id, f"run.{run.state.value}", data, outbox.now_ms())
+
+
+# --- interrupt answers ------------------------------------------------------------------
+
+
+async def interrupt_answerers(
+    conn: Conn, owner_id: str, thread_id: str, tool_call_ids: Sequence[str]
+) -> dict[str, str]:
+    """The run that took each of `tool_call_ids` of the thread, by id (those taken)."""
+    c = interrupt_answers.c
+    stmt = sa.select(c.tool_call_id, c.run_id).where(
+        c.owner_id == owner_id, c.thread_id == thread_id, c.tool_call_id.in_(tool_call_ids)
+    )
+    return {row.tool_call_id: row.run_id for row in (await conn.execute(stmt)).all()}
+
+
+async def take_interrupts(
+    conn: Conn,
+    owner_id: str,
+    thread_id: str,
+    run_id: str,
+    tool_call_ids: Sequence[str],
+    now: datetime,
+) -> None:
+    """Record `run_id` as the answerer of `tool_call_ids` (none taken by another run: the
+    caller checked, under the thread's row lock)."""
+    stmt = _insert(conn, interrupt_answers).on_conflict_do_nothing(
+        index_elements=["owner_id", "thread_id", "tool_call_id"]
+    )
+    rows = [
+        {
+            "owner_id": owner_id,
+            "thread_id": thread_id,
+            "tool_call_id": i,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        for i in tool_call_ids
+    ]
+    await conn.execute(stmt, rows)
 
 
 # --- tool denials -----------------------------------------------------------------------

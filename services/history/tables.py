@@ -133,6 +133,18 @@ tool_denials = sa.Table(
     sa.Column("created_at", UtcDateTime),
 )
 
+# The approvals (tool call ids) a run answered, taken by it when it was admitted: each is
+# answered by one run only. Deleted with the run (ON DELETE CASCADE).
+interrupt_answers = sa.Table(
+    "interrupt_answers",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("thread_id", sa.String, primary_key=True),
+    sa.Column("tool_call_id", sa.String, primary_key=True),
+    sa.Column("run_id", sa.String),
+    sa.Column("created_at", UtcDateTime),
+)
+
 deletions = sa.Table(
     "deletions",
     metadata_obj,

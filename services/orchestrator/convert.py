@@ -46,7 +46,7 @@ from shared.messages import (
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
-from shared.tools import BUILTIN_KNOWN, KnownTools
+from shared.tools import BUILTIN_KNOWN, KnownTools, check_client_tools
 
 # Messages per LoadContext page when the memory agent's window is loaded.
 OWNER_WINDOW_PAGE = 500
@@ -109,6 +109,9 @@ def plan_from_pb(
                 metadata={**msg.metadata, **core.message_metadata(origin, profile, kind)},
             )
         )
+    client_tools = tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools))
+    # Refused here, before anything of the run is stored (the executor checks it again).
+    check_client_tools([t.name for t in client_tools], known_tools.has, "tools")
     return RunPlan(
         owner=owner,
         thread_id=thread_id,
@@ -118,7 +121,7 @@ def plan_from_pb(
         inputs=tuple(stamped),
         time_zone=_time_zone(request.time_zone, default_time_zone),
         server_tools=core.server_tools_for(origin, profile, request.declared_tools, known_tools),
-        client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
+        client_tools=client_tools,
         multitask_strategy=_strategy(request.multitask_strategy),
         decisions=tuple(
             decision_from_pb(d, f"tool_decisions[{i}]")
@@ -169,6 +172,7 @@ def begin_run_request(
         context=history_service_pb2.ContextOptions(
             window=plan.profile.history_policy.window, time_zone=plan.time_zone
         ),
+        answered_interrupt_ids=[d.tool_call_id for d in plan.decisions],
     )
 
 

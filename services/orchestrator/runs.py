@@ -3,8 +3,9 @@ stop it; its events go through its RunEventWriter into the event log, which ever
 (StartRun's caller, StreamRun's) follows.
 
 The pipeline (ARCHITECTURE.md §2): RUN_STARTED -> history BeginRun -> [router step] ->
-executor step -> history FinishRun -> RUN_FINISHED (strategy reject: BeginRun first, so a
-busy thread is refused before any stream); on failure FinishRun FAILED then
+executor step -> history FinishRun -> RUN_FINISHED (strategy reject, and a run that
+resumes approvals: BeginRun first, so a busy thread, or an approval another run answered,
+is refused before any stream); on failure FinishRun FAILED then
 RUN_ERROR, and nothing after it. A cancel stops the steps (the executor call, and with it
 the model stream), closes what the stream had open, stores what was produced as
 interrupted, finishes the record CANCELLED and ends with RUN_FINISHED outcome cancelled.
@@ -47,6 +48,7 @@ from shared.errors import (
     DomainError,
     FailedPrecondition,
     Internal,
+    InvalidArgument,
     NotFound,
     Unavailable,
 )
@@ -132,9 +134,11 @@ class RunManager:
                 # A resume is checked before anything of the run is stored (a retried
                 # StartRun of a run that began is that run, as for any run).
                 await self._check_decisions(plan)
-            if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
+            if plan.multitask_strategy is core.MultitaskStrategy.REJECT or plan.decisions:
                 # History is asked before RUN_STARTED here: a run_id used before must be
-                # refused before it is.
+                # refused before it is. A resume's approvals are taken by the run as history
+                # admits it: one answered by a concurrent run refuses this one, before it
+                # starts (two runs checked above at once both found them waiting).
                 if await self.event_log.exists(key):
                     raise _run_exists()
                 begin = await self._begin(plan, lifecycle)
@@ -209,6 +213,10 @@ class RunManager:
         except FailedPrecondition as exc:
             if exc.reason == "THREAD_BUSY":
                 raise
+            lifecycle.refuse(exc)
+        except InvalidArgument as exc:
+            if exc.reason == INTERRUPT_ANSWERED:
+                raise _answered_already(exc) from None
             lifecycle.refuse(exc)
         except Exception as exc:
             lifecycle.refuse(exc)
@@ -750,6 +758,20 @@ def _already_finished(state: RunState) -> DomainError:
         f"the run already finished ({state.value}); there is nothing to cancel",
         reason="RUN_ALREADY_FINISHED",
         metadata={"state": state.value},
+    )
+
+
+# History's reason for a run whose approval another run answered (BeginRun).
+INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+
+
+def _answered_already(exc: InvalidArgument) -> InvalidArgument:
+    """History's refusal of answered_interrupt_ids[i], as the caller wrote it: resume[i]."""
+    field = exc.violations[0][0] if exc.violations else ""
+    index = field.removeprefix("answered_interrupt_ids[").removesuffix("]")
+    where = f"resume[{index}].interruptId" if index.isdigit() else "resume"
+    return InvalidArgument(
+        where, "this approval was answered already, by another run", reason=INTERRUPT_ANSWERED
     )
 
 

@@ -69,7 +69,14 @@ from shared.messages import (
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
 from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
-from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
+from shared.tools import (
+    DenialReason,
+    arguments_digest,
+    authorize,
+    check_client_tools,
+    effective_tools,
+    matches,
+)
 
 log = logging.getLogger("agentmesh.executor.worker")
 
@@ -125,7 +132,8 @@ class WorkerAgent:
         registered = self.tools.names()
         server = effective_tools(step.declared, step.profile, registered)
         # A client-side tool may not carry the name of a server-side one (registered at all).
-        core.check_client_tools([t.name for t in step.client_tools], registered)
+        names = set(registered)
+        check_client_tools([t.name for t in step.client_tools], names.__contains__, "client_tools")
         client = tuple(t.name for t in step.client_tools)
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)

@@ -339,6 +339,7 @@ class BeginRunRequest(_message.Message):
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     LEASE_HOLDER_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    ANSWERED_INTERRUPT_IDS_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     runtime_mode: _message_pb2.RuntimeMode.ValueType
     run_id: _builtins.str
@@ -357,6 +358,15 @@ class BeginRunRequest(_message.Message):
 
     @_builtins.property
     def context(self) -> Global___ContextOptions: ...
+    @_builtins.property
+    def answered_interrupt_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The tool calls waiting for approval that this run answers (AG-UI resume): taken by the
+        run in the transaction that admits it, so each is answered by one run only. One taken
+        by another run of the thread is INVALID_ARGUMENT (reason INTERRUPT_ANSWERED) naming
+        answered_interrupt_ids[i], and nothing is stored. Called again for the same run, its
+        own are taken already.
+        """
+
     def __init__(
         self,
         *,
@@ -369,10 +379,11 @@ class BeginRunRequest(_message.Message):
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
         lease_holder: _builtins.str = ...,
         lease_seconds: _builtins.float = ...,
+        answered_interrupt_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "profile", b"profile"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "input_messages", b"input_messages", "lease_holder", b"lease_holder", "lease_seconds", b"lease_seconds", "multitask_strategy", b"multitask_strategy", "profile", b"profile", "run_id", b"run_id", "runtime_mode", b"runtime_mode", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered_interrupt_ids", b"answered_interrupt_ids", "context", b"context", "input_messages", b"input_messages", "lease_holder", b"lease_holder", "lease_seconds", b"lease_seconds", "multitask_strategy", b"multitask_strategy", "profile", b"profile", "run_id", b"run_id", "runtime_mode", b"runtime_mode", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
