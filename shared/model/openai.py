@@ -53,6 +53,7 @@ from shared.messages import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
+    ToolInputError,
     ToolResultBlock,
     Usage,
 )
@@ -156,10 +157,13 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
             for block in msg.content:
                 if isinstance(block, TextBlock | ToolCallBlock):
                     if current is None:
-                        current = {"role": "assistant", "content": None}
+                        # "" and never null: OpenAI, vLLM, Ollama and DashScope take either
+                        # beside tool_calls, llama-cpp-python's server refuses null (its
+                        # pydantic schema wants a string: HTTP 500, issue 32).
+                        current = {"role": "assistant", "content": ""}
                         out.append(current)
                     if isinstance(block, TextBlock):
-                        current["content"] = (current["content"] or "") + block.text
+                        current["content"] += block.text
                     else:
                         current.setdefault("tool_calls", []).append(
                             {
@@ -167,7 +171,7 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                                 "type": "function",
                                 "function": {
                                     "name": wire_tool_name(block.name),
-                                    "arguments": block.input or "{}",
+                                    "arguments": wire_arguments(block),
                                 },
                             }
                         )
@@ -179,6 +183,20 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                     current = None
                 # ThinkingBlock and assistant DataBlock: not sent back
     return out
+
+
+def wire_arguments(call: ToolCallBlock) -> str:
+    """A tool call's arguments as every server takes them back: the model's own text when it
+    is a JSON object, "{}" when it is empty, else the text wrapped as a string in an object
+    ({"invalid_arguments": "<text>"}). Chat templates that render a call (llama.cpp's jinja
+    templates, vLLM's, Ollama's) parse the arguments as a JSON object and refuse the whole
+    request when they are not one; wrapped, the model still sees what it wrote, beside the
+    tool result that says why the call was refused (ToolCallBlock.arguments owns that rule)."""
+    try:
+        call.arguments()
+    except ToolInputError:
+        return json.dumps({"invalid_arguments": call.input}, ensure_ascii=False)
+    return call.input if call.input.strip() else "{}"
 
 
 def wire_tool_name(name: str) -> str:
