@@ -10,6 +10,9 @@ switches a service to a network model. Further variables (ModelSettings):
   AGENTMESH_MODEL_CARDS_DIR        folder of the cards (default: models/ in the repository)
   AGENTMESH_MODEL_PARAMETERS       JSON object of user overrides applied on top of the card
                                    (same rules as the card's `parameters:`)
+  AGENTMESH_MODEL_CHECK_ENDPOINTS  true (default): the orchestrator checks each card in use
+                                   against its endpoint's GET /models at start
+                                   (check_endpoints); false skips that
   AGENTMESH_MODEL_API_KEY_FILE     a secret file holding the API key (first line) of the
                                    card AGENTMESH_MODEL_CARD names: wins over that card's
                                    api_key_env / api_key_file, never read for another card
@@ -24,16 +27,18 @@ The scripted model's token latency is settings.scripted_token_latency
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.model.base import ChatModel
+from shared.model.base import ChatModel, ModelError
 from shared.model.cards import CARDS_DIR, CardError, ModelCard, card_path, load_card
 from shared.model.scripted import ScriptedModel
 from shared.profiles import AgentConfig
@@ -44,6 +49,10 @@ log = logging.getLogger(__name__)
 PROVIDERS = ("scripted", "openai")
 # The deployment-wide base URL the shipped self-hosted cards follow (base_url_env).
 DEPLOYMENT_BASE_URL = "AGENTMESH_MODEL_BASE_URL"
+# How long the start waits for an endpoint's model list.
+CHECK_SECONDS = 3.0
+# How many of an endpoint's models a start-up error names.
+LISTED_SHOWN = 20
 
 
 class ModelSettings(BaseSettings):
@@ -53,6 +62,9 @@ class ModelSettings(BaseSettings):
     cards_dir: Path = CARDS_DIR
     parameters: str = ""
     api_key_file: Path | None = None
+    # AGENTMESH_MODEL_CHECK_ENDPOINTS=false: no card is checked against its endpoint's model
+    # list at start (check_endpoints), for an endpoint whose list names models otherwise.
+    check_endpoints: bool = True
 
     @field_validator("parameters")
     @classmethod
@@ -154,3 +166,74 @@ def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:
     # The deployment's key file is its own card's key: another card's host never sees it.
     key_file = ms.api_key_file if _is_deployment_card(card_name or ms.card, ms) else None
     return OpenAIChatModel(card, api_key=read_api_key(card, key_file))
+
+
+async def check_endpoints(
+    settings: Settings, card_names: Iterable[str | None], *, timeout: float = CHECK_SECONDS
+) -> None:
+    """Each openai card of `card_names` (None or "": the deployment's card) against its
+    endpoint's GET /models, with the card's key, all at once: CardError naming the card when
+    the endpoint lists models and not the card's `model` (every request would be refused,
+    or, on llama-cpp-python, answered by whatever model it serves); a logged warning when
+    the endpoint lists none (404, not a list, an empty one), refuses the request, cannot be
+    reached or does not answer within `timeout`. A model server that is down at start may
+    come up later (until then a run fails MODEL_UNAVAILABLE), so that does not hold the
+    start."""
+    ms = ModelSettings()
+    if not ms.check_endpoints:
+        return
+    seen: set[tuple[str | None, str]] = set()
+    checks = []
+    for name in card_names:
+        card = resolve_card(settings, name or None, ms)
+        if card.provider != "openai" or (card.base_url, card.model) in seen:
+            continue
+        seen.add((card.base_url, card.model))
+        checks.append(_check_endpoint(settings, name or None, card, timeout))
+    problems = [p for p in await asyncio.gather(*checks) if p]
+    if problems:
+        raise CardError("; ".join(problems))
+
+
+async def _check_endpoint(
+    settings: Settings, name: str | None, card: ModelCard, timeout: float
+) -> str:
+    """What stops the start for this card ("" when nothing does); warnings are logged."""
+    # Here, not at the top: httpx is loaded for openai cards only (create_model says why).
+    import httpx
+
+    from shared.model.openai import OpenAIChatModel
+
+    where = f"{card.base_url}/models"
+    try:
+        model = create_model(settings, name)
+    except ModelError as err:
+        log.warning("model card %s: not checked against %s: %s", card.name, where, err)
+        return ""
+    assert isinstance(model, OpenAIChatModel)
+    try:
+        listed = await model.listed_models(timeout)
+    except (httpx.HTTPError, TimeoutError, ModelError) as err:
+        reason = f"cannot reach it ({type(err).__name__})"
+        if isinstance(err, ModelError):
+            reason = f"it answered {err}"
+        elif isinstance(err, TimeoutError | httpx.TimeoutException):
+            reason = f"no answer within {timeout:g}s"
+        log.warning("model card %s: not checked against %s: %s", card.name, where, reason)
+        return ""
+    finally:
+        await model.aclose()
+    if listed is None:
+        log.warning(
+            "model card %s: not checked against %s: the endpoint lists no models",
+            card.name,
+            where,
+        )
+        return ""
+    if card.model in listed:
+        return ""
+    shown = ", ".join(listed[:LISTED_SHOWN]) + (", ..." if len(listed) > LISTED_SHOWN else "")
+    return (
+        f"model card {card.name}: model: the endpoint {card.base_url} does not serve "
+        f"{card.model!r} (it serves: {shown})"
+    )

@@ -578,6 +578,26 @@ class OpenAIChatModel:
             raise e.final(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def listed_models(self, timeout: float) -> list[str] | None:
+        """The model ids the endpoint's GET /models lists; None when it has no list (404, an
+        answer that is not one, an empty one). httpx.HTTPError when it cannot be reached,
+        TimeoutError when it does not answer within `timeout`, ModelRequestError for any
+        other answer (the status only: the body may echo the key)."""
+        url = self._url.removesuffix("/chat/completions") + "/models"
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        async with asyncio.timeout(timeout):
+            response = await self._http().get(url, headers=headers, timeout=timeout)
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ModelRequestError(f"HTTP {response.status_code} from {url}")
+        try:
+            data = response.json().get("data")
+            ids = [str(m["id"]) for m in data] if isinstance(data, list) else []
+        except (ValueError, AttributeError, TypeError, KeyError):
+            return None
+        return ids or None
+
     async def _refusal_of(self, body: dict[str, Any]) -> ModelError | None:
         """The endpoint's refusal of `body` asked unstreamed (max_tokens 1); None when it
         does not refuse it (or cannot be asked)."""

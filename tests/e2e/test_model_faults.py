@@ -281,3 +281,38 @@ def test_no_key_or_prompt_text_in_any_log(faulty: tuple[Suite, FakeOpenAI, Path]
     assert written  # the services did log
     assert KEY not in written
     assert "marmalade" not in written
+
+
+def test_a_card_whose_endpoint_does_not_serve_its_model_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """The orchestrator checks each card in use against its endpoint's GET /v1/models: a
+    model the endpoint does not list is a start-up error naming the card and the model."""
+    fake = ThreadedFake()
+    listed = {"object": "list", "data": [{"id": "smollm2-135m-instruct", "object": "model"}]}
+    fake.fake.replies[:] = [
+        Reply(body=json.dumps(listed).encode(), headers={"Content-Type": "application/json"})
+    ]
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    _card(cards / "fault.yaml", "fault", fake.fake.base_url)
+    s = make_suite(
+        tmp_path,
+        f"f{uuid.uuid4().hex[:10]}_",
+        AGENTMESH_MODEL_PROVIDER="openai",
+        AGENTMESH_MODEL_CARD="fault",
+        AGENTMESH_MODEL_CARDS_DIR=str(cards),
+        FAULT_MODEL_KEY=KEY,
+    )
+    try:
+        with pytest.raises(RuntimeError, match="exited with code"):
+            s.start(timeout=60)
+    finally:
+        s.stop()
+        fake.stop()
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
+    assert "model card fault: model: the endpoint" in logs
+    assert "does not serve 'fault-model' (it serves: smollm2-135m-instruct)" in logs
+    [asked] = fake.fake.requests
+    assert asked.path == "/v1/models" and asked.headers["authorization"] == f"Bearer {KEY}"
+    assert KEY not in logs
