@@ -377,7 +377,9 @@ def _error_message(body: bytes) -> tuple[str, str]:
 
 # How endpoints say a request does not fit the context window: OpenAI's and vLLM's code,
 # llama-cpp-python's message ("Requested tokens (3790) exceed context window of 2048"),
-# llama.cpp server's ("exceeds the available context size"), and the common phrasings.
+# llama.cpp server's ("exceeds the available context size"), DashScope's ("Range of input
+# length should be [1, 129024]", code invalid_parameter_error), and the common phrasings
+# (tests/model/conformance/ holds each provider's documented answer).
 _OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")
 _OVERFLOW_PHRASES = (
     "exceed context window",
@@ -388,6 +390,7 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "input is too long",
     "prompt is too long",
+    "range of input length",
 )
 
 
