@@ -244,6 +244,11 @@ class ModelCard(BaseModel):
     # Where the API key comes from: an environment variable's name, or a file (first line).
     api_key_env: str | None = Field(None, pattern=ENV_NAME)
     api_key_file: Path | None = None
+    # How the context budget counts tokens: "estimate" (shared.model.tokens' deliberately
+    # high rule), or the endpoint's own tokenizer: "llama_cpp_python" (POST
+    # /extras/tokenize/count) or "llama_cpp" (llama-server's POST /tokenize), the estimate
+    # staying the fallback when the endpoint does not answer.
+    tokenizer: Literal["estimate", "llama_cpp_python", "llama_cpp"] = "estimate"
     timeout_seconds: float = Field(60.0, gt=0)
     connect_timeout_seconds: float = Field(5.0, gt=0)
     max_retries: int = Field(3, ge=0, le=10)
@@ -269,6 +274,8 @@ class ModelCard(BaseModel):
             raise ValueError("base_url: required for an openai card")
         if self.provider != "openai" and self.base_url_env is not None:
             raise ValueError("base_url_env: only an openai card has an endpoint")
+        if self.provider != "openai" and self.tokenizer != "estimate":
+            raise ValueError("tokenizer: only an openai card has an endpoint to ask")
         if self.memory_extraction == "structured" and self.structured_output == "none":
             raise ValueError(
                 "memory_extraction: structured needs structured_output "

@@ -219,3 +219,16 @@ def test_hosted_cards_follow_no_deployment_base_url_and_self_hosted_ones_do() ->
         assert cards[name].base_url_env is None, name
     for name in ("smollm2-local", "qwen2.5-vllm", "llama3.1-ollama"):
         assert cards[name].base_url_env == "AGENTMESH_MODEL_BASE_URL", name
+
+
+def test_only_an_openai_card_can_name_an_endpoint_tokenizer(tmp_path: Path) -> None:
+    path = write_card(tmp_path, provider="scripted", tokenizer="llama_cpp_python")
+    with pytest.raises(CardError, match="tokenizer: only an openai card has an endpoint to ask"):
+        load_card(path)
+    with pytest.raises(CardError, match="tokenizer: Input should be"):
+        load_card(write_card(tmp_path, tokenizer="tiktoken"))
+
+
+def test_the_local_card_counts_with_the_servers_tokenizer() -> None:
+    assert load_card("smollm2-local").tokenizer == "llama_cpp_python"
+    assert load_card("gpt-4o-mini").tokenizer == "estimate"
