@@ -116,3 +116,14 @@ async def test_the_check_can_be_switched_off(cards: Path, monkeypatch: pytest.Mo
         write(cards, "local", fake.base_url, model="not-served")
         await check_endpoints(Settings(model_provider="openai"), ["local"])
     assert fake.requests == []
+
+
+async def test_an_endpoint_that_refuses_the_list_is_a_warning_naming_the_status(
+    cards: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with fake_openai([error(401, "Incorrect API key provided: sk-echoed")]) as fake:
+        write(cards, "local", fake.base_url)
+        await check_endpoints(Settings(model_provider="openai"), ["local"])
+    assert "model card local: not checked against" in caplog.text
+    assert "it answered HTTP 401" in caplog.text and "sk-echoed" not in caplog.text
