@@ -21,9 +21,11 @@ SETTINGS_MODULES = (
     "services.scheduler.settings",
     "services.orchestrator.service",
 )
-# Read outside a settings class: the process's targets (services/targets.py), the CLI's
-# gateway and token (agentmesh_client), the test passes' backend and shape (tests/conftest.py).
+# Read outside a settings class: the process's targets (services/targets.py), the base URL
+# the self-hosted model cards follow (their base_url_env), the CLI's gateway and token
+# (agentmesh_client), the test passes' backend and shape (tests/conftest.py).
 READ_ELSEWHERE = {
+    "AGENTMESH_MODEL_BASE_URL": ROOT / "shared" / "model" / "factory.py",
     "AGENTMESH_TARGET": ROOT / "services" / "targets.py",
     "AGENTMESH_URL": ROOT / "agentmesh_client" / "cli.py",
     "AGENTMESH_TOKEN": ROOT / "agentmesh_client" / "cli.py",
