@@ -174,6 +174,16 @@ FAULTS = {
         "MODEL_BAD_RESPONSE",
     ),
     "wrong-shape": (events(_chunk({"content": "Hel"}), {"choices": "nope"}), "MODEL_BAD_RESPONSE"),
+    # llama-cpp-python's refusal of a malformed request: its pydantic errors as an HTTP 500.
+    "validation-500": (
+        error(
+            500,
+            "1 validation error:\n  {'type': 'string_type', 'msg': 'Input should be a valid "
+            "string', 'input': None}",
+            type="internal_server_error",
+        ),
+        "MODEL_INVALID_REQUEST",
+    ),
     "closed-mid-stream": (
         Reply(body=TEXT.body, headers=TEXT.headers, cut_after=len(TEXT.body) // 2),
         "MODEL_STREAM_BROKEN",
@@ -252,8 +262,15 @@ def test_tool_call_arguments_that_are_not_json_reach_the_model_as_an_error_resul
     assert done[-1]["type"] == "RUN_FINISHED", done[-1]
     results = [e for e in done if e["type"] == "TOOL_CALL_RESULT"]
     assert [r["content"] for r in results] == ["error: the arguments are not valid JSON"]
-    tool_messages = [m for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+    sent = fake.requests[-1].body["messages"]
+    tool_messages = [m for m in sent if m["role"] == "tool"]
     assert tool_messages[0]["content"] == "error: the arguments are not valid JSON"
+    # The call went back as every server takes it: content a string, arguments an object.
+    [turn] = [m for m in sent if m.get("tool_calls")]
+    assert turn["content"] == ""
+    assert json.loads(turn["tool_calls"][0]["function"]["arguments"]) == {
+        "invalid_arguments": '{"query": tea'
+    }
 
 
 def test_no_key_or_prompt_text_in_any_log(faulty: tuple[Suite, FakeOpenAI, Path]) -> None:

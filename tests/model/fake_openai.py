@@ -31,6 +31,9 @@ class Reply:
     cut_after: int | None = None
     # Seconds the stream stays open after its body (kept alive: before its last chunk).
     linger: float = 0.0
+    # Kept alive: the connection takes the next request and closes without answering it
+    # (llama-cpp-python's server after a stream it failed: 200, an empty body, then gone).
+    drop_next: bool = False
 
 
 def recording(name: str, piece: int = 7) -> Reply:
@@ -134,6 +137,9 @@ class FakeOpenAI:
         if chunked:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            if reply.drop_next:
+                await reader.readuntil(b"\r\n\r\n")
+                return False
         return chunked
 
 
