@@ -66,7 +66,7 @@ def test_a_chat_run_streams_real_text_stores_it_and_reports_usage(suite: Suite) 
 
 def test_a_thread_grown_past_the_context_window_keeps_answering(suite: Suite) -> None:
     owner, thread = new_id("bob"), new_id("t")
-    for n in range(2):
+    for n in range(3):
         events = chat(suite, owner, thread, f"Part {n}. {LONG}")
         assert events[-1]["type"] == "RUN_FINISHED", events[-1]
     events = chat(suite, owner, thread, "When does the ferry leave?")
