@@ -42,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,12 @@ from shared.text import storable
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_CAP = 30.0
+# The texts whose token counts a model keeps (a thread's messages are counted once, not at
+# every turn), and how many it asks its endpoint to count at once.
+TOKEN_CACHE_SIZE = 4096
+TOKENIZE_CONCURRENCY = 4
+# How long counting a call's texts may take before the estimate is used instead.
+TOKENIZE_SECONDS = 5.0
 # How long what follows [DONE] may take to arrive (the body's end: normally in the same
 # read) before the connection is given up instead of kept.
 DRAIN_SECONDS = 0.5
@@ -377,7 +384,9 @@ def _error_message(body: bytes) -> tuple[str, str]:
 
 # How endpoints say a request does not fit the context window: OpenAI's and vLLM's code,
 # llama-cpp-python's message ("Requested tokens (3790) exceed context window of 2048"),
-# llama.cpp server's ("exceeds the available context size"), and the common phrasings.
+# llama.cpp server's ("exceeds the available context size"), DashScope's ("Range of input
+# length should be [1, 129024]", code invalid_parameter_error), and the common phrasings
+# (tests/model/conformance/ holds each provider's documented answer).
 _OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")
 _OVERFLOW_PHRASES = (
     "exceed context window",
@@ -388,6 +397,7 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "input is too long",
     "prompt is too long",
+    "range of input length",
 )
 
 
@@ -466,6 +476,8 @@ class OpenAIChatModel:
         self._timeout = httpx.Timeout(card.timeout_seconds, connect=card.connect_timeout_seconds)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self._token_counts: OrderedDict[str, int] = OrderedDict()
+        self._tokenizer_warned = False
 
     def __repr__(self) -> str:  # never the headers: they hold the key
         return f"OpenAIChatModel(card={self.card.name!r}, url={self._url!r})"
@@ -577,6 +589,78 @@ class OpenAIChatModel:
         except _Retryable as e:
             raise e.final(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each text's token count by the endpoint's own tokenizer (card.tokenizer); None
+        when the card has none, or the endpoint does not answer in TOKENIZE_SECONDS (then
+        the caller estimates: a warning is logged once). Counts are kept for the next call."""
+        if self.card.tokenizer == "estimate":
+            return None
+        missing = [t for t in dict.fromkeys(texts) if t not in self._token_counts]
+        if missing:
+            gate = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
+
+            async def one(text: str) -> int:
+                async with gate:
+                    return await self._tokenize(text)
+
+            try:
+                async with asyncio.timeout(TOKENIZE_SECONDS):
+                    counts = await asyncio.gather(*(one(t) for t in missing))
+            except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError) as err:
+                if not self._tokenizer_warned:
+                    self._tokenizer_warned = True
+                    log.warning(
+                        "model %s: its endpoint did not count tokens (%s); the context budget "
+                        "uses the estimate",
+                        self.name,
+                        type(err).__name__,
+                    )
+                return None
+            for text, count in zip(missing, counts, strict=True):
+                self._token_counts[text] = count
+            while len(self._token_counts) > TOKEN_CACHE_SIZE:
+                self._token_counts.popitem(last=False)
+        return [self._token_counts[t] for t in texts]
+
+    async def _tokenize(self, text: str) -> int:
+        """One text's token count: llama-cpp-python's POST /extras/tokenize/count ({"input"}
+        -> {"count"}) or llama.cpp server's POST /tokenize ({"content"} -> {"tokens"}), at
+        the server's root (the base URL less /v1)."""
+        root = self._url.removesuffix("/chat/completions").removesuffix("/v1")
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        if self.card.tokenizer == "llama_cpp_python":
+            body = {"input": text, "model": self.card.model}
+            response = await self._http().post(
+                f"{root}/extras/tokenize/count", json=body, headers=headers
+            )
+            response.raise_for_status()
+            return int(response.json()["count"])
+        response = await self._http().post(
+            f"{root}/tokenize", json={"content": text, "add_special": False}, headers=headers
+        )
+        response.raise_for_status()
+        return len(response.json()["tokens"])
+
+    async def listed_models(self, timeout: float) -> list[str] | None:
+        """The model ids the endpoint's GET /models lists; None when it has no list (404, an
+        answer that is not one, an empty one). httpx.HTTPError when it cannot be reached,
+        TimeoutError when it does not answer within `timeout`, ModelRequestError for any
+        other answer (the status only: the body may echo the key)."""
+        url = self._url.removesuffix("/chat/completions") + "/models"
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        async with asyncio.timeout(timeout):
+            response = await self._http().get(url, headers=headers, timeout=timeout)
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ModelRequestError(f"HTTP {response.status_code} from {url}")
+        try:
+            data = response.json().get("data")
+            ids = [str(m["id"]) for m in data] if isinstance(data, list) else []
+        except (ValueError, AttributeError, TypeError, KeyError):
+            return None
+        return ids or None
 
     async def _refusal_of(self, body: dict[str, Any]) -> ModelError | None:
         """The endpoint's refusal of `body` asked unstreamed (max_tokens 1); None when it

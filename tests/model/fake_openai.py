@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +74,15 @@ class Request:
 
 
 class FakeOpenAI:
-    def __init__(self, replies: list[Reply], keep_alive: bool = False) -> None:
+    def __init__(
+        self,
+        replies: list[Reply],
+        keep_alive: bool = False,
+        judge: Callable[[Request], Reply | None] | None = None,
+    ) -> None:
         self.replies = list(replies)
+        # Answers a request it refuses (a provider's rule broken) instead of the next reply.
+        self.judge = judge
         self.keep_alive = keep_alive
         self.connections = 0
         self.requests: list[Request] = []
@@ -110,8 +117,13 @@ class FakeOpenAI:
             for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)
         }
         body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.requests.append(Request(path, headers, json.loads(body or b"{}")))
-        reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
+        request = Request(path, headers, json.loads(body or b"{}"))
+        self.requests.append(request)
+        refusal = self.judge(request) if self.judge is not None else None
+        if refusal is not None:
+            reply = refusal
+        else:
+            reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
         if reply.stall:
             await asyncio.sleep(reply.stall)
         reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
@@ -145,9 +157,12 @@ class FakeOpenAI:
 
 @asynccontextmanager
 async def fake_openai(
-    replies: list[Reply], *, keep_alive: bool = False
+    replies: list[Reply],
+    *,
+    keep_alive: bool = False,
+    judge: Callable[[Request], Reply | None] | None = None,
 ) -> AsyncIterator[FakeOpenAI]:
-    fake = FakeOpenAI(replies, keep_alive)
+    fake = FakeOpenAI(replies, keep_alive, judge)
     server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
     fake.port = server.sockets[0].getsockname()[1]
     try:

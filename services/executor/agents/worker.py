@@ -67,7 +67,7 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
-from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
+from shared.model.tokens import messages_tokens, text_counter, text_tokens, tools_tokens
 from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
 
 log = logging.getLogger("agentmesh.executor.worker")
@@ -185,7 +185,9 @@ class WorkerAgent:
                     messages = [*history, *conversation]
                     input_tokens = messages_tokens(messages) + tools_tokens(tools)
                 else:
-                    fitted = budget.fit(history, conversation, tools, budget_tokens)
+                    # The model's own tokenizer when its card has one, else the estimate.
+                    count = await text_counter(model_call.model, [*history, *conversation], tools)
+                    fitted = budget.fit(history, conversation, tools, budget_tokens, count)
                     messages, input_tokens = fitted.messages, fitted.input_tokens
                     if fitted.dropped:
                         log.info(
