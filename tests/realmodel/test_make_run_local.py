@@ -31,7 +31,9 @@ def _free_block(size: int) -> int:
 def test_make_run_model_local_with_port_set_serves_the_gateway_and_the_model_on_their_ports(
     tmp_path: Path,
 ) -> None:
-    gateway, base, model = free_port(), _free_block(6), free_port()
+    # The block last: no port handed out after it may fall inside it.
+    gateway, model = free_port(), free_port()
+    base = _free_block(6)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update(
         AGENTMESH_DATA_DIR=str(tmp_path),
