@@ -298,16 +298,20 @@ class ExtractedMemory(BaseModel):
     kind: str
 
 
-# A request to forget, per clause: the verb at the clause's start (after fillers and the
-# ways of asking), so "I always forget my keys", "I forgot my umbrella" and "don't forget
-# that I like tea" are not requests; "remove"/"delete" only with what is remembered. Chinese
-# in the same way: "我忘了带伞" and "请不要忘记" are not, "请忘记", "把…忘了", "别再记着…" are.
-_CLAUSES = re.compile(r"[^.!?;,\n。！？；，、]+")
+# A request to forget, per clause (split at punctuation and at "and", "so", "所以", ...): the
+# verb at the clause's start (after fillers and the ways of asking), so "I always forget my
+# keys", "I forgot my umbrella" and "don't forget that I like tea" are not requests;
+# "remove"/"delete" only with what is remembered. Chinese in the same way: "我忘了带伞" and
+# "请不要忘记" are not, "请忘记", "把…忘了", "别再记着…" are.
+_CLAUSE_BREAK = re.compile(
+    r"[.!?;,\n。！？；，、]+|\s+(?:and|but|so|also|then|plus)\s+|而且|并且|还有|但是|另外|所以|然后",
+    re.IGNORECASE,
+)
 _EN_FORGET = re.compile(
     r"^(?:(?:ok(?:ay)?|so|and|but|also|now|then|hey|oh|well|actually)\b\W*)*"
     r"(?:(?:please|pls|kindly|just|can you|could you|would you|will you|you can|you could|"
     r"you should|you may|I want you to|I'd like you to|I would like you to|I need you to)\s+)*"
-    r"(?:forget|unlearn|stop remembering|no longer remember|(?:don'?t|do not) remember|"
+    r"(?:forget(?!-)|unlearn|stop remembering|no longer remember|(?:don'?t|do not) remember|"
     r"I (?:don'?t|do not|no longer) want you to (?:remember|keep|know)|"
     r"(?:delete|remove|erase|drop|clear|wipe)\b.*"
     r"\b(?:memor(?:y|ies)|what you (?:know|remember)|you (?:know|remember)))\b",
@@ -325,7 +329,7 @@ _ZH_FORGET = re.compile(
 def asks_to_forget(text: str) -> bool:
     """Whether `text` (a user's words, English or Chinese) asks the assistant to forget
     something, rather than stating a fact or asking to remember one."""
-    for clause in _CLAUSES.findall(text):
+    for clause in _CLAUSE_BREAK.split(text):
         # A typographic apostrophe ("don\u2019t") is the ASCII one; quote marks around it go.
         clause = clause.replace("\u2019", "'").strip(" \t\"'\u2018\u201c\u201d「」")
         if _EN_FORGET.search(clause) or _ZH_FORGET.search(clause):

@@ -38,6 +38,9 @@ from tests.executor.test_memory_structured import Answers, Tool, step
         ("不要记住我住在上海", "不要记住我住在上海"),
         ("\u201cPlease forget my address\u201d", "\u201cPlease forget my address\u201d"),
         ("I don't want you to remember my address", "I don't want you to remember my address"),
+        ("I love green tea and forget that I hate rain", "and forget that I hate rain"),
+        ("I moved to Paris so forget my old address", "I moved to Paris so forget my old address"),
+        ("我搬到上海了，所以忘掉我住在北京", "我搬到上海了，所以忘掉我住在北京"),
     ],
 )
 def test_a_quoted_request_to_forget_is_accepted(said: str, quote: str) -> None:
@@ -65,6 +68,7 @@ def test_a_quoted_request_to_forget_is_accepted(said: str, quote: str) -> None:
         ("我忘了。", "我忘了"),
         ("Remember that I like tea", "Remember that I like tea"),
         ("记住我喜欢茶", "记住我喜欢茶"),
+        ("I grow bread wheat and forget-me-nots", "I grow bread wheat and forget-me-nots"),
     ],
 )
 def test_a_quote_that_does_not_ask_to_forget_is_refused(said: str, quote: str) -> None:
