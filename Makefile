@@ -139,9 +139,10 @@ test-postgres: install tools chromium pgvector
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
 	fi
 
-## The real processes against the real local model (tests/realmodel; see docs/models.md).
+## The real processes against the real local model: every test marked realmodel (tests/realmodel,
+## tests/model/test_local_server.py; see docs/models.md).
 test-realmodel: install $(MODEL_STAMP)
-	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
+	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel tests/model/test_local_server.py
 
 ## Benchmarks (see docs/performance.md): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
 ## They include the issue-24 targets against the peer (bench/targets.py), which needs bench-peer.
