@@ -278,6 +278,8 @@ def test_a_job_sets_its_memory_policy_in_camel_case(suite: Suite) -> None:
         "name": "digest",
         "enableRouter": False,
         "executor": "memory",
+        # A memory job acts through memory_write / memory_forget: its profile allows one.
+        "toolPolicy": {"allowlist": ["memory_write"]},
         "memory": {"mode": "recall", "topK": 3, "maxTokens": 100},
     }
     body = {
