@@ -73,7 +73,7 @@ pgvector:
 ## (make run starts it itself); point a memory service at it with
 ## AGENTMESH_EMBEDDING_BASE_URL=http://127.0.0.1:$(EMBED_PORT)/v1.
 embed-server: install
-	$(BIN)/python -m services.memory.embedding_server --host 127.0.0.1 --port $(EMBED_PORT) --threads 1
+	$(BIN)/python -m services.memory.embedding_process --host 127.0.0.1 --port $(EMBED_PORT) --threads 1
 
 $(MODEL_STAMP): Makefile
 	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
@@ -94,8 +94,10 @@ $(MODEL_STAMP): Makefile
 ## One process hosts them all (target all); make run SHAPE=split: one process per service.
 ## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
 ## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it.
+## The local embedding model (memory search by meaning too) runs beside them on EMBED_PORT
+## (default 50058); make run EMBED=off: lexical-only memory search, a degraded mode.
 run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
-	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(SHAPE),--shape $(SHAPE))
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(SHAPE),--shape $(SHAPE)) $(if $(filter off,$(EMBED)),--no-embedding,--embedding-port $(EMBED_PORT))
 
 ## A development bearer token (make token SUB=alice; ADMIN=1 adds the admin scope).
 token: install

