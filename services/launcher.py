@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 # This process forks the services' processes while its gRPC channels are open. gRPC's fork
@@ -43,6 +44,8 @@ from shared.settings import DEFAULT_PORTS, GRPC_SERVICES, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_SERVICES = (*GRPC_SERVICES, "gateway")
+# The local embedding model's default port (services/memory/embedding_server.py serves it).
+LOCAL_EMBEDDING_PORT = 50058
 _PR_SET_PDEATHSIG = 1
 
 
@@ -306,7 +309,16 @@ def launch_ports(gateway: int | None = None, grpc_base: int | None = None) -> di
     return ports
 
 
-def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str, str]:
+@dataclass(frozen=True)
+class LaunchOptions:
+    ports: dict[str, int]
+    model: str
+    shape: str
+    # The local embedding model's port; None: no embedding model (lexical-only memory search).
+    embedding_port: int | None
+
+
+def _arguments(argv: list[str] | None) -> LaunchOptions:
     parser = argparse.ArgumentParser(
         prog="python -m services.launcher", description="Start the whole suite on localhost."
     )
@@ -330,11 +342,32 @@ def _arguments(argv: list[str] | None) -> tuple[dict[str, int], str, str]:
         help="all: every service in one process (python -m services --target all, the "
         "default); split: one process per service",
     )
+    parser.add_argument(
+        "--embedding-port",
+        type=int,
+        default=LOCAL_EMBEDDING_PORT,
+        help=f"the local embedding model's port (default {LOCAL_EMBEDDING_PORT}; memory search "
+        "is hybrid: words and meaning)",
+    )
+    parser.add_argument(
+        "--no-embedding",
+        action="store_true",
+        help="no local embedding model: memory search matches words only (lexical-only, a "
+        "degraded mode: a question in other words than the memory's finds nothing)",
+    )
     args = parser.parse_args(argv)
     try:
-        return launch_ports(args.port, args.grpc_port_base), args.model, args.shape
+        ports = launch_ports(args.port, args.grpc_port_base)
     except ValueError as err:
         parser.error(str(err))
+    embedding_port = None if args.no_embedding else args.embedding_port
+    if embedding_port is not None:
+        if not 1 <= embedding_port <= 65535:
+            parser.error(f"--embedding-port: {embedding_port} is not a port (1-65535)")
+        taken = [n for n, p in ports.items() if p == embedding_port]
+        if taken:
+            parser.error(f"--embedding-port: {embedding_port} is the {taken[0]}'s port")
+    return LaunchOptions(ports, args.model, args.shape, embedding_port)
 
 
 # ---- the local model server ------------------------------------------------------------------
@@ -473,20 +506,51 @@ def console_url(gateway_url: str, token: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ports, model, shape = _arguments(argv)
+    from services.memory.embedding_server import LocalEmbeddingServer
+
+    options = _arguments(argv)
     settings = Settings()
+    logs = settings.data_dir / "logs"
     model_server: LocalModelServer | None = None
+    embedding_server: LocalEmbeddingServer | None = None
     env: dict[str, str] = {}
-    if model == "local":
-        model_server = LocalModelServer(log_path=settings.data_dir / "logs" / "model-server.log")
+
+    def stop_servers(codes: dict[str, int | None]) -> None:
+        if model_server is not None:
+            codes["model-server"] = model_server.stop()
+        if embedding_server is not None:
+            codes["embedding-server"] = embedding_server.stop()
+
+    if options.embedding_port is not None:
+        embedding_server = LocalEmbeddingServer(
+            options.embedding_port, log_path=logs / "embedding-server.log"
+        )
+        print(f"starting the local embedding model on {embedding_server.base_url}", flush=True)
+        try:
+            embedding_server.start()
+        except RuntimeError as err:
+            print(
+                f"error: the local embedding model: {err} (another port: --embedding-port / "
+                "make run EMBED_PORT=...; without it: --no-embedding / make run EMBED=off)",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(1)
+        env.update(embedding_server.env())
+    else:
+        # Not even one the environment names: --no-embedding is what the user asked for.
+        env["AGENTMESH_EMBEDDING_BASE_URL"] = ""
+    if options.model == "local":
+        model_server = LocalModelServer(log_path=logs / "model-server.log")
         print(f"starting the local model server on {model_server.base_url}", flush=True)
         try:
             model_server.start()
         except RuntimeError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
+            stop_servers({})
             sys.exit(1)
-        env = model_server.env()
-    suite = Suite(ports=ports, log_dir=settings.data_dir / "logs", env=env, shape=shape)
+        env.update(model_server.env())
+    suite = Suite(ports=options.ports, log_dir=logs, env=env, shape=options.shape)
     stop = False
 
     def _on_signal(_signum: int, _frame: object) -> None:
@@ -497,8 +561,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     processes = "one process" if len(suite.groups) == 1 else "one process each"
     print(
-        f"starting agentmesh ({', '.join(ALL_SERVICES)}; {processes}); "
-        f"logs in {settings.data_dir / 'logs'}",
+        f"starting agentmesh ({', '.join(ALL_SERVICES)}; {processes}); logs in {logs}",
         flush=True,
     )
     try:
@@ -506,14 +569,19 @@ def main(argv: list[str] | None = None) -> None:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         suite.stop()
-        if model_server is not None:
-            model_server.stop()
+        stop_servers({})
         sys.exit(1)
     token = dev_token(settings)
     model_line = f"  model:     {LOCAL_CARD} at {model_server.base_url}\n" if model_server else ""
+    memory_line = (
+        f"  memory:    hybrid search (local embedding model at {embedding_server.base_url})\n"
+        if embedding_server
+        else "  memory:    lexical-only search (--no-embedding: a degraded mode)\n"
+    )
     print(
         "\nagentmesh is running.\n"
         f"{model_line}"
+        f"{memory_line}"
         f"  console:   {console_url(suite.gateway_url, token)}\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
         f"  token:     {token}\n\n"
@@ -535,13 +603,33 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     stop = True
                     break
+            if embedding_server is not None and not stop:
+                supervise_embedding(embedding_server)
             time.sleep(0.2)
     finally:
         print("stopping...", flush=True)
         codes = suite.stop(grace=settings.grace_seconds + 5)
-        if model_server is not None:
-            codes["model-server"] = model_server.stop()
+        stop_servers(codes)
         print("stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+
+
+def supervise_embedding(server: LocalModelServer) -> None:
+    """Starts the embedding model again when it has exited: the memory service searches
+    lexically meanwhile (for each search that finds it gone) and embeds what it missed
+    once it is back; the rest of the suite never notices."""
+    if server.proc is None or server.proc.poll() is None:
+        return
+    print(
+        f"the local embedding model exited with code {server.proc.returncode}; starting it "
+        "again (memory search is lexical-only until it is back)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.start()
+    except RuntimeError as err:
+        # Tried again at the next pass of the launcher's loop.
+        print(f"the local embedding model did not start: {err}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -163,8 +163,8 @@ class Settings(BaseSettings):
     metrics_port: int = 0
 
     # Memory search, vector half: an OpenAI-compatible embeddings endpoint (base URL ending
-    # in /v1, e.g. http://127.0.0.1:50058/v1 for `make run EMBED=local`). Empty: lexical
-    # search only.
+    # in /v1; `make run` starts the local model and sets http://127.0.0.1:50058/v1). Empty:
+    # lexical search only, a degraded mode (`make run EMBED=off`).
     embedding_base_url: str = ""
     # The model name sent to it; stored with each embedding (another model re-embeds all).
     embedding_model: str = "multilingual-e5-small-q4"

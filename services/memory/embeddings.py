@@ -76,6 +76,18 @@ class EmbeddingClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def check(self) -> None:
+        """EmbeddingUnavailable unless the endpoint answers its model list (GET /models): the
+        health entry of the model (shared.server.EMBEDDING_MODEL), probed every few seconds."""
+        import httpx
+
+        try:
+            response = await self._http.get("/models")
+        except httpx.HTTPError as err:
+            raise EmbeddingUnavailable(f"embeddings endpoint unreachable: {err!r}") from err
+        if response.status_code != 200:
+            raise EmbeddingUnavailable(f"embeddings endpoint answered {response.status_code}")
+
     async def embed(self, texts: Sequence[str], *, query: bool) -> list[list[float]]:
         """Unit-length vectors of `texts`, in order; EmbeddingUnavailable on any failure."""
         import httpx

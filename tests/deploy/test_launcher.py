@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from services.launcher import ROOT, free_port, launch_ports, port_in_use
+from services.launcher import ROOT, _arguments, free_port, launch_ports, port_in_use
 from shared.settings import DEFAULT_PORTS
 
 
@@ -66,10 +67,23 @@ def _free_block(size: int) -> int:
             return base
 
 
-def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
-    tmp_path: Path,
+def test_the_embedding_port_may_not_be_one_of_the_suites(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    gateway, base = free_port(), _free_block(6)
+    with pytest.raises(SystemExit):
+        _arguments(["--embedding-port", str(DEFAULT_PORTS["memory"])])
+    assert "--embedding-port: 50054 is the memory's port" in capsys.readouterr().err
+    assert _arguments([]).embedding_port == 50058
+    assert _arguments(["--no-embedding"]).embedding_port is None
+
+
+@pytest.mark.parametrize("embedding", [True, False], ids=["default", "no-embedding"])
+def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
+    tmp_path: Path, embedding: bool
+) -> None:
+    """By default with the local embedding model beside the suite, on its own port, and
+    memory search hybrid (as /readyz says); --no-embedding: lexical-only, degraded."""
+    gateway, base, embedding_port = free_port(), _free_block(6), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update(AGENTMESH_DATA_DIR=str(tmp_path), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}")
     proc = subprocess.Popen(
@@ -81,6 +95,7 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             str(gateway),
             "--grpc-port-base",
             str(base),
+            *(["--embedding-port", str(embedding_port)] if embedding else ["--no-embedding"]),
         ],
         cwd=ROOT,
         env=env,
@@ -95,7 +110,21 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             if "console:" in lines[-1] or proc.poll() is not None:
                 break
         assert any("agentmesh is running" in line for line in lines), "".join(lines)
-        assert httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).status_code == 200
+        ready = httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5)
+        assert ready.status_code == 200
+        search = ready.json()["memorySearch"]
+        if embedding:
+            # The memory service checks its model within its first health probe.
+            deadline = time.monotonic() + 10
+            while search["mode"] != "hybrid" and time.monotonic() < deadline:
+                time.sleep(0.2)
+                search = httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).json()
+                search = search["memorySearch"]
+            assert search == {"status": "ready", "mode": "hybrid"}
+            assert port_in_use(embedding_port)
+        else:
+            assert (search["status"], search["mode"]) == ("degraded", "lexical")
+            assert not port_in_use(embedding_port)
         # The console's link signs in the development user: its page, and its token's fragment.
         url = lines[-1].split("console:", 1)[1].strip()
         page, _, fragment = url.partition("#token=")
@@ -113,3 +142,4 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 0, out
+    assert not port_in_use(embedding_port), "the embedding model outlived the launcher"

@@ -15,6 +15,7 @@ from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from services.memory import store, tables
 from services.memory.embedding_server import LocalEmbeddingServer, free_port
 from services.memory.service import MIGRATIONS, build
+from shared.server import EMBEDDING_MODEL
 from shared.settings import Settings
 from tests.conftest import migrated_engine
 from tests.grpc_helpers import channel, running_service
@@ -237,3 +238,46 @@ async def test_an_owner_without_memories_is_answered_without_embedding_the_query
     finally:
         relay.shutdown()
         relay.server_close()
+
+
+async def _health(address: str, name: str) -> int:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with channel(address) as ch:
+        reply = await health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service=name), timeout=5
+        )
+    return int(reply.status)
+
+
+async def _until_health(address: str, name: str, status: int) -> None:
+    deadline = time.monotonic() + 15
+    while await _health(address, name) != status:
+        assert time.monotonic() < deadline, f"{name} never became {status}"
+        await asyncio.sleep(0.1)
+
+
+async def test_the_embedding_models_health_entry_follows_it_and_the_service_keeps_serving(
+    settings: Settings,
+) -> None:
+    """The gateway's /readyz reads it: hybrid while the model answers, lexical-only while it
+    does not; memory itself stays SERVING (it searches by words meanwhile)."""
+    from grpc_health.v1 import health_pb2
+
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        (health_pb2.HealthCheckResponse.NOT_SERVING),
+    )
+    server = LocalEmbeddingServer()
+    server.start()
+    try:
+        live = _with_model(settings, server.base_url)
+        async with running_service("memory", build, live) as address:
+            await _until_health(address, EMBEDDING_MODEL, serving)
+            server.stop()
+            await _until_health(address, EMBEDDING_MODEL, not_serving)
+            assert await _health(address, "") == serving
+            server.start()
+            await _until_health(address, EMBEDDING_MODEL, serving)
+    finally:
+        server.stop()
