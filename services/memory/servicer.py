@@ -7,7 +7,6 @@ from a request field.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import grpc
@@ -16,17 +15,24 @@ from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.memory import convert, core, store, tables
-from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
-from shared import outbox, pagination
+from services.memory.embeddings import NO_EMBEDDING_MODEL, Embedder, QueryVector
+from shared import metrics, outbox, pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# After a query could not be embedded, searches skip the model this long (lexical only), so
-# a hung endpoint costs one timeout per interval, not one per search.
-_VECTORS_PAUSE_SECONDS = 5.0
+
+def _searched(found: list[core.Memory], vector: QueryVector) -> pb.SearchMemoriesResponse:
+    """The answer of a search, saying how it ran (and counted so, by mode and reason)."""
+    mode = "lexical" if vector.lexical_reason else "hybrid"
+    metrics.memory_searched(mode, vector.lexical_reason)
+    return pb.SearchMemoriesResponse(
+        memories=[convert.memory_to_pb(m) for m in found],
+        mode=pb.SEARCH_MODE_LEXICAL if vector.lexical_reason else pb.SEARCH_MODE_HYBRID,
+        mode_reason=vector.lexical_reason,
+    )
 
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
@@ -41,7 +47,6 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         # With an embedding model: the background embedder (woken by writes) and its client
         # (embeds queries). None: search is lexical only.
         self.embedder = embedder
-        self._vectors_paused_until = 0.0
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -157,29 +162,21 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
         limit = pagination.page_size(request.page_size)
-        if self.embedder is not None:
-            # Nothing to recall is answered before the query is embedded (a model call).
+        if self.embedder is None:
+            vector = QueryVector(None, "", NO_EMBEDDING_MODEL)
+        else:
+            # Nothing to recall is answered before the query is embedded (a model call),
+            # as hybrid search would answer it.
             async with self.engine.connect() as conn:
                 if not await store.has_memories(conn, owner):
-                    return pb.SearchMemoriesResponse()
-        embedding, model = await self._embed_query(query)
+                    return _searched([], QueryVector(None, ""))
+            # Late or failed: this search is lexical (and says so), the next asks again.
+            vector = await self.embedder.client.embed_query(query)
         async with self.engine.connect() as conn:
-            found = await store.search(conn, owner, query, limit, embedding=embedding, model=model)
-        return pb.SearchMemoriesResponse(memories=[convert.memory_to_pb(m) for m in found])
-
-    async def _embed_query(self, query: str) -> tuple[list[float] | None, str]:
-        """The query's vector and model; (None, "") without a model or while it fails (the
-        search is then lexical only, never an error)."""
-        if self.embedder is None or time.monotonic() < self._vectors_paused_until:
-            return None, ""
-        client: EmbeddingClient = self.embedder.client
-        try:
-            [vector] = await client.embed([query], query=True)
-        except EmbeddingUnavailable as err:
-            self._vectors_paused_until = time.monotonic() + _VECTORS_PAUSE_SECONDS
-            log.warning("memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err)
-            return None, ""
-        return vector, client.config.model
+            found = await store.search(
+                conn, owner, query, limit, embedding=vector.vector, model=vector.model
+            )
+        return _searched(found, vector)
 
     async def ListMemories(
         self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -114,6 +114,11 @@ def test_a_fact_told_in_one_thread_is_in_the_context_of_a_new_thread(
     assert "User likes green tea" in recalled["content"]
     [used] = recalled["metadata"]["memoryRecall"]
     assert used["id"] == memory["id"] and 0 <= used["score"] <= 1
+    # How its search ran: this suite has no embedding model (conftest.make_suite).
+    assert recalled["metadata"]["memorySearch"] == {
+        "mode": "lexical",
+        "modeReason": "no_embedding_model",
+    }
     # Never shown to the user, never in a later run's context.
     assert recalled["id"] not in {m["id"] for m in history(suite, owner, thread)}
     assert all(m["role"] != "system" for m in history(suite, owner, thread))
@@ -228,6 +233,7 @@ def test_a_search_answers_each_memorys_relevance_and_a_listing_none(suite: Suite
 
     found = httpx.get(url, params={"q": "green tea"}, headers=_auth(owner))
     assert found.status_code == 200, found.text
+    assert (found.json()["mode"], found.json()["modeReason"]) == ("lexical", "no_embedding_model")
     hits = found.json()["memories"]
     assert hits[0]["id"] == ids["I like green tea"]
     assert ids["I drink tea at night"] in [m["id"] for m in hits]

@@ -10,11 +10,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
+from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
+from prometheus_client import REGISTRY
 
 from services.memory import store, tables
 from services.memory.embedding_server import LocalEmbeddingServer, free_port
 from services.memory.service import MIGRATIONS, build
+from shared import metrics
 from shared.server import EMBEDDING_MODEL
 from shared.settings import Settings
 from tests.conftest import migrated_engine
@@ -35,6 +38,7 @@ def _with_model(settings: Settings, base_url: str) -> Settings:
         update={
             "embedding_base_url": base_url,
             "embedding_timeout_seconds": 30.0,
+            "embedding_query_timeout_seconds": 10.0,
             "embedding_poll_seconds": 0.2,
         }
     )
@@ -88,6 +92,15 @@ async def test_paraphrase_without_shared_words_is_found_by_meaning(hybrid, hybri
     assert hits[0].content == "User likes green tea"
     hits = await alice.search("Do I have any pets?")
     assert hits[0].content == "User has a dog named Max"
+
+
+async def test_a_search_with_the_model_says_it_was_hybrid(hybrid, hybrid_settings) -> None:
+    alice = hybrid("alice")
+    await alice.write("User likes green tea")
+    await _embedded(hybrid_settings)
+    found = await alice.search_response("beverage")
+    assert [m.content for m in found.memories] == ["User likes green tea"]
+    assert (found.mode, found.mode_reason) == (pb.SEARCH_MODE_HYBRID, "")
 
 
 async def test_chinese_paraphrase_is_found_by_meaning(hybrid, hybrid_settings) -> None:
@@ -177,14 +190,21 @@ async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(setti
             await alice.write("User has a dog named Max")
             assert [m.content for m in await alice.search("dog")] == ["User has a dog named Max"]
             assert await alice.search("beverage") == []  # lexical only now
+            down = await alice.search_response("beverage")
+            assert (down.mode, down.mode_reason) in [
+                (pb.SEARCH_MODE_LEXICAL, "embedding_failed"),
+                (pb.SEARCH_MODE_LEXICAL, "embedding_model_down"),
+            ]
             server.start()
             await _embedded(live)
-            # Searches skip the model for a few seconds after a failure, then use it again.
+            # Searches use the model again once its health probe (2 s) has seen it back.
             deadline = time.monotonic() + 30
-            while not (hits := await alice.search("Do I have pets?")):
+            while (found := await alice.search_response("Do I have pets?")).mode != (
+                pb.SEARCH_MODE_HYBRID
+            ):
                 assert time.monotonic() < deadline, "search never used the model again"
-                await asyncio.sleep(0.5)
-            assert hits[0].content == "User has a dog named Max"
+                await asyncio.sleep(0.2)
+            assert found.memories[0].content == "User has a dog named Max"
     finally:
         server.stop()
 
@@ -202,10 +222,16 @@ async def test_an_owner_without_memories_is_answered_without_embedding_the_query
     asked: list[str] = []  # every text the model was asked to embed
 
     class Relay(http.server.BaseHTTPRequestHandler):
-        # The real model behind a door that records what it is asked.
+        # The real model behind a door that records what it is asked to embed.
+        def do_GET(self) -> None:
+            self._relay(None)  # its model list: the memory service's health probe
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             asked.extend(json.loads(body)["input"])
+            self._relay(body)
+
+        def _relay(self, body: bytes | None) -> None:
             forward = urllib.request.Request(
                 embedding_server.base_url.removesuffix("/v1") + self.path,
                 data=body,
@@ -281,3 +307,79 @@ async def test_the_embedding_models_health_entry_follows_it_and_the_service_keep
             await _until_health(address, EMBEDDING_MODEL, serving)
     finally:
         server.stop()
+
+
+def _searches(mode: str, reason: str) -> float:
+    return (
+        REGISTRY.get_sample_value("agentmesh_memory_search_total", {"mode": mode, "reason": reason})
+        or 0.0
+    )
+
+
+async def test_a_slow_query_embedding_falls_back_for_that_search_only(
+    settings: Settings, embedding_server: LocalEmbeddingServer
+) -> None:
+    """One query the model answers too late (a hung or overloaded model) is answered by
+    words, saying so; the next search uses the model again, with no pause after it. Each
+    search is counted by mode and reason (Prometheus)."""
+    import http.server
+    import json
+    import threading
+    import urllib.request
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        # The real model, answering any text with "slow" in it a second late.
+        def do_GET(self) -> None:
+            self._relay(None)
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if any("slow" in text for text in json.loads(body)["input"]):
+                time.sleep(1.0)
+            self._relay(body)
+
+        def _relay(self, body: bytes | None) -> None:
+            forward = urllib.request.Request(
+                embedding_server.base_url.removesuffix("/v1") + self.path,
+                data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(forward, timeout=30) as answer:
+                data = answer.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: object) -> None:
+            return None
+
+    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    was = metrics.enabled()
+    metrics.enable()
+    try:
+        slow = _with_model(settings, f"http://127.0.0.1:{relay.server_port}/v1").model_copy(
+            update={"embedding_query_timeout_seconds": 0.3}
+        )
+        async with running_service("memory", build, slow) as address, channel(address) as ch:
+            alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
+            await alice.write("User likes green tea")
+            await _embedded(slow)
+            timeouts = _searches("lexical", "embedding_timeout")
+            hybrids = _searches("hybrid", "")
+            started = time.monotonic()
+            late = await alice.search_response("slow beverage")
+            assert time.monotonic() - started < 0.9  # it did not wait for the model
+            assert (late.mode, late.mode_reason) == (pb.SEARCH_MODE_LEXICAL, "embedding_timeout")
+            assert list(late.memories) == []  # no word of it is in the memory
+            found = await alice.search_response("beverage")
+            assert (found.mode, found.mode_reason) == (pb.SEARCH_MODE_HYBRID, "")
+            assert [m.content for m in found.memories] == ["User likes green tea"]
+            assert _searches("lexical", "embedding_timeout") == timeouts + 1
+            assert _searches("hybrid", "") == hybrids + 1
+    finally:
+        metrics._enabled = was
+        relay.shutdown()
+        relay.server_close()

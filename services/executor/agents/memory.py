@@ -184,9 +184,9 @@ class MemoryAgent:
         said = [m.text for m in fresh if m.role is Role.USER]
         limit = step.profile.memory.max_tokens
         recalled = await recall.recall(self.memories, step.owner, step.profile.memory, said, limit)
-        if recalled:
+        if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
-        block = recall.block_text(recalled)
+        block = recall.block_text(recalled.memories)
         prompt, placed = model_call.prompt_with(block)
         # The profile's prompt replaces the built-in one; with tool calls the NO_MEMORIES
         # answer stays part of the contract (without it an empty extraction could not be

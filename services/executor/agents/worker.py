@@ -142,9 +142,9 @@ class WorkerAgent:
             [step.input.text],
             budget.recall_budget(budget_tokens, carried, offered, step.profile.memory.max_tokens),
         )
-        if recalled:
+        if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
-        block = recall.block_text(recalled)
+        block = recall.block_text(recalled.memories)
         prompt, placed = model_call.prompt_with(block)
         # The profile's prompt and the recalled memories lead the context (the budget keeps
         # leading system messages).
