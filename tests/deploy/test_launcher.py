@@ -143,3 +143,22 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
         out = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 0, out
     assert not port_in_use(embedding_port), "the embedding model outlived the launcher"
+
+
+def test_the_launcher_starts_the_embedding_model_again_when_it_dies() -> None:
+    """make run's loop: memory search is lexical-only while the model is gone, hybrid again
+    once it is back, without restarting the suite."""
+    from services.launcher import supervise_embedding
+    from services.memory.embedding_server import LocalEmbeddingServer
+
+    server = LocalEmbeddingServer()
+    server.start()
+    try:
+        supervise_embedding(server)  # alive: left alone
+        first = server.proc
+        server.kill()
+        assert not server.is_ready()
+        supervise_embedding(server)
+        assert server.proc is not first and server.is_ready()
+    finally:
+        server.stop()
