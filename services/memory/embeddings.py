@@ -19,6 +19,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_SECONDS = 60.0
+# Query vectors kept (about 1.6 KB each at 384 dimensions).
+_RECENT_QUERIES = 256
 
 
 class EmbeddingUnavailable(Exception):
@@ -102,6 +105,10 @@ class EmbeddingClient:
         # The last health probe (check) failed: queries are not sent until one succeeds (a
         # hung model would otherwise cost every search its query deadline).
         self.down = False
+        # The vectors of the latest queries, newest last: a question asked again (a
+        # greeting, a run tried again) costs no model call. A vector depends on the text
+        # and the model alone.
+        self._recent: OrderedDict[str, list[float]] = OrderedDict()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -126,6 +133,10 @@ class EmbeddingClient:
     async def embed_query(self, text: str) -> QueryVector:
         """`text`'s vector within the query deadline; else None and why (the search is then
         lexical, that search only: the next one asks the model again)."""
+        known = self._recent.get(text)
+        if known is not None:
+            self._recent.move_to_end(text)
+            return QueryVector(known, self.config.model)
         if self.down:
             return QueryVector(None, "", EMBEDDING_MODEL_DOWN)
         import httpx
@@ -142,6 +153,9 @@ class EmbeddingClient:
             log.warning("memory search without vectors (this search): %s", err)
         else:
             metrics.query_embedded(time.perf_counter() - started)
+            self._recent[text] = vector
+            if len(self._recent) > _RECENT_QUERIES:
+                self._recent.popitem(last=False)
             return QueryVector(vector, self.config.model)
         metrics.query_embedded(time.perf_counter() - started)
         if reason == EMBEDDING_TIMEOUT:

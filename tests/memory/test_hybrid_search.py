@@ -5,8 +5,13 @@ lexical half; the background embedder; search while the model is unavailable."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -189,8 +194,8 @@ async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(setti
             server.stop()
             await alice.write("User has a dog named Max")
             assert [m.content for m in await alice.search("dog")] == ["User has a dog named Max"]
-            assert await alice.search("beverage") == []  # lexical only now
-            down = await alice.search_response("beverage")
+            down = await alice.search_response("something to drink")
+            assert list(down.memories) == []  # lexical only now
             assert (down.mode, down.mode_reason) in [
                 (pb.SEARCH_MODE_LEXICAL, "embedding_failed"),
                 (pb.SEARCH_MODE_LEXICAL, "embedding_model_down"),
@@ -209,31 +214,29 @@ async def test_model_dying_mid_service_falls_back_and_catches_up_when_back(setti
         server.stop()
 
 
-async def test_an_owner_without_memories_is_answered_without_embedding_the_query(
-    settings: Settings, embedding_server: LocalEmbeddingServer
-) -> None:
-    """Every chat run recalls with the user's message: an owner with nothing to recall costs
-    no model call (the embedder's), only a probe of the owner's rows."""
-    import http.server
-    import json
-    import threading
-    import urllib.request
+@contextmanager
+def _door(
+    model: LocalEmbeddingServer, asked: list[str], *, late: str = "", delay: float = 0.0
+) -> Iterator[str]:
+    """The real model behind a door that records every text it is asked to embed, and
+    answers a request with `late` in one of its texts `delay` seconds late; yields the
+    door's base URL."""
 
-    asked: list[str] = []  # every text the model was asked to embed
-
-    class Relay(http.server.BaseHTTPRequestHandler):
-        # The real model behind a door that records what it is asked to embed.
+    class Door(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self._relay(None)  # its model list: the memory service's health probe
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            asked.extend(json.loads(body)["input"])
+            texts = json.loads(body)["input"]
+            asked.extend(texts)
+            if late and any(late in text for text in texts):
+                time.sleep(delay)
             self._relay(body)
 
         def _relay(self, body: bytes | None) -> None:
             forward = urllib.request.Request(
-                embedding_server.base_url.removesuffix("/v1") + self.path,
+                model.base_url.removesuffix("/v1") + self.path,
                 data=body,
                 headers={"Content-Type": "application/json"},
             )
@@ -248,10 +251,23 @@ async def test_an_owner_without_memories_is_answered_without_embedding_the_query
         def log_message(self, *_: object) -> None:
             return None
 
-    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    door = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Door)
+    threading.Thread(target=door.serve_forever, daemon=True).start()
     try:
-        counted = _with_model(settings, f"http://127.0.0.1:{relay.server_port}/v1")
+        yield f"http://127.0.0.1:{door.server_port}/v1"
+    finally:
+        door.shutdown()
+        door.server_close()
+
+
+async def test_an_owner_without_memories_is_answered_without_embedding_the_query(
+    settings: Settings, embedding_server: LocalEmbeddingServer
+) -> None:
+    """Every chat run recalls with the user's message: an owner with nothing to recall costs
+    no model call (the embedder's), only a probe of the owner's rows."""
+    asked: list[str] = []  # every text the model was asked to embed
+    with _door(embedding_server, asked) as url:
+        counted = _with_model(settings, url)
         async with running_service("memory", build, counted) as address, channel(address) as ch:
             bob = Client(pb_grpc.MemoryServiceStub(ch), "bob")
             assert await bob.search("what do I like to drink?") == []
@@ -261,9 +277,25 @@ async def test_an_owner_without_memories_is_answered_without_embedding_the_query
             await _embedded(counted)
             assert [m.content for m in await bob.search("beverage")] == ["User likes green tea"]
             assert "beverage" in asked
-    finally:
-        relay.shutdown()
-        relay.server_close()
+
+
+async def test_a_query_asked_again_is_not_embedded_again(
+    settings: Settings, embedding_server: LocalEmbeddingServer
+) -> None:
+    """The same question (a greeting, a run tried again) reuses its vector: one model
+    call, both searches hybrid."""
+    asked: list[str] = []
+    with _door(embedding_server, asked) as url:
+        counted = _with_model(settings, url)
+        async with running_service("memory", build, counted) as address, channel(address) as ch:
+            bob = Client(pb_grpc.MemoryServiceStub(ch), "bob")
+            await bob.write("User likes green tea")
+            await _embedded(counted)
+            for _ in range(3):
+                found = await bob.search_response("beverage")
+                assert found.mode == pb.SEARCH_MODE_HYBRID
+                assert [m.content for m in found.memories] == ["User likes green tea"]
+            assert asked.count("beverage") == 1
 
 
 async def _health(address: str, name: str) -> int:
@@ -322,64 +354,31 @@ async def test_a_slow_query_embedding_falls_back_for_that_search_only(
     """One query the model answers too late (a hung or overloaded model) is answered by
     words, saying so; the next search uses the model again, with no pause after it. Each
     search is counted by mode and reason (Prometheus)."""
-    import http.server
-    import json
-    import threading
-    import urllib.request
-
-    class Slow(http.server.BaseHTTPRequestHandler):
-        # The real model, answering any text with "slow" in it a second late.
-        def do_GET(self) -> None:
-            self._relay(None)
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if any("slow" in text for text in json.loads(body)["input"]):
-                time.sleep(1.0)
-            self._relay(body)
-
-        def _relay(self, body: bytes | None) -> None:
-            forward = urllib.request.Request(
-                embedding_server.base_url.removesuffix("/v1") + self.path,
-                data=body,
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(forward, timeout=30) as answer:
-                data = answer.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *_: object) -> None:
-            return None
-
-    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
     was = metrics.enabled()
     metrics.enable()
     try:
-        slow = _with_model(settings, f"http://127.0.0.1:{relay.server_port}/v1").model_copy(
-            update={"embedding_query_timeout_seconds": 0.3}
-        )
-        async with running_service("memory", build, slow) as address, channel(address) as ch:
-            alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
-            await alice.write("User likes green tea")
-            await _embedded(slow)
-            timeouts = _searches("lexical", "embedding_timeout")
-            hybrids = _searches("hybrid", "")
-            started = time.monotonic()
-            late = await alice.search_response("slow beverage")
-            assert time.monotonic() - started < 0.9  # it did not wait for the model
-            assert (late.mode, late.mode_reason) == (pb.SEARCH_MODE_LEXICAL, "embedding_timeout")
-            assert list(late.memories) == []  # no word of it is in the memory
-            found = await alice.search_response("beverage")
-            assert (found.mode, found.mode_reason) == (pb.SEARCH_MODE_HYBRID, "")
-            assert [m.content for m in found.memories] == ["User likes green tea"]
-            assert _searches("lexical", "embedding_timeout") == timeouts + 1
-            assert _searches("hybrid", "") == hybrids + 1
+        with _door(embedding_server, [], late="slow", delay=1.0) as url:
+            slow = _with_model(settings, url).model_copy(
+                update={"embedding_query_timeout_seconds": 0.3}
+            )
+            async with running_service("memory", build, slow) as address, channel(address) as ch:
+                alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
+                await alice.write("User likes green tea")
+                await _embedded(slow)
+                timeouts = _searches("lexical", "embedding_timeout")
+                hybrids = _searches("hybrid", "")
+                started = time.monotonic()
+                late = await alice.search_response("slow beverage")
+                assert time.monotonic() - started < 0.9  # it did not wait for the model
+                assert (late.mode, late.mode_reason) == (
+                    pb.SEARCH_MODE_LEXICAL,
+                    "embedding_timeout",
+                )
+                assert list(late.memories) == []  # no word of it is in the memory
+                found = await alice.search_response("beverage")
+                assert (found.mode, found.mode_reason) == (pb.SEARCH_MODE_HYBRID, "")
+                assert [m.content for m in found.memories] == ["User likes green tea"]
+                assert _searches("lexical", "embedding_timeout") == timeouts + 1
+                assert _searches("hybrid", "") == hybrids + 1
     finally:
         metrics._enabled = was
-        relay.shutdown()
-        relay.server_close()
