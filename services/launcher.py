@@ -593,6 +593,7 @@ def main(argv: list[str] | None = None) -> None:
         "Ctrl-C stops everything.",
         flush=True,
     )
+    retry_at = 0.0  # when the embedding model may be started again after a failed start
     try:
         while not stop:
             for name, proc in suite.procs.items():
@@ -603,8 +604,9 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     stop = True
                     break
-            if embedding_server is not None and not stop:
-                supervise_embedding(embedding_server)
+            if embedding_server is not None and not stop and time.monotonic() >= retry_at:
+                if not supervise_embedding(embedding_server):
+                    retry_at = time.monotonic() + 5.0
             time.sleep(0.2)
     finally:
         print("stopping...", flush=True)
@@ -613,12 +615,13 @@ def main(argv: list[str] | None = None) -> None:
         print("stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
 
 
-def supervise_embedding(server: LocalModelServer) -> None:
+def supervise_embedding(server: LocalModelServer) -> bool:
     """Starts the embedding model again when it has exited: the memory service searches
     lexically meanwhile (for each search that finds it gone) and embeds what it missed
-    once it is back; the rest of the suite never notices."""
+    once it is back; the rest of the suite never notices. False when it did not start
+    (the launcher tries again a few seconds later)."""
     if server.proc is None or server.proc.poll() is None:
-        return
+        return True
     print(
         f"the local embedding model exited with code {server.proc.returncode}; starting it "
         "again (memory search is lexical-only until it is back)",
@@ -628,8 +631,9 @@ def supervise_embedding(server: LocalModelServer) -> None:
     try:
         server.start()
     except RuntimeError as err:
-        # Tried again at the next pass of the launcher's loop.
         print(f"the local embedding model did not start: {err}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -154,11 +155,17 @@ def test_the_launcher_starts_the_embedding_model_again_when_it_dies() -> None:
     server = LocalEmbeddingServer()
     server.start()
     try:
-        supervise_embedding(server)  # alive: left alone
+        assert supervise_embedding(server)  # alive: left alone
         first = server.proc
         server.kill()
         assert not server.is_ready()
-        supervise_embedding(server)
+        assert supervise_embedding(server)
         assert server.proc is not first and server.is_ready()
+        # Its port taken meanwhile: it cannot start; the launcher is told, to try later.
+        server.kill()
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", server.port))
+            squatter.listen()
+            assert not supervise_embedding(server)
     finally:
         server.stop()
