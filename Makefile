@@ -144,11 +144,11 @@ test-postgres: install tools chromium pgvector
 		echo "the postgres pass did not run here (in CI it always runs, and fails if they are down)."; \
 	fi
 
-## The real processes against the real local model (tests/realmodel; see README "Use a real model").
+## The real processes against the real local model (tests/realmodel; see docs/models.md).
 test-realmodel: install $(MODEL_STAMP)
 	AGENTMESH_TEST_BACKEND=embedded $(BIN)/python -m pytest -q -m realmodel tests/realmodel
 
-## Benchmarks (see README "Performance"): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
+## Benchmarks (see docs/performance.md): make bench BENCH_ARGS="--duration 10 --concurrency 1,8,32"
 ## They include the issue-24 targets against the peer (bench/targets.py), which needs bench-peer.
 bench: install bench-peer pgvector
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

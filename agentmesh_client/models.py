@@ -67,6 +67,7 @@ class Message(ApiModel):
     run_id: str | None = None
     kind: str | None = None
     create_time: datetime | None = Field(default=None, alias="createdAt")
+    finished_reason: str | None = None
     metadata: MessageMetadata = Field(default_factory=MessageMetadata)
     visibility_mask: int | None = None
 

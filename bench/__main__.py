@@ -6,8 +6,8 @@
                     [--out results]
 
 Each number is the median of --repeats runs, with min and max. Writes results/bench-<time>.json,
-results/latest.md (the table for the README) and results/latest.png (latency percentiles and
-throughput against concurrency).
+results/latest.md (the table for docs/performance.md) and results/latest.png (latency
+percentiles and throughput against concurrency).
 """
 
 from __future__ import annotations

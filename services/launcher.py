@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,21 +58,92 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-# Ports free_port has handed out in this process: the OS may offer a port again once the
-# probing socket is closed, and two services of one suite (or two suites of one test run)
-# given the same port would collide when the second starts.
-_HANDED_OUT: set[int] = set()
+# Ports for the suites the tests and benchmarks start. A port probed free and closed is bound
+# by its service only later, so two rules keep anything else from taking it in between:
+# - it lies outside the kernel's ephemeral range, from which the source port of every outgoing
+#   connection (to PostgreSQL, Redis, between services; of any process) is taken;
+# - it belongs to a block of ports that this process holds a lock on (flock on a file under the
+#   temp folder, shared by every checkout on the machine, released when the process ends),
+#   so no other process using free_port is handed it while this one may still bind it.
+_PORT_BAND = (10000, 32767)  # below Linux's default ephemeral range (32768-60999)
+_PORT_BLOCK = 16
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "agentmesh-ports"
+_held_locks: list[int] = []  # the open lock files of the blocks this process holds
+_next_ports: list[int] = []  # the ports of the held blocks not handed out yet
+
+
+def _port_band() -> tuple[int, int]:
+    """The band ports are handed out from, clear of the kernel's ephemeral range."""
+    low, high = _PORT_BAND
+    with contextlib.suppress(OSError, ValueError):
+        first, last = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        if first - 1 - low >= 100 * _PORT_BLOCK:
+            high = min(high, first - 1)
+        else:  # a system with a wide ephemeral range: the band above it
+            low, high = last + 1, 65535
+    return low, high
+
+
+def _bindable(port: int) -> bool:
+    """Whether nothing holds the port on 127.0.0.1 now (no listener, no connection)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _lock_block() -> list[int]:
+    """The ports of a block no other process holds, now held by this one until it ends."""
+    low, high = _port_band()
+    first = -(-low // _PORT_BLOCK) * _PORT_BLOCK
+    starts = list(range(first, high - _PORT_BLOCK + 2, _PORT_BLOCK))
+    random.shuffle(starts)  # processes asking at once mostly try different blocks
+    if not _PORT_LOCKS.is_dir():
+        _PORT_LOCKS.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):  # every user's test runs share the blocks
+            _PORT_LOCKS.chmod(0o1777)
+    for start in starts:
+        path = _PORT_LOCKS / f"{start}.lock"
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _held_locks.append(fd)
+        return list(range(start, start + _PORT_BLOCK))
+    raise RuntimeError(
+        f"free_port: every block of ports in {low}-{high} is held by other processes "
+        f"(locks under {_PORT_LOCKS})"
+    )
 
 
 def free_port() -> int:
-    """A port free on 127.0.0.1 now, and never handed out before by this process."""
+    """A port on 127.0.0.1 that nothing holds now, outside the kernel's ephemeral range,
+    never handed out before by this process, and handed out by no other process on this
+    machine while this one runs."""
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
+        if not _next_ports:
+            _next_ports.extend(_lock_block())
+        port = _next_ports.pop(0)
+        if _bindable(port):
             return port
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` consecutive ports (at most a block's), each as free_port hands them out: for
+    `make run`'s --grpc-port-base."""
+    if not 1 <= count <= _PORT_BLOCK:
+        raise ValueError(f"free_ports: count must be 1-{_PORT_BLOCK}, not {count}")
+    while True:
+        block = _lock_block()
+        for i in range(len(block) - count + 1):
+            run = block[i : i + count]
+            if all(_bindable(p) for p in run):
+                _next_ports.extend(block[i + count :])
+                return run
 
 
 def port_in_use(port: int) -> bool:
@@ -499,6 +573,17 @@ def dev_token(settings: Settings, sub: str = "dev-user") -> str:
     return issue_token(settings, sub, ttl_seconds=30 * 86_400)
 
 
+def register_dev_user(gateway_url: str, token: str) -> str:
+    """Registers the development user (POST /api/v1/users, idempotent), so it has its daily
+    memory job as any registered user has; the job's line for the banner."""
+    resp = httpx.post(
+        f"{gateway_url}/api/v1/users", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    resp.raise_for_status()
+    job = resp.json()["jobs"][0]
+    return f"daily memory job at {job['schedule']['localTime']} {job['timezone']}"
+
+
 def console_url(gateway_url: str, token: str) -> str:
     """The console signed in with `token`: the token rides in the URL's fragment, which the
     browser never sends to a server (nor logs); the console keeps it and drops it from the URL."""
@@ -572,6 +657,10 @@ def main(argv: list[str] | None = None) -> None:
         stop_servers({})
         sys.exit(1)
     token = dev_token(settings)
+    try:
+        job_line = f"  dev-user:  registered; {register_dev_user(suite.gateway_url, token)}\n"
+    except (httpx.HTTPError, LookupError, ValueError) as err:
+        job_line = f"  dev-user:  not registered ({err}); POST /api/v1/users registers it\n"
     model_line = f"  model:     {LOCAL_CARD} at {model_server.base_url}\n" if model_server else ""
     memory_line = (
         f"  memory:    hybrid search (local embedding model at {embedding_server.base_url})\n"
@@ -582,6 +671,7 @@ def main(argv: list[str] | None = None) -> None:
         "\nagentmesh is running.\n"
         f"{model_line}"
         f"{memory_line}"
+        f"{job_line}"
         f"  console:   {console_url(suite.gateway_url, token)}\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
         f"  token:     {token}\n\n"

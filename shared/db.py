@@ -70,7 +70,7 @@ class _InlineSqlite(aiosqlite.Connection):
     aiosqlite's worker thread: a local SQLite statement of the hot path takes microseconds,
     and every hop to that thread and back (several per statement: cursor, execute, fetch,
     close) cost more than the statement (a quarter of target all's samples under load were
-    these hops: README "Performance"). Its busy timeout is 0, so a call never
+    these hops: docs/performance.md). Its busy timeout is 0, so a call never
     sleeps on the loop: one that finds the file locked by another connection (a test's, a
     replica's) is run again in the thread, which waits for the lock as any connection does.
     Opening still goes through the thread (aiosqlite starts it, and stops it on close)."""
@@ -114,7 +114,7 @@ class _InlineConnection(AsyncConnection):
     a loop that is never idle (target all at c=32) that kept the one pooled connection of
     history checked out, committed but unused, for a whole loop turn after every unit
     of work, while the units waiting for it queued (asyncio.Queue: one that a newcomer
-    overtakes goes to the back again, so some runs waited seconds; README "Performance").
+    overtakes goes to the back again, so some runs waited seconds; docs/performance.md).
     On an _InlineSqlite connection the close does not wait for anything, so there is no
     point where a cancellation could land: it runs to its end in the caller's step. If it
     does wait (a statement sent to aiosqlite's thread), the rest of it runs in a shielded

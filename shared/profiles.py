@@ -56,13 +56,16 @@ class HistoryPolicy(BaseModel):
 class MemoryPolicy(BaseModel):
     """Which of the owner's memories a run sees: off, or recall (the `top_k` memories most
     relevant to the input, of at least `min_relevance`, within `max_tokens` of the context;
-    services/executor/recall.py)."""
+    services/executor/recall.py). With `conversation`, recall also searches the owner's
+    past chat messages (the memory service's conversation index), ranked with the memories
+    under the same bounds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     mode: Literal["off", "recall"] = "off"
     top_k: int = Field(default=5, ge=1, le=50)
     min_relevance: float = Field(default=0.0, ge=0, le=1)
     max_tokens: int = Field(default=400, ge=1, le=100_000)
+    conversation: StrictBool = False
 
 
 # What a system prompt template may use: the owner's zone and their local date and time,
@@ -305,6 +308,7 @@ def memory_to_pb(policy: MemoryPolicy) -> execution_profile_pb2.MemoryPolicy:
         top_k=policy.top_k,
         min_relevance=policy.min_relevance,
         max_tokens=policy.max_tokens,
+        conversation=policy.conversation,
     )
 
 
@@ -317,6 +321,8 @@ def memory_from_pb(pb: execution_profile_pb2.MemoryPolicy) -> dict[str, object]:
         data["min_relevance"] = pb.min_relevance
     if pb.max_tokens:
         data["max_tokens"] = pb.max_tokens
+    if pb.conversation:
+        data["conversation"] = True
     return data
 
 

@@ -1,6 +1,6 @@
 """Settings of every service, read from AGENTMESH_* environment variables (pydantic-settings).
 
-Every variable is listed with its meaning in README.md ("Environment variables").
+Every variable is listed with its meaning in docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     # A token whose key id is not in the cached keys fetches them again (the IdP rotated
     # its keys), at most once per this many seconds (unknown key ids cannot flood the IdP).
     jwks_refresh_cooldown_seconds: float = Field(default=10, ge=0)
+    # While the keys cannot be fetched again (the IdP is down), the last ones fetched keep
+    # verifying tokens (of the key ids they hold) until this many seconds after that fetch;
+    # then such tokens are 503 until a fetch works. 0: only while fresh (the cache above).
+    jwks_max_stale_seconds: float = Field(default=86_400, ge=0)
     # When set, a bearer token must carry this `iss` / an `aud` that contains this.
     jwt_issuer: str = ""
     jwt_audience: str = ""

@@ -29,16 +29,22 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from shared.errors import InvalidArgument
 from shared.profiles import ExecutionProfile
 from shared.settings import Settings
 from shared.tool_config import TOOL_NAME_RE, ToolFileError, ToolsConfig, load_tools_config
 
 # The server-side tools of the system. The executor registers exactly these.
-REGISTERED_TOOLS: tuple[str, ...] = ("memory_write", "memory_forget", "memory_search")
+REGISTERED_TOOLS: tuple[str, ...] = (
+    "memory_write",
+    "memory_forget",
+    "memory_search",
+    "conversation_search",
+)
 
 
 class DenialReason(StrEnum):
@@ -103,12 +109,17 @@ class KnownTools:
         names = frozenset(REGISTERED_TOOLS) | set(config.http_names())
         return cls(names, frozenset(config.namespaces()))
 
+    def has(self, name: str) -> bool:
+        """Whether `name` (taken literally) is, or may be, a tool of the deployment: a
+        built-in or HTTP tool, or any name in a configured MCP server's namespace."""
+        if name in self.names:
+            return True
+        return bool(TOOL_NAME_RE.match(name)) and name.split(".", 1)[0] in self.namespaces
+
     def knows(self, entry: str) -> bool:
         """Whether a name or pattern can name a tool of the deployment."""
         if not is_pattern(entry):
-            if entry in self.names:
-                return True
-            return bool(TOOL_NAME_RE.match(entry)) and entry.split(".", 1)[0] in self.namespaces
+            return self.has(entry)
         if any(fnmatch.fnmatchcase(n, entry) for n in self.names):
             return True
         namespace, dot, _ = entry.partition(".")
@@ -131,6 +142,25 @@ def planned_tools(
     allowlist = profile.tool_policy.allowlist
     keep = (e for e in declared if known.knows(e) and (is_pattern(e) or matches(allowlist, e)))
     return tuple(dict.fromkeys(keep))
+
+
+def check_client_tools(
+    client: Sequence[str], is_server_tool: Callable[[str], bool], field: str
+) -> None:
+    """A run's client-side tools (AG-UI `tools`) have unique names, none of them a
+    server-side tool's: a call by that name could not be told apart. INVALID_ARGUMENT naming
+    `<field>[i].name` otherwise. The orchestrator applies it before anything of the run is
+    stored (with the tools the deployment may have); the executor again (with the ones it has)."""
+    seen: set[str] = set()
+    for i, name in enumerate(client):
+        where = f"{field}[{i}].name"
+        if not name:
+            raise InvalidArgument(where, "must not be empty")
+        if name in seen:
+            raise InvalidArgument(where, f"duplicate tool {name!r}")
+        if is_server_tool(name):
+            raise InvalidArgument(where, f"{name!r} is the name of a server-side tool")
+        seen.add(name)
 
 
 def arguments_digest(arguments: str) -> str:

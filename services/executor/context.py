@@ -4,10 +4,12 @@ A call must fit card.context_size, less the output it may produce (the call's ma
 else the card's output_size) and less what it must carry whatever the thread holds (the
 prompt's own size: leading system messages, this step's input and turns, the offered
 tools). What is left is the budget of the thread's earlier messages, counted with
-shared.model.tokens' estimate. The oldest go first, whole groups at a time: an assistant
-message with tool calls and the message(s) carrying their results are one group, so a call
-never reaches the model without its result or a result without its call. So a thread
-never dies of its own length: its newest messages always fit, down to none. Pure; no I/O.
+shared.model.tokens' estimate, or by the model's own tokenizer when its card has one (the
+caller passes that count: shared.model.tokens.text_counter). The oldest go first, whole
+groups at a time: an assistant message with tool calls and the message(s) carrying their
+results are one group, so a call never reaches the model without its result or a result
+without its call. So a thread never dies of its own length: its newest messages always
+fit, down to none. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from dataclasses import dataclass
 from shared.messages import Msg, Role
 from shared.model.base import ToolSpec
 from shared.model.cards import ModelCard
-from shared.model.tokens import message_tokens, messages_tokens, tools_tokens
+from shared.model.tokens import (
+    TextCount,
+    message_tokens,
+    messages_tokens,
+    text_tokens,
+    tools_tokens,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,11 @@ def groups(messages: Sequence[Msg]) -> list[list[Msg]]:
 
 
 def fit(
-    history: Sequence[Msg], pinned: Sequence[Msg], tools: Sequence[ToolSpec], budget: int
+    history: Sequence[Msg],
+    pinned: Sequence[Msg],
+    tools: Sequence[ToolSpec],
+    budget: int,
+    count: TextCount = text_tokens,
 ) -> Fitted:
     """`history` (the thread's earlier messages, oldest first) cut to what fits `budget`
     beside `pinned` (this step's input and turns: always sent) and `tools`. Leading system
@@ -83,12 +95,13 @@ def fit(
     while head < len(history) and history[head].role == Role.SYSTEM:
         head += 1
     prompt, rest = list(history[:head]), history[head:]
-    fixed = messages_tokens(prompt) + messages_tokens(pinned) + tools_tokens(tools)
+    fixed = messages_tokens(prompt, count) + messages_tokens(pinned, count)
+    fixed += tools_tokens(tools, count)
     left = budget - fixed
     kept: list[list[Msg]] = []
     used = 0
     for group in reversed(groups(rest)):
-        size = sum(message_tokens(m) for m in group)
+        size = sum(message_tokens(m, count) for m in group)
         if used + size > left:
             break
         kept.append(group)

@@ -19,13 +19,14 @@ from services.executor.events import (
     ToolCallResult,
     ToolCallStart,
     ToolDenied,
+    TurnUsage,
 )
-from services.executor.tools import ToolRegistry, requires_approval
+from services.executor.tools import SourceState, SourceStatus, ToolRegistry, requires_approval
 from shared.approvals import decision_from_pb
 from shared.domain import EXECUTOR_FROM_PB
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier
-from shared.messages import Msg, msg_from_pb, msg_to_pb
+from shared.messages import Msg, msg_from_pb, msg_to_pb, usage_to_pb
 from shared.model.base import ToolSpec
 from shared.profiles import profile_from_pb
 
@@ -136,6 +137,8 @@ def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
         )
     if isinstance(item, Msg):
         return pb.ExecuteResponse(message=msg_to_pb(item))
+    if isinstance(item, TurnUsage):
+        return pb.ExecuteResponse(turn_usage=usage_to_pb(item.usage))
     if isinstance(item, StepResult):
         result = pb.StepResult(
             pending_tool_call_ids=list(item.pending_tool_call_ids),
@@ -168,3 +171,28 @@ def registered_tool_to_pb(tools: ToolRegistry, name: str) -> message_pb2.Registe
         source=str(getattr(tool, "source", "builtin")),
         requires_approval=tool is not None and requires_approval(tool),
     )
+
+
+SOURCE_STATE_TO_PB = {
+    SourceState.PENDING: message_pb2.TOOL_SOURCE_STATE_PENDING,
+    SourceState.CONNECTED: message_pb2.TOOL_SOURCE_STATE_CONNECTED,
+    SourceState.FAILED: message_pb2.TOOL_SOURCE_STATE_FAILED,
+}
+
+
+def source_status_to_pb(status: SourceStatus) -> message_pb2.ToolSourceStatus:
+    out = message_pb2.ToolSourceStatus(
+        name=status.name,
+        state=SOURCE_STATE_TO_PB[status.state],
+        tool_count=status.tool_count,
+        last_error=status.last_error,
+        consecutive_failures=status.consecutive_failures,
+    )
+    for field, when in (
+        (out.last_error_time, status.last_error_at),
+        (out.last_success_time, status.last_success_at),
+        (out.next_attempt_time, status.next_attempt_at),
+    ):
+        if when is not None:
+            field.FromDatetime(when)
+    return out

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from shared.domain import ExecutorKind, MessageKind
-from shared.errors import FailedPrecondition, InvalidArgument
+from shared.errors import FailedPrecondition
 from shared.messages import Msg, ToolCallBlock, ToolCallState, new_id
 
 A = TypeVar("A")
@@ -29,22 +29,6 @@ def select_agent(executor: ExecutorKind, agents: Mapping[ExecutorKind, A]) -> A:
             f"{executor.value} executor not available", reason="EXECUTOR_NOT_AVAILABLE"
         )
     return agent
-
-
-def check_client_tools(client: Sequence[str], server: Iterable[str]) -> None:
-    """Client-side tool names are unique and never shadow a server-side tool."""
-    seen: set[str] = set()
-    server_names = set(server)
-    for i, name in enumerate(client):
-        if not name:
-            raise InvalidArgument(f"client_tools[{i}].name", "must not be empty")
-        if name in seen:
-            raise InvalidArgument(f"client_tools[{i}].name", f"duplicate tool {name!r}")
-        if name in server_names:
-            raise InvalidArgument(
-                f"client_tools[{i}].name", f"{name!r} is also a server-side tool of this run"
-            )
-        seen.add(name)
 
 
 class ToolRoute(StrEnum):

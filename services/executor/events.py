@@ -92,5 +92,15 @@ class StepResult:
     approvals: tuple[Pending, ...] = ()
 
 
+@dataclass(frozen=True)
+class TurnUsage:
+    """The usage of the model turn under way, so far: as the turn starts (its input tokens,
+    estimated, no output) and when the model reports usage before the turn ends. The turn's
+    message carries its final usage; this lets the orchestrator count a turn that a cancel
+    or a broken stream cuts short (the run still reports what it used)."""
+
+    usage: Usage
+
+
 # A finished message (reply, tool calls, tool results) to be stored by the orchestrator.
-StepItem = StepEvent | ToolDenied | Msg | StepResult
+StepItem = StepEvent | ToolDenied | Msg | StepResult | TurnUsage

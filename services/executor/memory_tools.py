@@ -1,5 +1,5 @@
-"""The memory tools (memory_write, memory_forget, memory_search) and the memory service
-client behind them and the memory agent.
+"""The memory tools (memory_write, memory_forget, memory_search, conversation_search) and
+the memory service client behind them and the memory agent.
 
 Every call carries the RUN's owner (ToolContext.owner) in its metadata: the memory service
 scopes everything by it, and no tool argument can name another owner (unknown arguments,
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import grpc
@@ -20,6 +20,7 @@ from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.executor.core import stating_messages
+from services.executor.recall import MAX_EXCERPT_CHARS
 from services.executor.tools import ToolContext, ToolError
 from services.memory.core import content_key
 from shared.clients import open_channel
@@ -104,6 +105,16 @@ class MemoryClient:
         """The memories found, and how the search ran (mode, mode_reason)."""
         request = pb.SearchMemoriesRequest(query=query, page_size=page_size)
         return await self._call(self._stub.SearchMemories, request, owner)
+
+    async def search_conversation(
+        self, owner: str, query: str, page_size: int = 10, exclude: Sequence[str] = ()
+    ) -> list[pb.ConversationHit]:
+        """The owner's past chat messages best matching `query` (conversation recall)."""
+        request = pb.SearchConversationRequest(
+            query=query, page_size=page_size, exclude_message_ids=list(exclude)
+        )
+        response = await self._call(self._stub.SearchConversation, request, owner)
+        return list(response.hits)
 
     async def watermark(self, owner: str, name: str = WATERMARK) -> Watermark:
         request = pb.GetWatermarkRequest(name=name)
@@ -234,6 +245,40 @@ class MemorySearch:
         )
 
 
+class ConversationSearch:
+    name = "conversation_search"
+    description = (
+        "Search what the user and you said in the user's earlier conversations (other "
+        "threads too), by words; for what was said but never saved as a memory."
+    )
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, client: MemoryClient) -> None:
+        self.client = client
+
+    async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        args = _arguments(arguments, ("query",))
+        if not args.get("query"):
+            raise ToolError("query is required")
+        hits = await self.client.search_conversation(context.owner, args["query"])
+        return json.dumps([_said(h) for h in hits], ensure_ascii=False)
+
+
+def _said(hit: pb.ConversationHit) -> dict[str, str]:
+    m = hit.message
+    return {
+        "threadId": m.thread_id,
+        "role": m.role,
+        "date": m.create_time.ToDatetime(tzinfo=UTC).date().isoformat(),
+        "text": m.text[:MAX_EXCERPT_CHARS],
+    }
+
+
 def _asked(sources: Sequence[str], context: ToolContext) -> str:
     """A forget's reason when the model gave none: the user's words that asked for it."""
     texts = dict(zip(context.source_message_ids, context.source_texts, strict=False))
@@ -243,6 +288,14 @@ def _asked(sources: Sequence[str], context: ToolContext) -> str:
 
 def memory_tools(client: MemoryClient) -> tuple[MemoryWrite, MemoryForget, MemorySearch]:
     return MemoryWrite(client), MemoryForget(client), MemorySearch(client)
+
+
+def builtin_tools(
+    client: MemoryClient,
+) -> tuple[MemoryWrite, MemoryForget, MemorySearch, ConversationSearch]:
+    """Every built-in tool (shared.tools.REGISTERED_TOOLS): the memory tools and
+    conversation_search."""
+    return (*memory_tools(client), ConversationSearch(client))
 
 
 # ---- structured extraction (a card's memory_extraction: structured) ----------------------

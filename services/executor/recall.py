@@ -12,16 +12,24 @@ message of kind memory_recall with the ids and scores it used and how the search
 the audit only (never in /history, never in a later run's context: each run recalls
 afresh).
 
+With the policy's `conversation`, the owner's past chat messages are searched too (the
+memory service's SearchConversation, ranked as memories are), without the messages already
+in the step's context; memories and messages share one ranking by score and the same
+top_k and budget. A message is shown as an excerpt with its date and who said it, under
+its own header; the audit record lists it with source "conversation" and its thread.
+
 A memory service that cannot answer does not fail the run: the step goes on without the
 block (logged); a user's chat is worth more than the memories it would have seen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
 
 from shared.domain import SEARCH_MODE_NAMES, MessageKind
 from shared.errors import DomainError, InvalidArgument
@@ -37,8 +45,18 @@ HEADER = (
 )
 # A search query is at most this long (the memory service's rule); longer input is cut.
 MAX_QUERY_CHARS = 2000
+CONVERSATION_HEADER = (
+    "From the user's earlier conversations (excerpts found for this message; use them when "
+    "they are relevant):"
+)
 # The memory agent searches with each of its newest user messages, at most this many.
 MAX_QUERIES = 10
+# A recalled message is shown by its beginning.
+MAX_EXCERPT_CHARS = 500
+# The memory service's bound of the messages a search leaves out (the newest are sent).
+MAX_EXCLUDED = 1000
+# Recalled.kind of a chat message (a memory's is its kind: fact, preference, ...).
+CONVERSATION = "conversation"
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,10 @@ class Recalled:
     content: str
     kind: str
     score: float
+    # A chat message (kind CONVERSATION): its thread, who said it and when.
+    thread_id: str = ""
+    role: str = ""
+    said_at: datetime | None = None
 
 
 class MemorySearch(Protocol):
@@ -69,11 +91,35 @@ class Recall:
 NOTHING = Recall([])
 
 
-def block_text(memories: Sequence[Recalled]) -> str:
-    """What the model reads: the header, then one line per memory. Empty without memories."""
-    if not memories:
-        return ""
-    return "\n".join([HEADER, *(f"- {m.content}" for m in memories)])
+@runtime_checkable
+class ConversationSearch(Protocol):
+    async def search_conversation(
+        self, owner: str, query: str, page_size: int, exclude: Sequence[str]
+    ) -> list[Any]: ...
+
+
+def _line(item: Recalled) -> str:
+    if item.kind != CONVERSATION:
+        return f"- {item.content}"
+    excerpt = item.content[:MAX_EXCERPT_CHARS] + (
+        "…" if len(item.content) > MAX_EXCERPT_CHARS else ""
+    )
+    who = "the user" if item.role == "user" else "you"
+    when = f"{item.said_at.date().isoformat()}, " if item.said_at is not None else ""
+    return f"- ({when}{who} said) {excerpt}"
+
+
+def block_text(recalled: Sequence[Recalled]) -> str:
+    """What the model reads: the header, then one line per memory; then the recalled chat
+    messages under their own header. Empty without either."""
+    memories = [r for r in recalled if r.kind != CONVERSATION]
+    said = [r for r in recalled if r.kind == CONVERSATION]
+    lines: list[str] = []
+    if memories:
+        lines += [HEADER, *map(_line, memories)]
+    if said:
+        lines += [CONVERSATION_HEADER, *map(_line, said)]
+    return "\n".join(lines)
 
 
 def choose(found: Sequence[Recalled], policy: MemoryPolicy, budget: int) -> list[Recalled]:
@@ -138,21 +184,66 @@ async def search(
     return Recall(merge(results), mode, reason)
 
 
+async def search_conversation(
+    messages: ConversationSearch,
+    owner: str,
+    queries: Sequence[str],
+    policy: MemoryPolicy,
+    exclude: Sequence[str],
+) -> list[Recalled] | None:
+    """The owner's past chat messages for `queries`, ranked, none of `exclude`; None when
+    the memory service failed."""
+    texts = [q.strip()[:MAX_QUERY_CHARS] for q in queries if q.strip()][-MAX_QUERIES:]
+    left_out = list(dict.fromkeys(exclude))[-MAX_EXCLUDED:]
+    results: list[list[Recalled]] = []
+    for text in texts:
+        try:
+            hits = await messages.search_conversation(owner, text, policy.top_k, left_out)
+        except DomainError as err:
+            if isinstance(err, InvalidArgument):
+                continue
+            log.warning(
+                "recall: the conversation search did not answer; the step runs without it",
+                extra={"fields": {"error": err.reason}},
+            )
+            return None
+        results.append([_said(h) for h in hits])
+    return merge(results)
+
+
+def _said(hit: Any) -> Recalled:
+    """A SearchConversation hit (memory service ConversationHit) as a recalled item."""
+    m = hit.message
+    when = m.create_time.ToDatetime(tzinfo=UTC) if m.HasField("create_time") else None
+    return Recalled(m.message_id, m.text, CONVERSATION, float(hit.score), m.thread_id, m.role, when)
+
+
 async def recall(
     memories: MemorySearch | None,
     owner: str,
     policy: MemoryPolicy,
     queries: Sequence[str],
     room: int,
+    in_context: Sequence[str] = (),
 ) -> Recall:
-    """The memories a step recalls by its policy, within `room` tokens (none when the
-    policy is off or the memory service failed), and how its searches ran."""
+    """The memories (and with the policy's `conversation`, the past chat messages, none of
+    `in_context`) a step recalls by its policy, within `room` tokens (none when the policy
+    is off or the memory service failed), and how its memory searches ran."""
     if policy.mode != "recall" or memories is None or room <= 0:
         return NOTHING
-    found = await search(memories, owner, queries, policy)
-    if found is None:
-        return NOTHING
-    chosen = choose(found.memories, policy, min(room, policy.max_tokens))
+    said: list[Recalled] | None = None
+    if policy.conversation and isinstance(memories, ConversationSearch):
+        # Side by side: the run waits for the slower of the two, not their sum.
+        found, said = await asyncio.gather(
+            search(memories, owner, queries, policy),
+            search_conversation(memories, owner, queries, policy, in_context),
+        )
+    else:
+        found = await search(memories, owner, queries, policy)
+    ranked = merge([[] if found is None else found.memories, said or []])
+    chosen = choose(ranked, policy, min(room, policy.max_tokens))
+    if found is None:  # the memory search failed: its mode is unknown
+        return Recall(chosen)
     return Recall(chosen, found.mode, found.reason)
 
 
@@ -160,15 +251,22 @@ def recall_message(recalled: Recall, message_id: str) -> Msg:
     """The audit record of the block: its text, the ids and scores it used, and how the
     search ran (memory_search: mode, and for lexical its reason)."""
     memories = recalled.memories
-    metadata: dict[str, Any] = {
-        "memory_recall": [{"id": m.id, "score": round(m.score, 6)} for m in memories]
-    }
+    metadata: dict[str, Any] = {"memory_recall": [_audited(m) for m in memories]}
     if recalled.mode:
         how = {"mode": recalled.mode, **({"reason": recalled.reason} if recalled.reason else {})}
         metadata["memory_search"] = how
     return system(
         block_text(memories), id=message_id, kind=MessageKind.MEMORY_RECALL, metadata=metadata
     )
+
+
+def _audited(item: Recalled) -> dict[str, Any]:
+    """An item of the audit record: a memory's id and score; a chat message's also its
+    source and thread."""
+    entry: dict[str, Any] = {"id": item.id, "score": round(item.score, 6)}
+    if item.kind == CONVERSATION:
+        entry.update(source=CONVERSATION, threadId=item.thread_id)
+    return entry
 
 
 def recall_message_id(reply_message_id: str) -> str:

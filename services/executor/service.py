@@ -12,7 +12,7 @@ from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grp
 
 from services.executor.agents import build_agents
 from services.executor.config import ExecutorConfig
-from services.executor.memory_tools import MemoryClient, memory_tools
+from services.executor.memory_tools import MemoryClient, builtin_tools
 from services.executor.models import CardModels, model_for
 from services.executor.servicer import ExecutorServicer
 from services.executor.tools import Tool, ToolRegistry
@@ -36,7 +36,7 @@ async def build(
     tools: tuple[Tool, ...] | None = None,
     config: ExecutorConfig | None = None,
 ) -> ServiceParts:
-    """`tools` replaces the registered tools (tests); by default they are the memory tools."""
+    """`tools` replaces the registered tools (tests); by default they are the built-ins."""
     config = config or ExecutorConfig()
     memory = MemoryClient(settings.addr("memory"), settings.rpc_timeout_seconds)
     tools_config, _ = deployment_tools(settings, "executor")
@@ -48,7 +48,7 @@ async def build(
         from services.executor.tool_sources import ToolSources
 
         sources = ToolSources(tools_config, config.tool_timeout_seconds)
-    registry = ToolRegistry(memory_tools(memory) if tools is None else tools, sources)
+    registry = ToolRegistry(builtin_tools(memory) if tools is None else tools, sources)
     if tools is None and set(registry.builtin_names()) != set(REGISTERED_TOOLS):
         raise RuntimeError("the executor's tools differ from shared.tools.REGISTERED_TOOLS")
     # MCP servers down now are listed again later (ToolRegistry.refresh at each step).

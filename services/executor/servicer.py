@@ -33,7 +33,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             return pb.ListToolsResponse()
         self.tools.refresh()
         return pb.ListToolsResponse(
-            tools=[convert.registered_tool_to_pb(self.tools, n) for n in self.tools.names()]
+            tools=[convert.registered_tool_to_pb(self.tools, n) for n in self.tools.names()],
+            sources=[convert.source_status_to_pb(s) for s in self.tools.source_statuses()],
         )
 
     async def Execute(

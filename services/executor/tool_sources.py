@@ -9,9 +9,14 @@ says so). A server that is down, slow or answers with an error gives the model a
 result (ToolError); the run goes on.
 
 An MCP server's session is opened once and reused by every call; a transport failure drops
-it, and the next call (or the next step's refresh) opens a new one. The session lives in a
-task of its own (the SDK's transports are anyio context managers, entered and left in one
+it, and the next call (or the background rediscovery) opens a new one. The session lives in
+a task of its own (the SDK's transports are anyio context managers, entered and left in one
 task); close() ends them all on shutdown.
+
+Each source keeps a SourceStatus (connected, failed with its last error and when, when it is
+tried again) that ListTools reports, so an operator sees a server that never answers; a
+background task lists again, on a schedule, the servers that failed (backing off) and the
+ones that answered (their tools may change), whether or not runs happen.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from services.executor.tools import ToolContext, ToolError
+from services.executor.tools import SourceState, SourceStatus, ToolContext, ToolError
 from shared.tool_config import (
     NAMESPACE_RE,
     HttpToolConfig,
@@ -46,8 +51,14 @@ log = logging.getLogger("agentmesh.executor.tool_sources")
 
 # How long opening an MCP session (spawn or connect, then initialize) may take.
 CONNECT_TIMEOUT_SECONDS = 10.0
-# A server whose tools could not be listed is tried again at most this often.
+# A server whose tools could not be listed is tried again after this, doubling while it
+# keeps failing, up to MAX_RETRY_SECONDS.
 RETRY_SECONDS = 5.0
+MAX_RETRY_SECONDS = 60.0
+# A server that listed its tools lists them again this often (its tools may change).
+RELIST_SECONDS = 60.0
+# How often the background rediscovery looks for sources that are due.
+REDISCOVER_TICK_SECONDS = 1.0
 
 
 def bounded(text: str, max_chars: int) -> str:
@@ -105,7 +116,10 @@ class McpServer:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._listed_at = 0.0
+        self._retry_after = 0.0
+        self._listing: asyncio.Task[None] | None = None
         self._closed = False
+        self.status = SourceStatus(f"mcp:{config.name}")
 
     # -- the session --
 
@@ -124,6 +138,8 @@ class McpServer:
                 async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
                     self._session = await asyncio.shield(ready)
             except TimeoutError:
+                # Its holder fails it once dropped; nobody awaits it any more.
+                ready.add_done_callback(lambda f: f.cancelled() or f.exception())
                 await self._drop()
                 raise ToolError(f"MCP server {self.config.name!r} did not answer in time") from None
             except Exception as exc:
@@ -184,6 +200,8 @@ class McpServer:
             await self._drop()
 
     async def close(self) -> None:
+        if self._listing is not None:
+            self._listing.cancel()
         async with self._lock:
             self._closed = True
             await self._drop()
@@ -209,12 +227,32 @@ class McpServer:
             self._warn("mcp: cannot list tools", exc)
             if not isinstance(exc, ToolError | MCPError):
                 await self.broken()
+            self._failed(_listing_error(exc))
             return
         self.tools = {t.name: McpTool(self, t) for t in listed if _valid_tool_name(t.name)}
+        self.status.succeeded(len(self.tools))
+
+    def _failed(self, error: str) -> None:
+        """Records a failed attempt; the server is tried again after its backoff."""
+        delay = self.status.failed(
+            error, retry_seconds=RETRY_SECONDS, max_retry_seconds=MAX_RETRY_SECONDS
+        )
+        self._retry_after = time.monotonic() + delay
 
     def due(self) -> bool:
-        """Whether the tools should be listed again: none yet, and the last try is old."""
-        return not self.tools and time.monotonic() - self._listed_at >= RETRY_SECONDS
+        """Whether the tools should be listed again: a failed server once its backoff has
+        passed, one that answered every RELIST_SECONDS; never while a listing runs."""
+        if self._closed or (self._listing is not None and not self._listing.done()):
+            return False
+        now = time.monotonic()
+        if self.status.state is SourceState.CONNECTED:
+            return now - self._listed_at >= RELIST_SECONDS
+        return now >= self._retry_after
+
+    def relist(self) -> asyncio.Task[None]:
+        """List the tools again in a task of its own (at most one at a time)."""
+        self._listing = asyncio.create_task(self.list_tools())
+        return self._listing
 
     async def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> str:
         owner = self.config.owner
@@ -233,16 +271,29 @@ class McpServer:
                     f"MCP server {self.config.name!r} refused the call: {exc}"
                 ) from None
             await self.broken()
+            self._failed("closed the connection during a call")
             raise ToolError(f"MCP server {self.config.name!r} closed the connection") from None
         except Exception as exc:
             # The transport failed: the next call opens a new session.
             await self.broken()
             self._warn("mcp: call failed", exc)
+            self._failed(f"a call failed: {type(exc).__name__}")
             raise ToolError(f"MCP server {self.config.name!r} is unavailable") from None
         text = bounded(_result_text(result), self.config.max_result_chars)
         if result.is_error:
             raise ToolError(text or "the tool reported an error")
         return text
+
+
+def _listing_error(exc: BaseException) -> str:
+    """A failed listing as its status says it: what went wrong, never a call's data."""
+    if isinstance(exc, ToolError):
+        return str(exc)
+    if isinstance(exc, TimeoutError):
+        return "did not list its tools in time"
+    if isinstance(exc, MCPError):
+        return f"refused to list its tools: {exc}"
+    return f"connection failed: {exc}"
 
 
 def _valid_tool_name(name: str) -> bool:
@@ -286,6 +337,7 @@ class HttpTool:
         self.requires_approval = config.requires_approval
         self.source = "http"
         self._client = client
+        self.status = SourceStatus(f"http:{config.name}")
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         cfg = self.config
@@ -301,13 +353,17 @@ class HttpTool:
                 timeout=self.timeout_seconds,
             )
         except httpx.TimeoutException:
+            self.status.failed("did not answer in time")
             raise ToolError("the tool did not answer in time") from None
         except httpx.HTTPError as exc:
             log.warning(
                 "http tool: unreachable",
                 extra={"fields": {"tool": self.name, "error": repr(exc)[:300]}},
             )
+            self.status.failed(f"unreachable: {type(exc).__name__}")
             raise ToolError("the tool's server is unavailable") from None
+        # Any answer, an error status included, is the server answering.
+        self.status.succeeded(1)
         text = bounded(response.text, cfg.max_result_chars)
         if response.status_code >= 400:
             raise ToolError(f"the tool answered HTTP {response.status_code}: {bounded(text, 500)}")
@@ -321,26 +377,36 @@ class ToolSources:
         self._http = httpx.AsyncClient()
         self.servers = [McpServer(s, default_timeout) for s in config.mcp_servers]
         self.http_tools = [HttpTool(t, default_timeout, self._http) for t in config.http_tools]
-        self._refreshing: set[asyncio.Task[None]] = set()
+        self._rediscovery: asyncio.Task[None] | None = None
 
     def tools(self) -> Sequence[McpTool | HttpTool]:
         return [*self.http_tools, *(t for s in self.servers for t in s.tools.values())]
 
+    def statuses(self) -> list[SourceStatus]:
+        """Every configured source's state, MCP servers first, in configuration order."""
+        return [*(s.status for s in self.servers), *(t.status for t in self.http_tools)]
+
     async def start(self) -> None:
-        """List every MCP server's tools (a server down now is tried again later)."""
+        """List every MCP server's tools (a server down now is tried again later), then
+        keep rediscovering in the background."""
         await asyncio.gather(*(s.list_tools() for s in self.servers))
+        if self.servers:
+            self._rediscovery = asyncio.create_task(self._rediscover_forever())
+
+    async def _rediscover_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REDISCOVER_TICK_SECONDS)
+            self.refresh()
 
     def refresh(self) -> None:
-        """In the background, list again the servers that have no tools yet (never blocks a
-        step: their tools appear for the steps after)."""
+        """In the background, list again the servers that are due (never blocks a step:
+        their tools appear for the steps after)."""
         for server in self.servers:
             if server.due():
-                task = asyncio.create_task(server.list_tools())
-                self._refreshing.add(task)
-                task.add_done_callback(self._refreshing.discard)
+                server.relist()
 
     async def close(self) -> None:
-        for task in list(self._refreshing):
-            task.cancel()
+        if self._rediscovery is not None:
+            self._rediscovery.cancel()
         await asyncio.gather(*(s.close() for s in self.servers), return_exceptions=True)
         await self._http.aclose()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, Protocol
 
 from shared.model.base import ToolSpec
@@ -30,6 +32,57 @@ class ToolContext:
     source_texts: tuple[str, ...] = ()
 
 
+# The longest last error a status keeps.
+MAX_STATUS_ERROR_CHARS = 300
+
+
+class SourceState(StrEnum):
+    PENDING = "pending"
+    CONNECTED = "connected"
+    FAILED = "failed"
+
+
+@dataclass
+class SourceStatus:
+    """Where one outside source stands, as ListTools reports it to operators."""
+
+    name: str
+    state: SourceState = SourceState.PENDING
+    tool_count: int = 0
+    last_error: str = ""
+    last_error_at: datetime | None = None
+    last_success_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    consecutive_failures: int = 0
+
+    def succeeded(self, tool_count: int) -> None:
+        self.state = SourceState.CONNECTED
+        self.tool_count = tool_count
+        self.last_success_at = datetime.now(UTC)
+        self.next_attempt_at = None
+        self.consecutive_failures = 0
+
+    def failed(
+        self,
+        error: str,
+        *,
+        retry_seconds: float = 0.0,
+        max_retry_seconds: float = 0.0,
+    ) -> float:
+        """Records a failed attempt; the seconds until the next try: `retry_seconds`,
+        doubling with each failure in a row, at most `max_retry_seconds` (0: the source is
+        not retried on its own, an HTTP tool is tried at its next call)."""
+        self.state = SourceState.FAILED
+        self.last_error = error[:MAX_STATUS_ERROR_CHARS]
+        self.last_error_at = datetime.now(UTC)
+        self.consecutive_failures += 1
+        delay: float = min(
+            retry_seconds * 2.0 ** (self.consecutive_failures - 1), max_retry_seconds
+        )
+        self.next_attempt_at = self.last_error_at + timedelta(seconds=delay) if delay else None
+        return delay
+
+
 class ToolError(Exception):
     """A failure whose message is meant for the model (bad arguments, nothing found, ...)."""
 
@@ -46,11 +99,14 @@ class Tool(Protocol):
 
 
 class ToolSource(Protocol):
-    """Tools from outside (MCP servers, HTTP tools): their current list."""
+    """Tools from outside (MCP servers, HTTP tools): their current list, and where each
+    configured source stands."""
 
     def tools(self) -> Sequence[Tool]: ...
 
     def refresh(self) -> None: ...
+
+    def statuses(self) -> Sequence[SourceStatus]: ...
 
 
 def requires_approval(tool: Tool) -> bool:
@@ -100,6 +156,10 @@ class ToolRegistry:
         """Ask the sources to list again what they could not list (in the background)."""
         if self._source is not None:
             self._source.refresh()
+
+    def source_statuses(self) -> Sequence[SourceStatus]:
+        """Where each configured outside source stands (none without sources)."""
+        return self._source.statuses() if self._source is not None else ()
 
     def builtin_names(self) -> list[str]:
         return sorted(self._tools)

@@ -3,15 +3,17 @@
 - HS256 JWTs signed with settings.jwt_secret (development, or an IdP that shares a secret);
   an empty secret turns HS256 off (an IdP's JWKS only).
 - RS256 / ES256 JWTs signed by an identity provider whose keys are published at
-  settings.jwks_url (PyJWT's PyJWKClient: fetched on first use, cached, fetched again when
-  a token names a key id not seen yet, so a key rotation needs no restart).
+  settings.jwks_url (services/gateway/jwks.py: fetched on first use, cached, fetched again
+  when a token names a key id not seen yet, so a key rotation needs no restart; known keys
+  keep verifying through an outage of the IdP, up to settings.jwks_max_stale_seconds).
 - API keys (`amk_<id>_<secret>`) for server-to-server callers, created by an admin; only
   the sha256 of the secret is stored (services/gateway/store.py).
 
 A JWT must carry `sub` (the owner id) and `exp`; `iss` and `aud` are checked when
 settings.jwt_issuer / settings.jwt_audience are set. The admin endpoints also need a
 `scope` claim that contains "admin" (a space-separated string, OAuth style, or a list of
-strings), or an API key made with admin scope. Every refused credential is a 401: the
+strings), or an API key made with admin scope. Every refused credential is a 401 (a key
+that cannot be told now, the IdP being unreachable, is a 503 with Retry-After): the
 algorithm is taken from a fixed list per key source (no `none`; an HS256 token is only
 ever checked with the shared secret, so a public key cannot serve as an HMAC secret).
 An HS256 token that verified is remembered (bounded) until its expiry, at most 5 minutes.
@@ -33,6 +35,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.gateway.errors import ApiError, unauthenticated
+from services.gateway.jwks import IdpKeys, KeysUnavailable, UnknownKey
 from services.gateway.store import ApiKey, GatewayStore, new_key_id
 from shared.identity import ADMIN_SCOPE
 from shared.ids import is_owner_id
@@ -86,55 +89,29 @@ def _has_admin_scope(scope: object) -> bool:
     return False
 
 
-def jwks_client(settings: Settings) -> jwt.PyJWKClient | None:
+def jwks_client(settings: Settings) -> IdpKeys | None:
     if not settings.jwks_url:
         return None
-    return jwt.PyJWKClient(
+    return IdpKeys(
         settings.jwks_url,
-        cache_jwk_set=True,
-        lifespan=settings.jwks_cache_seconds,
+        cache_seconds=settings.jwks_cache_seconds,
+        cooldown_seconds=settings.jwks_refresh_cooldown_seconds,
+        max_stale_seconds=settings.jwks_max_stale_seconds,
         timeout=settings.rpc_timeout_seconds,
-        cooldown_duration=settings.jwks_refresh_cooldown_seconds,
     )
 
 
-def _jwks_unreachable() -> ApiError:
+def _jwks_unavailable(retry_after: int) -> ApiError:
     return ApiError(
         503,
         "UNAVAILABLE",
-        "the identity provider's keys (JWKS) cannot be fetched; try again shortly",
-        headers={"Retry-After": "1"},
+        "the identity provider's keys (JWKS) cannot be fetched now; try again shortly",
+        headers={"Retry-After": str(retry_after)},
     )
 
 
-class _JwksUnusable(Exception):
-    """The IdP's key set could not be fetched, or what it answered is not a usable key set:
-    the IdP's fault (503), not the token's."""
-
-
-def _signing_key(jwks: jwt.PyJWKClient, kid: str) -> jwt.PyJWK:
-    """The IdP's key `kid`; a kid the (usable) key set lacks is PyJWKClientError. PyJWKClient
-    raises the same PyJWKClientError for a key set that is no JSON object, and lets a body
-    that is no JSON at all (an HTML error page) or a set without usable keys escape as
-    other errors: the set is read first, so any failure of it is the IdP's."""
-    unusable = (jwt.PyJWKClientConnectionError, jwt.PyJWKSetError, ValueError, OSError)
-    try:
-        keys = jwks.get_signing_keys()  # the cached set, or fetched now
-    except (*unusable, jwt.PyJWKClientError) as exc:
-        raise _JwksUnusable(str(exc)) from exc
-    # A known kid is answered from that set, without get_signing_key's lock: a fetch for an
-    # unknown kid holds it up to the timeout while the IdP hangs.
-    known = jwks.match_kid(keys, kid)
-    if known is not None:
-        return known
-    try:
-        return jwks.get_signing_key(kid)
-    except unusable as exc:  # the fetch again for a kid not in the cached set
-        raise _JwksUnusable(str(exc)) from exc
-
-
 async def _verification_key(
-    settings: Settings, jwks: jwt.PyJWKClient | None, token: str
+    settings: Settings, jwks: IdpKeys | None, token: str
 ) -> tuple[Any, str]:
     """The key and the one algorithm `token` is checked with."""
     try:
@@ -150,12 +127,11 @@ async def _verification_key(
     if not isinstance(kid, str) or not kid or len(kid) > 256:
         raise unauthenticated("the bearer token is not valid (no usable key id)")
     try:
-        # PyJWKClient fetches with blocking I/O: off the event loop.
-        key = await asyncio.to_thread(_signing_key, jwks, kid)
-    except _JwksUnusable as exc:
-        log.warning("JWKS fetch failed: %s", exc)
-        raise _jwks_unreachable() from None
-    except (jwt.PyJWKClientError, jwt.InvalidTokenError):
+        # A fetch is blocking I/O: off the event loop.
+        key = await asyncio.to_thread(jwks.key, kid)
+    except KeysUnavailable as exc:
+        raise _jwks_unavailable(exc.retry_after) from None
+    except UnknownKey:
         raise unauthenticated("the bearer token is not valid (unknown key id)") from None
     # The key's own algorithm (or type) must be the one the token says.
     key_alg = key.algorithm_name if key.algorithm_name in JWKS_ALGORITHMS else None
@@ -198,9 +174,7 @@ def _remember(key: _VerifiedKey, who: Caller, expires: object) -> None:
     _VERIFIED[key] = (who, float(min(expires, time.time() + _VERIFIED_SECONDS)))
 
 
-async def verify_token(
-    settings: Settings, token: str, jwks: jwt.PyJWKClient | None = None
-) -> Caller:
+async def verify_token(settings: Settings, token: str, jwks: IdpKeys | None = None) -> Caller:
     if len(token) > MAX_CREDENTIAL_CHARS:
         raise unauthenticated("the bearer token is not valid (too long)")
     remembered = (token, settings.jwt_secret, settings.jwt_issuer, settings.jwt_audience)

@@ -184,6 +184,10 @@ def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[st
         extras["kind"] = KIND_NAMES[m.kind]
     if m.HasField("created_at"):
         extras["createdAt"] = timestamp(m.created_at)
+    if m.finished_reason:
+        # Why the model's text ended: `interrupted` / `error` mark what a cancelled / failed
+        # run had streamed when it stopped (orchestrator core.partial_replies).
+        extras["finishedReason"] = m.finished_reason
     if audit:
         extras["visibilityMask"] = m.visibility_mask
     if m.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
@@ -245,6 +249,8 @@ def profile_json(p: execution_profile_pb2.ExecutionProfile) -> dict[str, Any]:
             "minRelevance": policy.min_relevance,
             "maxTokens": policy.max_tokens,
         }
+        if policy.conversation:
+            out["memory"]["conversation"] = True
     return out
 
 
@@ -364,4 +370,30 @@ def tool_denial_json(d: history_service_pb2.ToolDenial) -> dict[str, Any]:
         out["executionProfileName"] = d.execution_profile_name
     if d.HasField("create_time"):
         out["createTime"] = timestamp(d.create_time)
+    return out
+
+
+SOURCE_STATES = {
+    message_pb2.TOOL_SOURCE_STATE_PENDING: "pending",
+    message_pb2.TOOL_SOURCE_STATE_CONNECTED: "connected",
+    message_pb2.TOOL_SOURCE_STATE_FAILED: "failed",
+}
+
+
+def source_status_json(s: message_pb2.ToolSourceStatus) -> dict[str, Any]:
+    """An outside tool source's state (GET /api/v1/tools `sources`); unset fields omitted."""
+    out: dict[str, Any] = {
+        "name": s.name,
+        "state": SOURCE_STATES.get(s.state, "pending"),
+        "toolCount": s.tool_count,
+        "consecutiveFailures": s.consecutive_failures,
+    }
+    if s.last_error:
+        out["lastError"] = s.last_error
+    if s.HasField("last_error_time"):
+        out["lastErrorTime"] = timestamp(s.last_error_time)
+    if s.HasField("last_success_time"):
+        out["lastSuccessTime"] = timestamp(s.last_success_time)
+    if s.HasField("next_attempt_time"):
+        out["nextAttemptTime"] = timestamp(s.next_attempt_time)
     return out

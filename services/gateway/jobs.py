@@ -88,6 +88,7 @@ _MEMORY_KEYS = {
     "topK": "top_k",
     "minRelevance": "min_relevance",
     "maxTokens": "max_tokens",
+    "conversation": "conversation",
 }
 _CAMEL = {snake: camel for camel, snake in _PROFILE_KEYS.items()}
 

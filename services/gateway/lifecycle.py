@@ -170,6 +170,11 @@ async def _drive(
         d = recorded.deletion
         if not record.done:
             break
+        if step.service == "history":
+            # A chat run that ended between the memory step and this one indexed its
+            # messages for recall after the memory step emptied the index; history has
+            # deleted them now, so the index lets them go too.
+            await forget_conversation(clients, settings, owner, "", strict=False)
     return d
 
 
@@ -191,6 +196,27 @@ async def delete_run_events(
         except ApiError as err:
             log.warning("event logs of a deleted thread not dropped: %s", err.code)
             return
+
+
+async def forget_conversation(
+    clients: Clients, settings: Settings, owner: str, thread_id: str, *, strict: bool
+) -> None:
+    """The thread's messages (every thread's, with `thread_id` empty) leave the memory
+    service's conversation index (conversation recall). `strict`: a failure is the caller's
+    error (the thread is then not deleted); otherwise it is logged."""
+    request = memory_pb.DeleteConversationRequest(thread_id=thread_id, all_threads=not thread_id)
+    try:
+        await unary(
+            clients.memory.DeleteConversation,
+            request,
+            owner=owner,
+            service="memory",
+            timeout=settings.rpc_timeout_seconds,
+        )
+    except ApiError as err:
+        if strict:
+            raise
+        log.warning("a deleted thread's conversation index not dropped again: %s", err.code)
 
 
 async def start_owner_deletion(

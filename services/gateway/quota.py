@@ -12,7 +12,7 @@ What a run counts: one run when it is admitted (per minute, a moving window of `
 and one concurrent run until its stream ends (a lease of its own, in a Redis sorted set or
 in memory: `limits` has no concurrency primitive, and a lease expires on its own when the
 gateway holding it dies). Tokens per day are not counted here: they are the owner's usage
-of the UTC day as history's run records sum it (services/gateway/usage.py), automation runs
+of the UTC day as history's usage ledger sums it (services/gateway/usage.py), automation runs
 included.
 """
 

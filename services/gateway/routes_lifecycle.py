@@ -39,6 +39,10 @@ async def delete_thread(
     request: Request, thread_id: IdPath, who: Annotated[Caller, Depends(caller)]
 ) -> dict[str, Any]:
     clients, settings = _ctx(request)
+    # Conversation recall's copy of the messages goes first: while the memory service
+    # cannot answer, nothing is deleted (503, the caller tries again), so a deleted message
+    # is never recalled. Messages of the thread written before this are never indexed again.
+    await lifecycle.forget_conversation(clients, settings, who.owner, thread_id, strict=True)
     try:
         reply = await clients.history.DeleteThread(
             history_pb.DeleteThreadRequest(thread_id=thread_id),
@@ -55,6 +59,8 @@ async def delete_thread(
             }
         raise api from None
     await lifecycle.delete_run_events(clients, settings, who.owner, list(reply.run_ids))
+    # Again, for a run that began and ended between the first call and the deletion.
+    await lifecycle.forget_conversation(clients, settings, who.owner, thread_id, strict=False)
     return lifecycle.deletion_json(reply.deletion)
 
 

@@ -107,7 +107,7 @@ def _totals(days: Sequence[history_pb.OwnerUsageDay]) -> dict[str, Any]:
 
 
 async def _usage(request: Request, owner: str, days: int) -> dict[str, Any]:
-    """The owner's usage, as history's run records sum it (services/gateway/usage.py)."""
+    """The owner's usage, as history's usage ledger sums it (services/gateway/usage.py)."""
     _, _, quota = _state(request)
     usage: OwnerUsage = request.app.state.usage
     today = datetime.now(UTC)

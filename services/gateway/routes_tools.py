@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from services.gateway.auth import Caller, caller
 from services.gateway.clients import Clients
+from services.gateway.convert import source_status_json
 from services.gateway.errors import from_rpc
 from services.gateway.params import only_params
 from services.gateway.run_input import MAX_PROFILE_NAME
@@ -61,4 +62,5 @@ async def list_tools(
             for t in reply.tools
         ],
         "effective": list(reply.effective_tool_names),
+        "sources": [source_status_json(s) for s in reply.sources],
     }

@@ -270,10 +270,13 @@ _DECISIONS = {
 }
 
 
-def tool_decisions(resume: list[Any] | None) -> list[approval_pb2.ToolDecision]:
+def tool_decisions(resume: list[Any] | None, max_chars: int) -> list[approval_pb2.ToolDecision]:
     """AG-UI `resume`: the answers to the thread's waiting tool approvals (run-agent-input.md,
-    "Resuming an interrupt"). Only the shape is checked here; the orchestrator checks each
-    names a waiting, unexpired approval of the caller's thread, before anything is stored."""
+    "Resuming an interrupt"). Only the shape is checked here, each field's JSON type before
+    its value (the body's strings, numbers and nesting are checked by strict.json_value);
+    the orchestrator checks each names a waiting, unexpired approval of the caller's thread,
+    before anything is stored. Edited arguments are at most `max_chars` characters of JSON,
+    as a message's text is."""
     if not resume:
         return []
     if len(resume) > MAX_RESUME:
@@ -288,6 +291,8 @@ def tool_decisions(resume: list[Any] | None) -> list[approval_pb2.ToolDecision]:
             raise invalid(f"{at}.interruptId", "is required (the interrupt's id, a string)")
         _check_id(f"{at}.interruptId", interrupt_id)
         status = entry.get("status")
+        if not isinstance(status, str):
+            raise invalid(f"{at}.status", "must be resolved or cancelled (a string)")
         if status == "cancelled":
             deny = _DECISIONS["deny"]
             out.append(approval_pb2.ToolDecision(tool_call_id=interrupt_id, kind=deny))
@@ -301,20 +306,23 @@ def tool_decisions(resume: list[Any] | None) -> list[approval_pb2.ToolDecision]:
         if unknown:
             raise invalid(f"{at}.payload.{unknown[0]}", "is not a key of an approval answer")
         decision = payload.get("decision")
-        if decision not in _DECISIONS:
+        if not isinstance(decision, str) or decision not in _DECISIONS:
             raise invalid(f"{at}.payload.decision", "must be approve, edit or deny")
         arguments = payload.get("arguments")
         if decision == "edit" and not isinstance(arguments, dict):
             raise invalid(f"{at}.payload.arguments", "must be an object (the edited arguments)")
         if decision != "edit" and "arguments" in payload:
             raise invalid(f"{at}.payload.arguments", "is only for the edit decision")
+        edited = ""
+        if decision == "edit":
+            edited = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+            if len(edited) > max_chars:
+                raise invalid(
+                    f"{at}.payload.arguments", f"must be at most {max_chars} characters as JSON"
+                )
         out.append(
             approval_pb2.ToolDecision(
-                tool_call_id=interrupt_id,
-                kind=_DECISIONS[decision],
-                arguments=json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
-                if decision == "edit"
-                else "",
+                tool_call_id=interrupt_id, kind=_DECISIONS[decision], arguments=edited
             )
         )
     return out
@@ -345,7 +353,7 @@ def start_run_request(
         parent_run_id=parsed.parent_run_id or "",
         profile_name=requested_profile(parsed.forwarded_props),
         multitask_strategy=multitask_strategy(parsed.forwarded_props),
-        tool_decisions=tool_decisions(parsed.resume),
+        tool_decisions=tool_decisions(parsed.resume, max_chars),
     )
     if parsed.state is not None:
         req.state.CopyFrom(_json_value("state", parsed.state))

@@ -115,9 +115,12 @@ def _approval(a: approval_pb2.ApprovalRequest) -> Event:
 
 
 def _run_error(ev: run_event_pb2.RunEvent) -> Event:
-    out: Event = {"type": "RUN_ERROR", "message": ev.run_error.message or "the run failed"}
-    if ev.run_error.code:
-        out["code"] = ev.run_error.code
+    p = ev.run_error
+    out: Event = {"type": "RUN_ERROR", "message": p.message or "the run failed"}
+    if p.code:
+        out["code"] = p.code
+    if p.HasField("usage") and (p.usage.input_tokens or p.usage.output_tokens):
+        out["usage"] = usage_json(p.usage)
     return out
 
 

@@ -1,13 +1,16 @@
-"""An owner's usage as history's run records sum it (HistoryService.GetOwnerUsage): the one
+"""An owner's usage as history's usage ledger sums it (HistoryService.GetOwnerUsage): the one
 source of GET /api/v1/usage, the admin's view of it, and the tokens-per-day quota.
 
 A run counts on the UTC day it was created, whatever started it (chat or automation) and
-whether or not its client stayed to the end of its stream: history records every run and
-its usage when it finishes. The quota check is on the admission path of every run, so it
-reads an owner's tokens of today at most every TOKENS_CACHE_SECONDS per gateway process,
-with one read for all the runs that ask at once: a finished run's tokens count against the
-quota within that time (as the runs still in flight, whose tokens are not known yet, the
-quota may be overrun by what the owner's runs of those seconds use).
+whether or not its client stayed to the end of its stream: history enters every run and
+its usage in the ledger when it finishes, and deleting its thread or its owner does not
+take it out (api-endpoints.md, GET /api/v1/usage).
+
+The quota check is on the admission path of every run, so it reads an owner's tokens of
+today at most every TOKENS_CACHE_SECONDS per gateway process, with one read for all the runs
+that ask at once: a finished run's tokens count against the quota within that time (as the
+runs still in flight, whose tokens are not known yet, the quota may be overrun by what the
+owner's runs of those seconds use).
 """
 
 from __future__ import annotations

@@ -212,12 +212,15 @@ def messages_usage(items: Sequence[message_pb2.Message], field: str) -> Usage:
     part was)."""
     total = Usage()
     for i, m in enumerate(items):
-        if not m.HasField("usage"):
-            continue
-        if m.usage.input_tokens < 0 or m.usage.output_tokens < 0:
-            raise InvalidArgument(f"{field}[{i}].usage", "token counts must not be negative")
-        total += Usage(m.usage.input_tokens, m.usage.output_tokens, m.usage.estimated)
+        if m.HasField("usage"):
+            total += usage(m.usage, f"{field}[{i}].usage")
     return total
+
+
+def usage(u: message_pb2.Usage, field: str) -> Usage:
+    if u.input_tokens < 0 or u.output_tokens < 0:
+        raise InvalidArgument(field, "token counts must not be negative")
+    return Usage(u.input_tokens, u.output_tokens, u.estimated)
 
 
 def run_to_pb(r: Run) -> pb.Run:

@@ -181,6 +181,25 @@ def check_denial(tool_call_id: str, tool_name: str, digest: str, reason: str, fi
         )
 
 
+# The reason of a BeginRun refused because another run answered one of its interrupts.
+INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+
+
+def check_answers(
+    tool_call_ids: Sequence[str], answerers: Mapping[str, str], run_id: str, field: str
+) -> None:
+    """A run may answer the thread's waiting approvals no other run took (it took its own
+    already when it is begun again); INVALID_ARGUMENT naming `<field>[i]` otherwise."""
+    for i, call_id in enumerate(tool_call_ids):
+        taken_by = answerers.get(call_id)
+        if taken_by is not None and taken_by != run_id:
+            raise InvalidArgument(
+                f"{field}[{i}]",
+                "this approval was answered already, by another run",
+                reason=INTERRUPT_ANSWERED,
+            )
+
+
 def denials_for_run(
     items: Sequence[tuple[str, str, str, str]], run: Run, now: datetime
 ) -> list[ToolDenial]:
@@ -770,6 +789,45 @@ class UsageDay:
     output_tokens: int
     duration_ms: int
     tokens_estimated: bool
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A finished run's line in the usage ledger: what it used, never what it said."""
+
+    owner_id: str
+    run_id: str
+    day: str  # the UTC day the run was created on, YYYY-MM-DD: the day it counts on
+    origin: RuntimeMode
+    state: RunState
+    input_tokens: int
+    output_tokens: int
+    usage_estimated: bool
+    duration_ms: int
+    record_time: datetime
+
+
+def ledger_entry(run: Run, now: datetime) -> LedgerEntry:
+    """The ledger's entry of `run`, which has just finished. Every finished run has one (a
+    run that called no model with no tokens), so the ledger also counts the runs of a day
+    after their thread is gone."""
+    ran = (
+        round((run.finish_time - run.start_time).total_seconds() * 1000)
+        if run.start_time is not None and run.finish_time is not None
+        else 0
+    )
+    return LedgerEntry(
+        owner_id=run.owner_id,
+        run_id=run.id,
+        day=run.create_time.astimezone(UTC).date().isoformat(),
+        origin=run.origin,
+        state=run.state,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        usage_estimated=run.usage_estimated,
+        duration_ms=max(0, ran),
+        record_time=now,
+    )
 
 
 def _utc_day(text: str, field: str) -> date:

@@ -27,6 +27,8 @@ from services.history.tables import (
     owner_sequences,
     runs,
     threads,
+    usage_ledger,
+    usage_totals,
     webhook_outbox,
 )
 from services.history.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
@@ -282,42 +284,95 @@ RENEW_LEASE = reused(
 
 
 def _usage_stmt(dialect: str) -> Any:
-    """An owner's runs created in [:start, :end), summed per UTC day, oldest first."""
-    c = runs.c
+    """An owner's usage per UTC day in [:first, :last] (YYYY-MM-DD, both included), oldest
+    first: the ledger's entries of finished runs, the totals an owner deletion kept, and the
+    runs still queued or running (created in [:start, :end), without tokens yet)."""
+    c, led, tot = runs.c, usage_ledger.c, usage_totals.c
     if dialect == "postgresql":
         # Constants inline: a bound one in SELECT and another in GROUP BY are two different
         # expressions to PostgreSQL.
         utc = sa.func.timezone(sa.literal_column("'UTC'"), c.create_time)
         day: Any = sa.func.to_char(utc, sa.literal_column("'YYYY-MM-DD'"))
-        ran_ms: Any = sa.extract("epoch", c.finish_time - c.start_time) * 1000
     else:
         # SQLite keeps UTC timestamps as text, "YYYY-MM-DD HH:MM:SS..." (UtcDateTime).
         day = sa.func.substr(c.create_time, 1, 10)
-        ran_ms = (sa.func.julianday(c.finish_time) - sa.func.julianday(c.start_time)) * 86_400_000
 
-    def count(condition: sa.ColumnElement[bool]) -> Any:
-        return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+    def flag(condition: sa.ColumnElement[bool]) -> Any:
+        return sa.case((condition, 1), else_=0)
 
-    stmt = (
-        sa.select(
-            day.label("day"),
-            sa.func.count().label("runs"),
-            count(c.state == RunState.FAILED.value),
-            count(c.origin == RuntimeMode.AUTOMATION.value),
-            sa.func.coalesce(sa.func.sum(c.input_tokens), 0),
-            sa.func.coalesce(sa.func.sum(c.output_tokens), 0),
-            sa.func.coalesce(sa.func.sum(ran_ms), 0),
-            sa.func.coalesce(sa.func.max(sa.case((c.usage_estimated, 1), else_=0)), 0),
-        )
-        .where(
-            c.owner_id == sa.bindparam("owner"),
-            c.create_time >= sa.bindparam("start", type_=UtcDateTime),
-            c.create_time < sa.bindparam("end", type_=UtcDateTime),
-        )
-        .group_by(sa.text("day"))
-        .order_by(sa.text("day"))
+    zero: Any = sa.literal_column("0")
+    in_days = (sa.bindparam("first", type_=sa.String), sa.bindparam("last", type_=sa.String))
+    ledger = sa.select(
+        led.day.label("day"),
+        sa.literal_column("1").label("runs"),
+        flag(led.state == RunState.FAILED.value).label("failed"),
+        flag(led.origin == RuntimeMode.AUTOMATION.value).label("automation"),
+        led.input_tokens.label("input_tokens"),
+        led.output_tokens.label("output_tokens"),
+        led.duration_ms.label("duration_ms"),
+        flag(led.usage_estimated).label("estimated"),
+    ).where(led.owner_id == sa.bindparam("owner"), led.day.between(*in_days))
+    kept = sa.select(
+        tot.day,
+        tot.runs,
+        tot.failed_runs,
+        tot.automation_runs,
+        tot.input_tokens,
+        tot.output_tokens,
+        tot.duration_ms,
+        flag(tot.usage_estimated),
+    ).where(tot.owner_id == sa.bindparam("owner"), tot.day.between(*in_days))
+    active = sa.select(
+        day,
+        sa.literal_column("1"),
+        zero,
+        flag(c.origin == RuntimeMode.AUTOMATION.value),
+        zero,
+        zero,
+        zero,
+        zero,
+    ).where(
+        c.owner_id == sa.bindparam("owner"),
+        c.state.in_(ACTIVE),
+        c.create_time >= sa.bindparam("start", type_=UtcDateTime),
+        c.create_time < sa.bindparam("end", type_=UtcDateTime),
     )
-    return stmt
+    every = sa.union_all(ledger, kept, active).subquery("usage")
+    u = every.c
+    return (
+        sa.select(
+            u.day,
+            sa.func.sum(u.runs),
+            sa.func.sum(u.failed),
+            sa.func.sum(u.automation),
+            sa.func.sum(u.input_tokens),
+            sa.func.sum(u.output_tokens),
+            sa.func.sum(u.duration_ms),
+            sa.func.max(u.estimated),
+        )
+        .group_by(u.day)
+        .order_by(u.day)
+    )
+
+
+def _record_usage_stmt(insert: Any) -> Any:
+    return insert(usage_ledger).on_conflict_do_nothing(
+        index_elements=[usage_ledger.c.owner_id, usage_ledger.c.run_id]
+    )
+
+
+def _add_totals_stmt(insert: Any) -> Any:
+    stmt = insert(usage_totals)
+    ex = stmt.excluded
+    t = usage_totals.c
+    summed = ("runs", "failed_runs", "automation_runs", "input_tokens", "output_tokens")
+    return stmt.on_conflict_do_update(
+        index_elements=[t.owner_id, t.day],
+        set_={
+            **{n: t[n] + ex[n] for n in (*summed, "duration_ms")},
+            "usage_estimated": sa.or_(t.usage_estimated, ex.usage_estimated),
+        },
+    )
 
 
 # --- webhook outbox -----------------------------------------------------------------------
@@ -365,10 +420,16 @@ PG_LOCK_THREAD_FINISH_RUN = reused(
         *(c.label(f"r_{c.key}") for c in _FINISHED_RUN.c),
     ).select_from(_LOCKED_THREAD.outerjoin(_FINISHED_RUN, sa.true()))
 )
-# The usage of :owner's runs created in [:start, :end) per UTC day, oldest first: day, runs,
-# failed, automation runs, input and output tokens, run milliseconds, any estimated (0/1).
-# Not on a hot path (the gateway caches what it reads), so not `reused`.
+# The usage of :owner per UTC day in [:first, :last] (ledger, kept totals, and the active
+# runs created in [:start, :end)), oldest first: day, runs, failed, automation runs, input
+# and output tokens, run milliseconds, any estimated (0/1). Not on a hot path (the gateway
+# caches what it reads), so not `reused`.
 PG_USAGE = _usage_stmt("postgresql")
+# Enter finished runs in the usage ledger (executemany: each row's columns by name); a run
+# entered already keeps its entry.
+PG_RECORD_USAGE = reused(_record_usage_stmt(postgresql.insert))
+# Add a deleted owner's sums of one day to its kept totals (each row's columns by name).
+PG_ADD_TOTALS = _add_totals_stmt(postgresql.insert)
 
 # --- SQLite -------------------------------------------------------------------------------
 
@@ -388,3 +449,7 @@ SQLITE_SET_COUNT = reused(_SET_COUNT)
 SQLITE_INSERT_MESSAGES = reused(sa.insert(messages))
 # The usage per UTC day, as PG_USAGE.
 SQLITE_USAGE = _usage_stmt("sqlite")
+# As PG_RECORD_USAGE.
+SQLITE_RECORD_USAGE = reused(_record_usage_stmt(sqlite.insert))
+# As PG_ADD_TOTALS.
+SQLITE_ADD_TOTALS = _add_totals_stmt(sqlite.insert)

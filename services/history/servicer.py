@@ -197,6 +197,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         inputs = convert.new_messages(request.input_messages, "input_messages")
         options = convert.context_options(request.context, profile.history_policy.window)
         strategy = convert.multitask_strategy(request.multitask_strategy)
+        answers = [
+            convert.identifier(call_id, f"answered_interrupt_ids[{i}]")
+            for i, call_id in enumerate(request.answered_interrupt_ids)
+        ]
         now = self._clock()
         lease = core.begin_lease(request.lease_holder, request.lease_seconds, now)
         begin = core.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
@@ -214,6 +218,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
                 plan = core.plan_begin(begin, stored, active)
                 run = await store.write_begin(conn, plan)
+            if answers:
+                # Under the thread's row lock, in the transaction that admits the run: of
+                # two runs answering one approval, the second is refused and stores nothing.
+                answerers = await store.interrupt_answerers(conn, owner, thread_id, answers)
+                core.check_answers(answers, answerers, run_id, "answered_interrupt_ids")
+                await store.take_interrupts(conn, owner, thread_id, run_id, answers, now)
             if not plan.stores_input:
                 return thread, run, plan, []
             thread, ctx = await self._store_input(
@@ -278,6 +288,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         outputs = convert.new_messages(request.output_messages, "output_messages")
         denials = convert.new_denials(request.tool_denials, "tool_denials")
         usage = convert.messages_usage(request.output_messages, "output_messages")
+        if request.HasField("unstored_usage"):
+            usage += convert.usage(request.unstored_usage, "unstored_usage")
         plan = core.plan_finish(run_id, end, usage, self._clock())
         now = plan.finish_time
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,12 +27,14 @@ from services.history.core import (
     BeginPlan,
     FinishPlan,
     Lease,
+    LedgerEntry,
     Message,
     Run,
     RunEnd,
     Thread,
     ToolDenial,
     UsageDay,
+    ledger_entry,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
 from services.history.pgdirect import Conn
@@ -51,15 +53,17 @@ from services.history.rows import (
 from services.history.tables import (
     MESSAGE_FIELDS,
     deletions,
+    interrupt_answers,
     messages,
     runs,
     threads,
     tool_denials,
+    usage_ledger,
     webhook_outbox,
 )
 from shared import outbox
 from shared.db import is_postgres
-from shared.domain import ExecutorKind, RuntimeMode
+from shared.domain import ExecutorKind, RunState, RuntimeMode
 from shared.timestamps import rfc3339
 
 
@@ -485,8 +489,10 @@ async def lock_thread_finish_run(
         thread = thread_from_row(part(row, "t_"))
         run = run_from_row(finished) if finished.id is not None else None
     if run is not None:
-        # Its webhook event, in the transaction that writes the final state.
+        # Its webhook event and its ledger entry, in the transaction that writes the final
+        # state.
         await outbox.add(conn, webhook_outbox, [run_ended_event(run)])
+        await record_usage(conn, [run], plan.finish_time)
     return thread, run
 
 
@@ -572,7 +578,78 @@ async def expire_leases(conn: Conn, now: datetime, end: RunEnd, *, limit: int) -
         if row is not None:
             out.append(run_from_row(row))
     await outbox.add(conn, webhook_outbox, [run_ended_event(r) for r in out])
+    await record_usage(conn, out, now)
     return out
+
+
+# --- the usage ledger ---------------------------------------------------------------------
+
+
+async def record_usage(conn: Conn, finished: Sequence[Run], now: datetime) -> None:
+    """Enter runs that have just finished in the usage ledger, once each: a run entered
+    already keeps its first entry (the ledger is append-only)."""
+    if finished:
+        entries = [_ledger_values(ledger_entry(r, now)) for r in finished]
+        await conn.execute(
+            queries.PG_RECORD_USAGE if is_postgres(conn) else queries.SQLITE_RECORD_USAGE,
+            entries,
+        )
+
+
+def _ledger_values(e: LedgerEntry) -> dict[str, Any]:
+    return {
+        "owner_id": e.owner_id,
+        "run_id": e.run_id,
+        "day": e.day,
+        "origin": e.origin.value,
+        "state": e.state.value,
+        "input_tokens": e.input_tokens,
+        "output_tokens": e.output_tokens,
+        "usage_estimated": e.usage_estimated,
+        "duration_ms": e.duration_ms,
+        "record_time": e.record_time,
+    }
+
+
+async def keep_usage_totals(conn: Conn, owner_id: str) -> int:
+    """An owner deletion's step on the ledger: the owner's entries become their sums per UTC
+    day (added to what an earlier deletion of the same owner id kept), and the entries, which
+    name runs, go. How many entries went."""
+    led = usage_ledger.c
+    flag = sa.case((led.usage_estimated, 1), else_=0)
+    sums = (
+        sa.select(
+            led.day,
+            sa.func.count(),
+            sa.func.sum(sa.case((led.state == RunState.FAILED.value, 1), else_=0)),
+            sa.func.sum(sa.case((led.origin == RuntimeMode.AUTOMATION.value, 1), else_=0)),
+            sa.func.sum(led.input_tokens),
+            sa.func.sum(led.output_tokens),
+            sa.func.max(flag),
+            sa.func.sum(led.duration_ms),
+        )
+        .where(led.owner_id == owner_id)
+        .group_by(led.day)
+    )
+    rows = [
+        {
+            "owner_id": owner_id,
+            "day": r[0],
+            "runs": int(r[1]),
+            "failed_runs": int(r[2]),
+            "automation_runs": int(r[3]),
+            "input_tokens": int(r[4]),
+            "output_tokens": int(r[5]),
+            "usage_estimated": bool(r[6]),
+            "duration_ms": int(r[7]),
+        }
+        for r in (await conn.execute(sums)).all()
+    ]
+    if rows:
+        add = queries.PG_ADD_TOTALS if is_postgres(conn) else queries.SQLITE_ADD_TOTALS
+        for row in rows:
+            await conn.execute(add, row)
+    return await _delete_where(conn, usage_ledger, led.owner_id == owner_id)
 
 
 # --- webhook events (shared/outbox.py) ----------------------------------------------------
@@ -595,6 +672,46 @@ def run_ended_event(run: Run) -> outbox.Event:
     if run.finish_time is not None:
         data["finishTime"] = rfc3339(run.finish_time)
     return outbox.new_event(run.owner_id, f"run.{run.state.value}", data, outbox.now_ms())
+
+
+# --- interrupt answers ------------------------------------------------------------------
+
+
+async def interrupt_answerers(
+    conn: Conn, owner_id: str, thread_id: str, tool_call_ids: Sequence[str]
+) -> dict[str, str]:
+    """The run that took each of `tool_call_ids` of the thread, by id (those taken)."""
+    c = interrupt_answers.c
+    stmt = sa.select(c.tool_call_id, c.run_id).where(
+        c.owner_id == owner_id, c.thread_id == thread_id, c.tool_call_id.in_(tool_call_ids)
+    )
+    return {row.tool_call_id: row.run_id for row in (await conn.execute(stmt)).all()}
+
+
+async def take_interrupts(
+    conn: Conn,
+    owner_id: str,
+    thread_id: str,
+    run_id: str,
+    tool_call_ids: Sequence[str],
+    now: datetime,
+) -> None:
+    """Record `run_id` as the answerer of `tool_call_ids` (none taken by another run: the
+    caller checked, under the thread's row lock)."""
+    stmt = _insert(conn, interrupt_answers).on_conflict_do_nothing(
+        index_elements=["owner_id", "thread_id", "tool_call_id"]
+    )
+    rows = [
+        {
+            "owner_id": owner_id,
+            "thread_id": thread_id,
+            "tool_call_id": i,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        for i in tool_call_ids
+    ]
+    await conn.execute(stmt, rows)
 
 
 # --- tool denials -----------------------------------------------------------------------
@@ -691,6 +808,7 @@ async def delete_owner_data(conn: Conn, owner_id: str) -> dict[str, int]:
     }
     counts["threads"] = await _delete_where(conn, threads, threads.c.owner_id == owner_id)
     counts["webhookEvents"] = await outbox.delete_owner(conn, webhook_outbox, owner_id)
+    counts["usageEntries"] = await keep_usage_totals(conn, owner_id)
     return counts
 
 
@@ -797,10 +915,13 @@ async def list_runs(conn: Conn, owner_id: str, after: RunKey | None, limit: int)
 
 
 async def owner_usage(conn: Conn, owner_id: str, start: datetime, end: datetime) -> list[UsageDay]:
-    """The owner's usage per UTC day of the runs created in [start, end)."""
+    """The owner's usage per UTC day of [start, end) (UTC midnights): the usage ledger's
+    entries and kept totals of those days, and the runs created then still in flight."""
+    first = start.astimezone(UTC).date().isoformat()
+    last = (end.astimezone(UTC) - timedelta(days=1)).date().isoformat()
     rows = await conn.execute(
         queries.PG_USAGE if is_postgres(conn) else queries.SQLITE_USAGE,
-        {"owner": owner_id, "start": start, "end": end},
+        {"owner": owner_id, "start": start, "end": end, "first": first, "last": last},
     )
     return [
         UsageDay(

@@ -83,6 +83,40 @@ runs = sa.Table(
     sa.Column("usage_estimated", sa.Boolean),
 )
 
+# The usage ledger: one entry per finished run (store.record_usage), written once in the
+# transaction that ends the run and never changed; deleting a thread leaves it. Quotas, GET
+# /usage and billing read it (with usage_totals), not the run records.
+usage_ledger = sa.Table(
+    "usage_ledger",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("run_id", sa.String, primary_key=True),
+    # The UTC day (YYYY-MM-DD) the run was created on: the day it counts on.
+    sa.Column("day", sa.String),
+    sa.Column("origin", sa.String),
+    sa.Column("state", sa.String),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("usage_estimated", sa.Boolean),
+    sa.Column("duration_ms", sa.BigInteger),
+    sa.Column("record_time", UtcDateTime),
+)
+# What a deleted owner's ledger entries leave: their sums per owner and UTC day, without
+# run ids or anything of the runs' content (api-endpoints.md, owner deletion).
+usage_totals = sa.Table(
+    "usage_totals",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("day", sa.String, primary_key=True),
+    sa.Column("runs", sa.BigInteger),
+    sa.Column("failed_runs", sa.BigInteger),
+    sa.Column("automation_runs", sa.BigInteger),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("usage_estimated", sa.Boolean),
+    sa.Column("duration_ms", sa.BigInteger),
+)
+
 tool_denials = sa.Table(
     "tool_denials",
     metadata_obj,
@@ -96,6 +130,18 @@ tool_denials = sa.Table(
     sa.Column("origin", sa.String),
     sa.Column("executor", sa.String),
     sa.Column("execution_profile_name", sa.String),
+    sa.Column("created_at", UtcDateTime),
+)
+
+# The approvals (tool call ids) a run answered, taken by it when it was admitted: each is
+# answered by one run only. Deleted with the run (ON DELETE CASCADE).
+interrupt_answers = sa.Table(
+    "interrupt_answers",
+    metadata_obj,
+    sa.Column("owner_id", sa.String, primary_key=True),
+    sa.Column("thread_id", sa.String, primary_key=True),
+    sa.Column("tool_call_id", sa.String, primary_key=True),
+    sa.Column("run_id", sa.String),
     sa.Column("created_at", UtcDateTime),
 )
 

@@ -7,8 +7,10 @@ from datetime import datetime
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from google.protobuf import timestamp_pb2
 
+from services.memory import conversation
 from services.memory.core import Change, Memory, Watermark
 from shared import timestamps
+from shared.errors import InvalidArgument
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
@@ -59,3 +61,31 @@ def change_to_pb(change: Change) -> pb.MemoryChange:
     if change.create_time is not None:
         out.create_time.CopyFrom(timestamp(change.create_time))
     return out
+
+
+def conversation_message_from_pb(
+    message: pb.ConversationMessage, field: str
+) -> conversation.Message:
+    if not message.HasField("create_time"):
+        raise InvalidArgument(f"{field}.create_time", "is required")
+    return conversation.validate_message(
+        field,
+        message.message_id,
+        message.thread_id,
+        message.role,
+        message.text,
+        datetime_from(message.create_time, f"{field}.create_time"),
+    )
+
+
+def conversation_hit_to_pb(message: conversation.Message) -> pb.ConversationHit:
+    return pb.ConversationHit(
+        message=pb.ConversationMessage(
+            message_id=message.id,
+            thread_id=message.thread_id,
+            role=message.role,
+            text=message.text,
+            create_time=timestamp(message.create_time),
+        ),
+        score=message.score,
+    )

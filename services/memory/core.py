@@ -45,6 +45,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol, TypeVar
 
 from shared import pagination
 from shared.errors import InvalidArgument
@@ -279,23 +280,65 @@ RRF_K = 60
 MIN_FUSED_COVERAGE = 0.5
 
 
+class Ranked(Protocol):
+    """What fusion ranks: a memory, or a chat message of the conversation index."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def update_time(self) -> datetime: ...
+
+
+_R = TypeVar("_R", bound=Ranked)
+
+
 def fuse(rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int) -> list[Memory]:
+    """`fused` memories, each with its score set."""
+    return [dataclasses.replace(m, score=score) for m, score in fused(rankings, limit)]
+
+
+def fused(rankings: Sequence[Sequence[tuple[_R, float]]], limit: int) -> list[tuple[_R, float]]:
     """Weighted reciprocal rank fusion of best-first rankings (each a list that ran, possibly
     empty), each hit with its weight in 0..1 (lexical: its token coverage; vector: 1); ties
     by newest update, then id. Each result's score is its fused value over the best
     possible one (first with weight 1 in every ranking): 1 is "first everywhere", and a
-    memory that one of two rankings found scores at most 0.5."""
+    hit that one of two rankings found scores at most 0.5."""
     if not rankings:
         return []
-    fused: dict[str, float] = {}
-    first: dict[str, Memory] = {}
+    scores: dict[str, float] = {}
+    first: dict[str, _R] = {}
     for ranking in rankings:
-        for rank, (memory, weight) in enumerate(ranking, start=1):
-            fused[memory.id] = fused.get(memory.id, 0.0) + weight / (RRF_K + rank)
-            first.setdefault(memory.id, memory)
+        for rank, (hit, weight) in enumerate(ranking, start=1):
+            scores[hit.id] = scores.get(hit.id, 0.0) + weight / (RRF_K + rank)
+            first.setdefault(hit.id, hit)
     best = len(rankings) / (RRF_K + 1)
-    ordered = sorted(first.values(), key=lambda m: (-fused[m.id], -m.update_time.timestamp(), m.id))
-    return [dataclasses.replace(m, score=min(1.0, fused[m.id] / best)) for m in ordered[:limit]]
+    ordered = sorted(
+        first.values(), key=lambda h: (-scores[h.id], -h.update_time.timestamp(), h.id)
+    )
+    return [(h, min(1.0, scores[h.id] / best)) for h in ordered[:limit]]
+
+
+def lexical_groups(tokens: Sequence[str], *, with_vectors: bool) -> list[tuple[str, ...]]:
+    """What the full-text index is asked for: any token alone; with vectors, enough of them
+    (only those hits take part, see MIN_FUSED_COVERAGE)."""
+    return enough_of(tokens) if with_vectors else any_of(tokens)
+
+
+def rankings(
+    tokens: Sequence[str],
+    lexical: Sequence[_R],
+    nearest: Sequence[_R] | None,
+    text: Callable[[_R], str],
+) -> list[list[tuple[_R, float]]]:
+    """The lists a search fuses: the lexical hits weighted by their token coverage (with
+    vectors, only those with MIN_FUSED_COVERAGE of the tokens), and the nearest by meaning
+    (weight 1) when vectors ran (`nearest` None: they did not)."""
+    weighted = [(h, token_coverage(tokens, text(h))) for h in lexical]
+    if nearest is None:
+        return [weighted]
+    weighted = [(h, c) for h, c in weighted if c >= MIN_FUSED_COVERAGE]
+    return [weighted, [(h, 1.0) for h in nearest]]
 
 
 def term_in(term: str, key: str, words: frozenset[str]) -> bool:

@@ -11,21 +11,13 @@ LOCAL_EMBEDDING_PORT or --embedding-port); the tests and `make bench` start one 
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
-from services.launcher import LocalModelServer
+from services.launcher import LocalModelServer, free_port
 
 LOCAL_EMBEDDING_MODEL = "multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIMENSIONS = 384
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LocalEmbeddingServer(LocalModelServer):

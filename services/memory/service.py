@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
+from services.memory import conversation_tasks
+from services.memory.conversation_tasks import ConversationEmbedder
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingConfig
 from services.memory.servicer import MemoryServicer
 from shared import db
@@ -37,7 +41,14 @@ async def build(settings: Settings) -> ServiceParts:
         raise
     config = EmbeddingConfig.from_settings(settings)
     embedder = None if config is None else Embedder(engine, EmbeddingClient(config))
-    servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret), embedder)
+    said = None if embedder is None else ConversationEmbedder(engine, embedder.client)
+    servicer = MemoryServicer(engine, PageTokens(settings.page_token_secret), embedder, said)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    if embedder is not None and said is not None:
+        background += [embedder.run, said.run]
+    if settings.thread_retention_days > 0:
+        days, every = settings.thread_retention_days, settings.lifecycle_sweep_seconds
+        background.append(lambda: conversation_tasks.expire_forever(engine, days, every))
 
     def register(server: grpc.aio.Server) -> None:
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
@@ -51,7 +62,7 @@ async def build(settings: Settings) -> ServiceParts:
         register=register,
         service_names=[SERVICE_NAME],
         on_stop=on_stop,
-        background=[] if embedder is None else [embedder.run],
+        background=background,
         dependencies=db.health_checks(settings, SERVICE),
         # Search is hybrid while the model answers, lexical-only (degraded) otherwise: the
         # gateway's /readyz says which.

@@ -14,7 +14,8 @@ from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.memory import convert, core, store, tables
+from services.memory import conversation, conversation_store, convert, core, store, tables
+from services.memory.conversation_tasks import ConversationEmbedder
 from services.memory.embeddings import NO_EMBEDDING_MODEL, Embedder, QueryVector
 from shared import metrics, outbox, pagination
 from shared.errors import InvalidArgument
@@ -41,12 +42,14 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         engine: AsyncEngine,
         tokens: pagination.PageTokens | None = None,
         embedder: Embedder | None = None,
+        conversation_embedder: ConversationEmbedder | None = None,
     ) -> None:
         self.engine = engine
         self.tokens = tokens or pagination.PageTokens(Settings().page_token_secret)
         # With an embedding model: the background embedder (woken by writes) and its client
         # (embeds queries). None: search is lexical only.
         self.embedder = embedder
+        self.conversation_embedder = conversation_embedder
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -131,6 +134,7 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         owner = owner_id(context)
         async with self.engine.begin() as conn:
             counts = await store.delete_owner_data(conn, owner)
+            counts["conversationMessages"] = await conversation_store.delete_owner(conn, owner)
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------
@@ -230,3 +234,57 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
                 conn, owner, name, expected, position, time, store.utc_now()
             )
         return pb.AdvanceWatermarkResponse(watermark=convert.watermark_to_pb(watermark))
+
+    # --- conversation recall (services/memory/conversation.py) ----------------------------
+
+    async def IndexConversation(
+        self, request: pb.IndexConversationRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.IndexConversationResponse:
+        owner = owner_id(context)
+        conversation.check_batch_size(len(request.messages))
+        messages = [
+            convert.conversation_message_from_pb(m, f"messages[{i}]")
+            for i, m in enumerate(request.messages)
+        ]
+        async with self.engine.begin() as conn:
+            count = await conversation_store.index(conn, owner, messages, store.utc_now())
+        if count and self.conversation_embedder is not None:
+            self.conversation_embedder.wake()
+        return pb.IndexConversationResponse(indexed_count=count)
+
+    async def SearchConversation(
+        self, request: pb.SearchConversationRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.SearchConversationResponse:
+        owner = owner_id(context)
+        query = core.validate_query("query", request.query)
+        limit = pagination.page_size(request.page_size)
+        exclude = conversation.validate_excluded(request.exclude_message_ids)
+        vector = QueryVector(None, "", NO_EMBEDDING_MODEL)
+        if self.embedder is not None and self.conversation_embedder is not None:
+            # Nothing to recall is answered before the query is embedded (a model call).
+            async with self.engine.connect() as conn:
+                if not await conversation_store.has_messages(conn, owner):
+                    return pb.SearchConversationResponse()
+            # Late or failed: this search is lexical, the next asks again (as SearchMemories).
+            vector = await self.embedder.client.embed_query(query)
+        async with self.engine.connect() as conn:
+            found = await conversation_store.search(
+                conn, owner, query, limit, exclude, embedding=vector.vector, model=vector.model
+            )
+        hits = [convert.conversation_hit_to_pb(m) for m in found]
+        return pb.SearchConversationResponse(hits=hits)
+
+    async def DeleteConversation(
+        self, request: pb.DeleteConversationRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteConversationResponse:
+        owner = owner_id(context)
+        if request.all_threads:
+            if request.thread_id:
+                raise InvalidArgument("thread_id", "must be empty with all_threads")
+            async with self.engine.begin() as conn:
+                count = await conversation_store.delete_owner(conn, owner)
+            return pb.DeleteConversationResponse(deleted_count=count)
+        thread_id = core.validate_id("thread_id", request.thread_id)
+        async with self.engine.begin() as conn:
+            count = await conversation_store.forget_thread(conn, owner, thread_id, store.utc_now())
+        return pb.DeleteConversationResponse(deleted_count=count)

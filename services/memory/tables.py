@@ -75,3 +75,40 @@ changes = sa.Table(
 webhook_outbox = outbox.table(_meta)
 
 MEMORY_COLUMNS = [c for c in memories.c if c.name not in ("seq", "search_text")]
+
+# Conversation recall (services/memory/conversation.py; migration 0004_conversation, which
+# also makes their full-text indexes).
+conversation_messages = sa.Table(
+    "conversation_messages",
+    _meta,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("owner_id", sa.String(128), nullable=False),
+    sa.Column("message_id", sa.String(128), nullable=False),
+    sa.Column("thread_id", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    # core.search_text(text): what the full-text indexes read.
+    sa.Column("search_text", sa.Text, nullable=False),
+    sa.Column("create_time", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("index_time", sa.DateTime(timezone=True), nullable=False),
+)
+
+conversation_embeddings = sa.Table(
+    "conversation_embeddings",
+    _meta,
+    sa.Column("message_seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("owner_id", sa.String(128), nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("dimensions", sa.Integer, nullable=False),
+    # pgvector `vector` on PostgreSQL (written and read as text), float32 bytes on SQLite.
+    sa.Column("embedding", sa.LargeBinary, nullable=False),
+)
+
+# When a deleted thread's messages left the index: older messages of it are never indexed again.
+conversation_deletions = sa.Table(
+    "conversation_deletions",
+    _meta,
+    sa.Column("owner_id", sa.String(128), primary_key=True),
+    sa.Column("thread_id", sa.String(128), primary_key=True),
+    sa.Column("delete_time", sa.DateTime(timezone=True), nullable=False),
+)

@@ -1,4 +1,5 @@
-"""The orchestrator's peers (history, router, executor): one channel each, a deadline on
+"""The orchestrator's peers (history, router, executor; memory for conversation recall's
+index): one channel each, a deadline on
 every call, the run's owner in the metadata, peer errors turned back into DomainErrors."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 from agentmesh.executor.v1 import executor_service_pb2, executor_service_pb2_grpc
 from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
+from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.router.v1 import router_service_pb2, router_service_pb2_grpc
 
 from shared.clients import RECONNECT_WAIT_SECONDS, open_channel
@@ -29,6 +31,9 @@ SWEEPER = "system.orchestrator"
 # The pause before an executor step is tried again on a channel that is connected (another
 # replica takes it): a replica answering UNAVAILABLE at once is not called in a tight loop.
 RETRY_PAUSE_SECONDS = 0.05
+
+# The longest a finished chat run waits for its messages to be indexed for recall.
+INDEX_TIMEOUT_SECONDS = 2.0
 
 
 async def reconnected(channel: grpc.aio.Channel, longest: float) -> bool:
@@ -65,10 +70,12 @@ class Peers:
                 settings.addr("router"), idempotent_services=[ROUTER_SERVICE], peer="router"
             ),
             open_channel(settings.addr("executor"), peer="executor"),
+            open_channel(settings.addr("memory"), peer="memory"),
         ]
         self.history = history_service_pb2_grpc.HistoryServiceStub(self._channels[0])
         self.router = router_service_pb2_grpc.RouterServiceStub(self._channels[1])
         self.executor = executor_service_pb2_grpc.ExecutorServiceStub(self._channels[2])
+        self.memory = memory_service_pb2_grpc.MemoryServiceStub(self._channels[3])
 
     async def _unary(
         self, channel: grpc.aio.Channel, rpc: Any, request: Any, owner: str, admin: bool = False
@@ -193,6 +200,20 @@ class Peers:
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
             return True
         return await reconnected(channel, longest)
+
+    async def index_conversation(
+        self, owner: str, request: memory_service_pb2.IndexConversationRequest
+    ) -> None:
+        """Conversation recall's index of a finished chat run's messages: one attempt (the
+        index is idempotent per message, and a run does not wait for it to come back)."""
+        try:
+            await self.memory.IndexConversation(
+                request,
+                timeout=min(self.rpc_timeout, INDEX_TIMEOUT_SECONDS),
+                metadata=_metadata(owner),
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
 
     async def aclose(self) -> None:
         for channel in self._channels:

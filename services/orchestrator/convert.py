@@ -12,10 +12,12 @@ from typing import Any
 
 from agentmesh.executor.v1 import executor_service_pb2
 from agentmesh.history.v1 import history_service_pb2
+from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from agentmesh.router.v1 import router_service_pb2
 from agentmesh.type.v1 import approval_pb2, message_pb2, run_event_pb2
 
+from services.memory import conversation
 from services.orchestrator import core
 from services.orchestrator.core import OpenSpans, RunPlan
 from shared.approvals import Decision, decision_from_pb, decision_to_pb
@@ -30,11 +32,21 @@ from shared.domain import (
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, check_time_zone
-from shared.messages import Msg, ToolCallBlock, msg_from_pb, msg_to_pb, system, usage_from_pb
+from shared.messages import (
+    Msg,
+    Role,
+    ToolCallBlock,
+    Usage,
+    msg_from_pb,
+    msg_to_pb,
+    system,
+    usage_from_pb,
+    usage_to_pb,
+)
 from shared.model.base import ToolSpec
 from shared.profiles import ProfileRegistry, profile_from_pb, profile_to_pb
 from shared.run_events import EventKind
-from shared.tools import BUILTIN_KNOWN, KnownTools
+from shared.tools import BUILTIN_KNOWN, KnownTools, check_client_tools
 
 # Messages per LoadContext page when the memory agent's window is loaded.
 OWNER_WINDOW_PAGE = 500
@@ -97,6 +109,9 @@ def plan_from_pb(
                 metadata={**msg.metadata, **core.message_metadata(origin, profile, kind)},
             )
         )
+    client_tools = tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools))
+    # Refused here, before anything of the run is stored (the executor checks it again).
+    check_client_tools([t.name for t in client_tools], known_tools.has, "tools")
     return RunPlan(
         owner=owner,
         thread_id=thread_id,
@@ -106,7 +121,7 @@ def plan_from_pb(
         inputs=tuple(stamped),
         time_zone=_time_zone(request.time_zone, default_time_zone),
         server_tools=core.server_tools_for(origin, profile, request.declared_tools, known_tools),
-        client_tools=tuple(_tool_spec(t, f"tools[{i}]") for i, t in enumerate(request.tools)),
+        client_tools=client_tools,
         multitask_strategy=_strategy(request.multitask_strategy),
         decisions=tuple(
             decision_from_pb(d, f"tool_decisions[{i}]")
@@ -157,6 +172,7 @@ def begin_run_request(
         context=history_service_pb2.ContextOptions(
             window=plan.profile.history_policy.window, time_zone=plan.time_zone
         ),
+        answered_interrupt_ids=[d.tool_call_id for d in plan.decisions],
     )
 
 
@@ -167,9 +183,11 @@ def finish_run_request(
     denials: Sequence[history_service_pb2.ToolDenial] = (),
     code: str = "",
     message: str = "",
+    unstored: Usage | None = None,
 ) -> history_service_pb2.FinishRunRequest:
-    """History's FinishRun of the run, ended `state` (with its error's code and message)."""
-    return history_service_pb2.FinishRunRequest(
+    """History's FinishRun of the run, ended `state` (with its error's code and message, and
+    the usage of a model turn cut short, which no output message carries)."""
+    request = history_service_pb2.FinishRunRequest(
         run_id=plan.run_id,
         state=RUN_STATE_TO_PB[state],
         output_messages=[msg_to_pb(m) for m in outputs],
@@ -177,6 +195,28 @@ def finish_run_request(
         error_message=message,
         tool_denials=denials,
     )
+    if unstored is not None:
+        request.unstored_usage.CopyFrom(usage_to_pb(unstored))
+    return request
+
+
+def index_conversation_request(
+    thread_id: str, messages: Sequence[Msg]
+) -> memory_service_pb2.IndexConversationRequest:
+    """The memory service's IndexConversation of a finished chat run's recallable messages
+    (core.recallable), each cut to what the index keeps. A message's time is never later than
+    now: the index forgets a thread by its newest message, never after history does."""
+    out = memory_service_pb2.IndexConversationRequest()
+    now = datetime.now(UTC)
+    for m in messages[: conversation.MAX_MESSAGES_PER_CALL]:
+        item = out.messages.add(
+            message_id=m.id,
+            thread_id=thread_id,
+            role="user" if m.role is Role.USER else "assistant",
+            text=m.text.strip()[: conversation.MAX_TEXT_CHARS],
+        )
+        item.create_time.FromDatetime(min(m.created_at, now))
+    return out
 
 
 def context_without_inputs(
@@ -370,14 +410,22 @@ def run_end(
 def end_of(record: history_service_pb2.Run) -> run_event_pb2.RunEvent:
     """The terminal event of a run that already ended (a StartRun retry of a finished run)."""
     state = record_state(record.state)
-    if state is RunState.FAILED:
-        return run_error(record.error_code or "INTERNAL", record.error_message or "the run failed")
     usage = record.usage if record.HasField("usage") else None
+    if state is RunState.FAILED:
+        return run_error(
+            record.error_code or "INTERNAL", record.error_message or "the run failed", usage
+        )
     return run_end(state if state in _AGUI_OUTCOMES else RunState.SUCCEEDED, usage=usage)
 
 
-def run_error(code: str, message: str) -> run_event_pb2.RunEvent:
-    return run_event_pb2.RunEvent(run_error=run_event_pb2.RunError(code=code, message=message))
+def run_error(
+    code: str, message: str, usage: message_pb2.Usage | None = None
+) -> run_event_pb2.RunEvent:
+    """RUN_ERROR, with the usage of a run that called a model before it failed."""
+    error = run_event_pb2.RunError(code=code, message=message)
+    if usage is not None and (usage.input_tokens or usage.output_tokens):
+        error.usage.CopyFrom(usage)
+    return run_event_pb2.RunEvent(run_error=error)
 
 
 def step_started(name: str) -> run_event_pb2.RunEvent:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from services.history.visibility import in_context, visibility_mask_for
 from shared import errors, run_events
 from shared.approvals import Decision
 from shared.domain import (
@@ -35,8 +36,9 @@ from shared.errors import (
     Unavailable,
 )
 from shared.ids import check_identifier
-from shared.messages import Msg, Role, ToolResultBlock, assistant
+from shared.messages import Msg, Role, ToolResultBlock, Usage, assistant
 from shared.model.base import ToolSpec
+from shared.model.tokens import text_tokens
 from shared.profiles import CHAT_DEFAULT, ExecutionProfile, ProfileRegistry
 from shared.text import check_storable
 from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools, matches, planned_tools
@@ -279,6 +281,25 @@ def stamped(msg: Msg, plan: RunPlan) -> Msg:
     )
 
 
+# What conversation recall indexes of a chat run (services/memory/conversation.py).
+RECALLABLE_KINDS = (MessageKind.USER_MESSAGE, MessageKind.AGENT_REPLY)
+
+
+def recallable(plan: RunPlan, messages: Iterable[Msg]) -> list[Msg]:
+    """The messages of a finished chat run the conversation index takes: user messages and
+    agent replies with text that the visibility rule lets into a model's context (never an
+    automation input, never a recall or route record)."""
+    if plan.origin is not RuntimeMode.CHAT:
+        return []
+    return [
+        m
+        for m in messages
+        if m.kind in RECALLABLE_KINDS
+        and in_context(visibility_mask_for(plan.origin, m.kind))
+        and m.text.strip()
+    ]
+
+
 def partial_replies(
     spans: OpenSpans, stored: Iterable[Msg], plan: RunPlan, reason: str
 ) -> list[Msg]:
@@ -485,6 +506,41 @@ class OpenSpans(run_events.SpanTracker):
     def partial_texts(self, stored_ids: Iterable[str]) -> list[tuple[str, str]]:
         """(message id, text) of streamed text whose message the executor never delivered."""
         return self.texts("text", stored_ids)
+
+
+@dataclass
+class TurnMeter:
+    """The model turn under way in an executor step: its usage as the step last reported it
+    (ExecuteResponse.turn_usage) and what it streamed since. A turn that ends delivers its
+    message with its usage, which history sums; a turn that a cancel or a broken stream cuts
+    short delivers none, and `cut_short` is what it used: the model server's report when it
+    sent one, else the input counted at the turn's start and the output counted from what
+    streamed (estimated), so a run that called a model always reports usage."""
+
+    reported: Usage | None = None
+    streamed: list[str] = dataclasses.field(default_factory=list)
+
+    def report(self, usage: Usage) -> None:
+        if self.reported is None:
+            self.streamed.clear()  # a new turn
+        self.reported = usage
+
+    def stream(self, delta: str) -> None:
+        if self.reported is not None:
+            self.streamed.append(delta)
+
+    def ended(self) -> None:
+        """The turn's message arrived with its usage."""
+        self.reported = None
+        self.streamed.clear()
+
+    def cut_short(self) -> Usage | None:
+        if self.reported is None:
+            return None
+        if not self.reported.estimated:
+            return self.reported
+        output = text_tokens("".join(self.streamed))
+        return Usage(self.reported.input_tokens, max(output, self.reported.output_tokens), True)
 
 
 # ---- errors -------------------------------------------------------------------------

@@ -3,8 +3,9 @@ stop it; its events go through its RunEventWriter into the event log, which ever
 (StartRun's caller, StreamRun's) follows.
 
 The pipeline (ARCHITECTURE.md §2): RUN_STARTED -> history BeginRun -> [router step] ->
-executor step -> history FinishRun -> RUN_FINISHED (strategy reject: BeginRun first, so a
-busy thread is refused before any stream); on failure FinishRun FAILED then
+executor step -> history FinishRun -> RUN_FINISHED (strategy reject, and a run that
+resumes approvals: BeginRun first, so a busy thread, or an approval another run answered,
+is refused before any stream); on failure FinishRun FAILED then
 RUN_ERROR, and nothing after it. A cancel stops the steps (the executor call, and with it
 the model stream), closes what the stream had open, stores what was produced as
 interrupted, finishes the record CANCELLED and ends with RUN_FINISHED outcome cancelled.
@@ -35,7 +36,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.clients import Peers
-from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy
+from services.orchestrator.core import OpenSpans, RunLifecycle, RunPlan, RunPolicy, TurnMeter
 from services.orchestrator.eventlog import EventLog, LogExists
 from services.orchestrator.gate import StartGate
 from services.orchestrator.writer import RunEventWriter
@@ -47,11 +48,12 @@ from shared.errors import (
     DomainError,
     FailedPrecondition,
     Internal,
+    InvalidArgument,
     NotFound,
     Unavailable,
 )
 from shared.logs import run_id_var, thread_id_var
-from shared.messages import Msg, msg_from_pb
+from shared.messages import Msg, msg_from_pb, usage_from_pb
 
 log = logging.getLogger("agentmesh.orchestrator.runs")
 
@@ -76,6 +78,8 @@ class ActiveRun:
     # Tool calls the executor refused, audited with the run's record.
     denials: list[history_service_pb2.ToolDenial] = field(default_factory=list)
     heartbeat: asyncio.Task[None] | None = None
+    # The executor's model turn under way: what it used if a cancel or an error cuts it.
+    turn: TurnMeter = field(default_factory=TurnMeter)
 
 
 class RunManager:
@@ -130,9 +134,11 @@ class RunManager:
                 # A resume is checked before anything of the run is stored (a retried
                 # StartRun of a run that began is that run, as for any run).
                 await self._check_decisions(plan)
-            if plan.multitask_strategy is core.MultitaskStrategy.REJECT:
+            if plan.multitask_strategy is core.MultitaskStrategy.REJECT or plan.decisions:
                 # History is asked before RUN_STARTED here: a run_id used before must be
-                # refused before it is.
+                # refused before it is. A resume's approvals are taken by the run as history
+                # admits it: one answered by a concurrent run refuses this one, before it
+                # starts (two runs checked above at once both found them waiting).
                 if await self.event_log.exists(key):
                     raise _run_exists()
                 begin = await self._begin(plan, lifecycle)
@@ -207,6 +213,10 @@ class RunManager:
         except FailedPrecondition as exc:
             if exc.reason == "THREAD_BUSY":
                 raise
+            lifecycle.refuse(exc)
+        except InvalidArgument as exc:
+            if exc.reason == INTERRUPT_ANSWERED:
+                raise _answered_already(exc) from None
             lifecycle.refuse(exc)
         except Exception as exc:
             lifecycle.refuse(exc)
@@ -599,10 +609,17 @@ class RunManager:
         async for item in self.peers.execute(run.plan.owner, request):
             which = item.WhichOneof("item")
             if which == "event":
-                if item.event.WhichOneof("payload") in core.RELAYED_PAYLOADS:
+                payload = item.event.WhichOneof("payload")
+                if payload in core.RELAYED_PAYLOADS:
                     progress.produced = True
+                    if payload in _STREAMED_OUTPUT:
+                        run.turn.stream(getattr(item.event, payload).delta)
                     await self._emit(run, item.event)
+            elif which == "turn_usage":
+                run.turn.report(usage_from_pb(item.turn_usage))
             elif which == "message":
+                if item.message.HasField("usage"):
+                    run.turn.ended()
                 if item.message.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
                     # What the step recalled, for the audit: it streamed nothing, so the
                     # step may still be tried again, and the new attempt's record replaces it.
@@ -629,12 +646,13 @@ class RunManager:
         message: str = "",
     ) -> history_service_pb2.Run:
         """Finish the record; history's answer is the run's real end (a run whose cancel was
-        requested before it finished is recorded cancelled, whatever `state` asked)."""
+        requested before it finished is recorded cancelled, whatever `state` asked). A model
+        turn cut short (a cancel, an error) is in its usage."""
         run.lifecycle.finish()
-        response = await self.peers.finish_run(
-            run.plan.owner,
-            convert.finish_run_request(run.plan, state, outputs, run.denials, code, message),
+        request = convert.finish_run_request(
+            run.plan, state, outputs, run.denials, code, message, run.turn.cut_short()
         )
+        response = await self.peers.finish_run(run.plan.owner, request)
         return response.run
 
     async def _succeeded(self, run: ActiveRun, result: executor_service_pb2.StepResult) -> None:
@@ -650,13 +668,34 @@ class RunManager:
             # An interrupt/rollback run was admitted before this one finished: history
             # recorded it cancelled (under rollback its messages are hidden), so is its end.
             run.lifecycle.end(RunState.CANCELLED)
-            await self._emit(run, convert.run_end(RunState.CANCELLED))
+            usage = record.usage if record.HasField("usage") else None
+            await self._emit(run, convert.run_end(RunState.CANCELLED, usage=usage))
             return
+        await self._index_conversation(run)
         run.lifecycle.end(state)
         # The record's usage (its output messages' sum, history) is what GET .../runs/{id}
         # shows; the step's own is the fallback of a history that recorded none.
         usage = record.usage if record.HasField("usage") else result.usage
         await self._emit(run, convert.run_end(state, pending, usage, asked))
+
+    async def _index_conversation(self, run: ActiveRun) -> None:
+        """A chat run whose messages history kept: they join the owner's conversation index
+        (conversation recall), before its end is streamed, so the next run can find them.
+        Best effort: an index that missed them costs recall, never the run. Indexed after
+        FinishRun, whose answer says the messages stay (a run rolled back is recorded
+        cancelled and never reaches here)."""
+        said = core.recallable(run.plan, [*run.plan.inputs, *run.outputs])
+        if not said:
+            return
+        try:
+            await self.peers.index_conversation(
+                run.plan.owner, convert.index_conversation_request(run.plan.thread_id, said)
+            )
+        except Exception as exc:
+            log.warning(
+                "the run's messages were not indexed for conversation recall: %s",
+                core.as_domain_error(exc).message,
+            )
 
     async def _fail(self, run: ActiveRun, exc: BaseException) -> None:
         error = core.as_domain_error(exc)
@@ -666,13 +705,15 @@ class RunManager:
             log.warning("run failed: %s", error.message)
         code, message = core.user_error(error)
         outputs = run.outputs + core.partial_replies(run.spans, run.outputs, run.plan, "error")
+        usage = None
         try:
-            await self._finish(run, RunState.FAILED, outputs, code, message)
+            record = await self._finish(run, RunState.FAILED, outputs, code, message)
+            usage = record.usage if record.HasField("usage") else None
         except Exception as finish_exc:
             reason = core.as_domain_error(finish_exc).message
             log.warning("cannot record the failed run: %s", reason)
         run.lifecycle.end(RunState.FAILED)
-        await self._emit(run, convert.run_error(code, message))
+        await self._emit(run, convert.run_error(code, message, usage))
 
     async def _cancelled(self, run: ActiveRun) -> None:
         for kind, ident in run.spans.closing():
@@ -681,12 +722,13 @@ class RunManager:
             run.spans, run.outputs, run.plan, "interrupted"
         )
         try:
-            await self._finish(run, RunState.CANCELLED, outputs)
+            record = await self._finish(run, RunState.CANCELLED, outputs)
         except Exception as exc:
             await self._fail(run, exc)
             return
         run.lifecycle.end(RunState.CANCELLED)
-        await self._emit(run, convert.run_end(RunState.CANCELLED))
+        usage = record.usage if record.HasField("usage") else None
+        await self._emit(run, convert.run_end(RunState.CANCELLED, usage=usage))
 
 
 LEASE_EXPIRED = core.LEASE_EXPIRED
@@ -694,6 +736,12 @@ LEASE_EXPIRED = core.LEASE_EXPIRED
 NOT_STARTED = "RUN_NOT_STARTED"
 NOT_STARTED_MESSAGE = (
     "the run's event stream is unavailable; the run was not started: send it again later"
+)
+
+
+# The events whose deltas are a model turn's output (counted if the turn is cut short).
+_STREAMED_OUTPUT = frozenset(
+    {"text_message_content", "tool_call_args", "reasoning_message_content"}
 )
 
 
@@ -710,6 +758,20 @@ def _already_finished(state: RunState) -> DomainError:
         f"the run already finished ({state.value}); there is nothing to cancel",
         reason="RUN_ALREADY_FINISHED",
         metadata={"state": state.value},
+    )
+
+
+# History's reason for a run whose approval another run answered (BeginRun).
+INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+
+
+def _answered_already(exc: InvalidArgument) -> InvalidArgument:
+    """History's refusal of answered_interrupt_ids[i], as the caller wrote it: resume[i]."""
+    field = exc.violations[0][0] if exc.violations else ""
+    index = field.removeprefix("answered_interrupt_ids[").removesuffix("]")
+    where = f"resume[{index}].interruptId" if index.isdigit() else "resume"
+    return InvalidArgument(
+        where, "this approval was answered already, by another run", reason=INTERRUPT_ANSWERED
     )
 
 

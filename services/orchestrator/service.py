@@ -17,7 +17,8 @@ from services.orchestrator.eventlog import RedisEventLog, open_event_log
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
 from shared.admission import InFlight
-from shared.model.factory import agent_problem
+from shared.model.cards import CardError
+from shared.model.factory import agent_problem, check_endpoints
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
@@ -67,6 +68,17 @@ def load_profiles(settings: Settings) -> ProfileRegistry:
         raise SystemExit(f"orchestrator: AGENTMESH_PROFILES_FILE is invalid: {err}") from None
 
 
+async def check_model_endpoints(settings: Settings, registry: ProfileRegistry) -> None:
+    """The deployment's card and each profile's against their endpoints' model lists: a card
+    whose endpoint lists models but not the card's stops the service naming the card; an
+    endpoint that has no list or is down is a logged warning (shared.model.factory)."""
+    names = [None, *(registry.get(name).agent.model_card for name in registry.names())]
+    try:
+        await check_endpoints(settings, names)
+    except CardError as err:
+        raise SystemExit(f"orchestrator: {err}") from None
+
+
 async def build(
     settings: Settings,
     *,
@@ -74,6 +86,7 @@ async def build(
     policy: RunPolicy | None = None,
 ) -> ServiceParts:
     registry = profiles or load_profiles(settings)
+    await check_model_endpoints(settings, registry)
     event_log = open_event_log(
         settings.event_log_url,
         settings.event_log_retention_seconds,

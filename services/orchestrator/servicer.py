@@ -141,6 +141,7 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
             profile_name=profile.name,
             effective_tool_names=effective,
             approval_tool_names=asking,
+            sources=listed.sources,
         )
 
     async def DeleteRunEvents(

@@ -11,11 +11,11 @@ from enum import StrEnum
 
 from services.scheduler import schedule as sched
 from services.scheduler.schedule import Schedule, ScheduleError, ScheduleType
-from shared.domain import automation_thread_id
+from shared.domain import ExecutorKind, automation_thread_id
 from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, ExecutionProfile
 from shared.text import check_storable
-from shared.tools import BUILTIN_KNOWN, KnownTools
+from shared.tools import BUILTIN_KNOWN, KnownTools, effective_tools
 
 # The tools a job may declare in config.tools; the executor registers the same names.
 
@@ -248,6 +248,32 @@ def validate_profile(
     return profile
 
 
+# The tools a memory job's agent acts with: a memory job that may call neither can only fail
+# (its reply is not a memory change), every attempt, every day.
+MEMORY_AGENT_TOOLS = ("memory_write", "memory_forget")
+
+
+def memory_job_config(config: JobConfig, profile: ExecutionProfile) -> JobConfig:
+    """A memory job's tools: none declared means the memory tools its profile allows; a
+    declaration that leaves it neither memory_write nor memory_forget is refused."""
+    if profile.executor is not ExecutorKind.MEMORY:
+        return config
+    allowed = effective_tools(MEMORY_AGENT_TOOLS, profile, MEMORY_AGENT_TOOLS)
+    if not allowed:
+        raise InvalidArgument(
+            "job.execution_profile.tool_policy.allowlist",
+            "a memory job's profile must allow memory_write or memory_forget",
+        )
+    if not config.tools:
+        return replace(config, tools=allowed)
+    if not effective_tools(config.tools, profile, MEMORY_AGENT_TOOLS):
+        raise InvalidArgument(
+            "job.config.tools",
+            f"a memory job needs {' or '.join(allowed)} among its tools: it can do nothing else",
+        )
+    return config
+
+
 def validate_spec(spec: JobSpec, known: KnownTools = BUILTIN_KNOWN) -> JobSpec:
     """The spec with every field checked; INVALID_ARGUMENT naming the first bad field.
     `known`: the deployment's tools (AGENTMESH_TOOLS_FILE)."""
@@ -267,6 +293,7 @@ def validate_spec(spec: JobSpec, known: KnownTools = BUILTIN_KNOWN) -> JobSpec:
         raise InvalidArgument(f"job.{err.field}", err.description) from None
     config = validate_config(spec.config.prompt, spec.config.tools, known=known)
     profile = validate_profile(spec.profile, known=known)
+    config = memory_job_config(config, profile)
     return replace(
         spec, title=title, timezone=timezone, schedule=schedule, config=config, profile=profile
     )

@@ -176,6 +176,12 @@ async def delete_owner_data(conn: AsyncConnection, owner_id: str) -> dict[str, i
     }
 
 
+async def mark_ran(conn: AsyncConnection, job_id: str, ran_at: datetime) -> None:
+    """A run of the job was recorded at `ran_at` (a manual trigger; a claimed slot sets it
+    in its claim)."""
+    await conn.execute(jobs.update().where(jobs.c.id == job_id).values(last_run_at=ran_at))
+
+
 async def set_once_job_failed(conn: AsyncConnection, job_id: str) -> None:
     """A once job whose only run failed for good is failed too."""
     await conn.execute(

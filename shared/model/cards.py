@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 CARDS_DIR = Path(__file__).resolve().parents[2] / "models"
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
 Capability = Literal["text", "thinking", "tool_call", "image", "audio"]
 InputType = Literal["text", "image", "audio", "video", "document"]
 
@@ -235,9 +237,18 @@ class ModelCard(BaseModel):
     output_types: list[Capability] = Field(default_factory=_text_outputs, min_length=1)
     # OpenAI-compatible endpoint: base URL up to and including /v1.
     base_url: str | None = Field(None, pattern=r"^https?://")
+    # The environment variable that, when set, replaces base_url: the card opts in to being
+    # moved (the same model served on another host or port). A card without one is never
+    # moved, so its requests and its key go to its own host only (docs/model-endpoints.md).
+    base_url_env: str | None = Field(None, pattern=ENV_NAME)
     # Where the API key comes from: an environment variable's name, or a file (first line).
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_env: str | None = Field(None, pattern=ENV_NAME)
     api_key_file: Path | None = None
+    # How the context budget counts tokens: "estimate" (shared.model.tokens' deliberately
+    # high rule), or the endpoint's own tokenizer: "llama_cpp_python" (POST
+    # /extras/tokenize/count) or "llama_cpp" (llama-server's POST /tokenize), the estimate
+    # staying the fallback when the endpoint does not answer.
+    tokenizer: Literal["estimate", "llama_cpp_python", "llama_cpp"] = "estimate"
     timeout_seconds: float = Field(60.0, gt=0)
     connect_timeout_seconds: float = Field(5.0, gt=0)
     max_retries: int = Field(3, ge=0, le=10)
@@ -261,6 +272,10 @@ class ModelCard(BaseModel):
     def _cascade(self) -> ModelCard:
         if self.provider == "openai" and self.base_url is None:
             raise ValueError("base_url: required for an openai card")
+        if self.provider != "openai" and self.base_url_env is not None:
+            raise ValueError("base_url_env: only an openai card has an endpoint")
+        if self.provider != "openai" and self.tokenizer != "estimate":
+            raise ValueError("tokenizer: only an openai card has an endpoint to ask")
         if self.memory_extraction == "structured" and self.structured_output == "none":
             raise ValueError(
                 "memory_extraction: structured needs structured_output "

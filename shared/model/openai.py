@@ -15,6 +15,8 @@ Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent
 - Retries: 429 and 5xx responses and connection failures are retried with exponential
   backoff (honouring Retry-After up to 30 s), at most card.max_retries times, and only
   before any output was streamed; a stream that breaks after output fails with ModelError.
+  A 5xx that refuses the request itself (a context overflow, a validation error:
+  final_refusal) is final at once: the same request would be refused again.
 - The API key comes from the environment variable the card names (api_key_env) or a
   secret file (api_key_file, or the one the factory passes); it is sent as a bearer token
   and never logged or put in an error message.
@@ -23,11 +25,13 @@ Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent
   MODEL_RATE_LIMITED (429), MODEL_STREAM_BROKEN (cut mid-stream); final
   (FAILED_PRECONDITION) MODEL_CONTEXT_OVERFLOW (classify_refusal: OpenAI's
   context_length_exceeded, llama.cpp's "exceed context window", ...), MODEL_AUTHENTICATION
-  (401/403), MODEL_INVALID_REQUEST (other 4xx, an unknown model), MODEL_BAD_RESPONSE (a
-  chunk that is not JSON or not a chunk). A refusal reported inside a 200 stream is
-  classified the same way; a 200 stream dropped before its first event (llama-cpp-python
-  refuses a too-long prompt so) is asked again once, unstreamed for one token, to hear the
-  refusal. Messages name the card, never the key or the prompt.
+  (401/403), MODEL_INVALID_REQUEST (other 4xx, a 5xx whose body is a validation error, an
+  unknown model), MODEL_BAD_RESPONSE (a chunk that is not JSON or not a chunk). A refusal
+  reported inside a 200 stream (an `error` object, or llama.cpp's `error:` field) is
+  classified the same way; a 200 stream dropped before any output (llama-cpp-python refuses
+  a too-long prompt so: 200, no event, the connection closed) is asked again once,
+  unstreamed for one token, to hear the refusal. Messages name the card, never the key or
+  the prompt.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ from shared.messages import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
+    ToolInputError,
     ToolResultBlock,
     Usage,
 )
@@ -76,6 +82,12 @@ from shared.text import storable
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_CAP = 30.0
+# The texts whose token counts a model keeps (a thread's messages are counted once, not at
+# every turn), and how many it asks its endpoint to count at once.
+TOKEN_CACHE_SIZE = 4096
+TOKENIZE_CONCURRENCY = 4
+# How long counting a call's texts may take before the estimate is used instead.
+TOKENIZE_SECONDS = 5.0
 # How long what follows [DONE] may take to arrive (the body's end: normally in the same
 # read) before the connection is given up instead of kept.
 DRAIN_SECONDS = 0.5
@@ -156,10 +168,13 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
             for block in msg.content:
                 if isinstance(block, TextBlock | ToolCallBlock):
                     if current is None:
-                        current = {"role": "assistant", "content": None}
+                        # "" and never null: OpenAI, vLLM, Ollama and DashScope take either
+                        # beside tool_calls, llama-cpp-python's server refuses null (its
+                        # pydantic schema wants a string: HTTP 500, issue 32).
+                        current = {"role": "assistant", "content": ""}
                         out.append(current)
                     if isinstance(block, TextBlock):
-                        current["content"] = (current["content"] or "") + block.text
+                        current["content"] += block.text
                     else:
                         current.setdefault("tool_calls", []).append(
                             {
@@ -167,7 +182,7 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                                 "type": "function",
                                 "function": {
                                     "name": wire_tool_name(block.name),
-                                    "arguments": block.input or "{}",
+                                    "arguments": wire_arguments(block),
                                 },
                             }
                         )
@@ -179,6 +194,20 @@ def to_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                     current = None
                 # ThinkingBlock and assistant DataBlock: not sent back
     return out
+
+
+def wire_arguments(call: ToolCallBlock) -> str:
+    """A tool call's arguments as every server takes them back: the model's own text when it
+    is a JSON object, "{}" when it is empty, else the text wrapped as a string in an object
+    ({"invalid_arguments": "<text>"}). Chat templates that render a call (llama.cpp's jinja
+    templates, vLLM's, Ollama's) parse the arguments as a JSON object and refuse the whole
+    request when they are not one; wrapped, the model still sees what it wrote, beside the
+    tool result that says why the call was refused (ToolCallBlock.arguments owns that rule)."""
+    try:
+        call.arguments()
+    except ToolInputError:
+        return json.dumps({"invalid_arguments": call.input}, ensure_ascii=False)
+    return call.input if call.input.strip() else "{}"
 
 
 def wire_tool_name(name: str) -> str:
@@ -258,24 +287,29 @@ class _StreamState:
         return ChatResponse(content=tuple(blocks))
 
 
-async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The data payloads of a server-sent event stream (multi-line data joined by \\n)."""
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """(kind, payload) of each event of a server-sent event stream (multi-line data joined
+    by \\n): kind "error" for one sent in an `error:` field, which llama.cpp's server uses
+    for a failure of a stream it already started (not a field of the SSE standard, whose
+    parsers drop it), else "data"."""
     data: list[str] = []
+    kind = "data"
     async for line in lines:
         if line == "":
             if data:
-                yield "\n".join(data)
-                data = []
+                yield kind, "\n".join(data)
+            data, kind = [], "data"
         elif line.startswith(":"):
             continue
-        elif line.startswith("data:"):
-            value = line[5:]
+        elif line.startswith(("data:", "error:")):
+            field, value = line.split(":", 1)
+            kind = "error" if field == "error" else kind
             data.append(value[1:] if value.startswith(" ") else value)
     if data:
-        yield "\n".join(data)
+        yield kind, "\n".join(data)
 
 
-async def drain_after_done(events: AsyncIterator[str], seconds: float) -> None:
+async def drain_after_done(events: AsyncIterator[tuple[str, str]], seconds: float) -> None:
     """Read a stream to its end after its [DONE] event, so httpx keeps its connection (it
     reuses one only when the response was read to the end). What a server sends after
     [DONE] is ignored; one that keeps the stream open longer than `seconds` (or breaks it)
@@ -321,14 +355,24 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _error_fields(error: Any) -> tuple[str, str]:
-    """(message, code-or-type) of an OpenAI-style error object (or whatever came instead)."""
+    """(message, code) of an OpenAI-style error object (or whatever came instead): the code
+    is its `code`, else its `type` when the code is a number (llama.cpp's and vLLM's `code`
+    is the HTTP status, their `type` says what went wrong)."""
     if isinstance(error, dict):
         inner = error.get("error", error)
         if isinstance(inner, dict):
-            code = inner.get("code") or inner.get("type") or ""
-            return str(inner.get("message", inner))[:300], str(code)
+            names = [inner.get("code"), inner.get("type")]
+            code = next((n for n in names if isinstance(n, str) and n and not n.isdigit()), "")
+            return str(inner.get("message", inner))[:300], code
         return str(inner)[:300], ""
     return str(error)[:300], ""
+
+
+def _json_or_text(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data
 
 
 def _error_message(body: bytes) -> tuple[str, str]:
@@ -340,7 +384,9 @@ def _error_message(body: bytes) -> tuple[str, str]:
 
 # How endpoints say a request does not fit the context window: OpenAI's and vLLM's code,
 # llama-cpp-python's message ("Requested tokens (3790) exceed context window of 2048"),
-# llama.cpp server's ("exceeds the available context size"), and the common phrasings.
+# llama.cpp server's ("exceeds the available context size"), DashScope's ("Range of input
+# length should be [1, 129024]", code invalid_parameter_error), and the common phrasings
+# (tests/model/conformance/ holds each provider's documented answer).
 _OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")
 _OVERFLOW_PHRASES = (
     "exceed context window",
@@ -351,12 +397,42 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "input is too long",
     "prompt is too long",
+    "range of input length",
 )
 
 
 def is_context_overflow(message: str, code: str = "") -> bool:
     text = message.lower()
     return code.lower() in _OVERFLOW_CODES or any(p in text for p in _OVERFLOW_PHRASES)
+
+
+# How endpoints say a request itself is malformed, whatever status they answer it with:
+# pydantic's errors (llama-cpp-python answers its request model's refusal as an HTTP 500:
+# "7 validation errors: ... Input should be a valid string"), FastAPI's, and the OpenAI /
+# vLLM error types of a bad request.
+_INVALID_CODES = ("invalid_request_error", "badrequesterror", "validation_error")
+_INVALID_PHRASES = ("validation error", "input should be", "field required")
+
+
+def is_invalid_request(message: str, code: str = "") -> bool:
+    text = message.lower()
+    return code.lower() in _INVALID_CODES or any(p in text for p in _INVALID_PHRASES)
+
+
+def final_refusal(name: str, status: int, message: str, code: str = "") -> ModelError | None:
+    """The final error of a non-200 answer; None when another attempt may succeed (429 other
+    than an exhausted quota, 408, a 5xx that is not a refusal of the request itself)."""
+    if is_context_overflow(message, code):
+        # Some servers send it as a 5xx (llama-cpp-python): the same request would fail again.
+        return classify_refusal(name, status, message, code)
+    if status >= 500 and is_invalid_request(message, code):
+        # Only the first line: a validation error's next lines echo the refused input (the
+        # prompt's messages), which no error message carries.
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        return classify_refusal(name, status, first, code)
+    if (status == 429 and code != "insufficient_quota") or status in (408, 504) or status >= 500:
+        return None
+    return classify_refusal(name, status, message, code)
 
 
 def classify_refusal(name: str, status: int, message: str, code: str = "") -> ModelError:
@@ -400,6 +476,8 @@ class OpenAIChatModel:
         self._timeout = httpx.Timeout(card.timeout_seconds, connect=card.connect_timeout_seconds)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self._token_counts: OrderedDict[str, int] = OrderedDict()
+        self._tokenizer_warned = False
 
     def __repr__(self) -> str:  # never the headers: they hold the key
         return f"OpenAIChatModel(card={self.card.name!r}, url={self._url!r})"
@@ -487,17 +565,14 @@ class OpenAIChatModel:
         finally:
             await response.aclose()
         reason = f"HTTP {status} from {self._url}: {detail}".rstrip(": ")
-        # A refusal some servers send as a 5xx (llama-cpp-python's context overflow) is
-        # still final: the same request would be refused again.
-        if is_context_overflow(detail, code):
-            raise classify_refusal(self.name, status, detail, code)
-        if status == 429 and code != "insufficient_quota":
+        refusal = final_refusal(self.name, status, detail, code)
+        if refusal is not None:
+            raise refusal
+        if status == 429:
             raise _Retryable(reason, _retry_after(response), final=ModelRateLimited)
         if status in (408, 504):
             raise _Retryable(reason, _retry_after(response), final=ModelTimeout)
-        if status >= 500:
-            raise _Retryable(reason, _retry_after(response))
-        raise classify_refusal(self.name, status, detail, code)
+        raise _Retryable(reason, _retry_after(response))
 
     async def _open_with_retries(self, body: dict[str, Any]) -> httpx.Response:
         attempts = self.card.max_retries + 1
@@ -515,23 +590,98 @@ class OpenAIChatModel:
             raise e.final(f"model {self.name}: {e.reason} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each text's token count by the endpoint's own tokenizer (card.tokenizer); None
+        when the card has none, or the endpoint does not answer in TOKENIZE_SECONDS (then
+        the caller estimates: a warning is logged once). Counts are kept for the next call."""
+        if self.card.tokenizer == "estimate":
+            return None
+        missing = [t for t in dict.fromkeys(texts) if t not in self._token_counts]
+        if missing:
+            gate = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
+
+            async def one(text: str) -> int:
+                async with gate:
+                    return await self._tokenize(text)
+
+            try:
+                async with asyncio.timeout(TOKENIZE_SECONDS):
+                    counts = await asyncio.gather(*(one(t) for t in missing))
+            except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError) as err:
+                if not self._tokenizer_warned:
+                    self._tokenizer_warned = True
+                    log.warning(
+                        "model %s: its endpoint did not count tokens (%s); the context budget "
+                        "uses the estimate",
+                        self.name,
+                        type(err).__name__,
+                    )
+                return None
+            for text, count in zip(missing, counts, strict=True):
+                self._token_counts[text] = count
+            while len(self._token_counts) > TOKEN_CACHE_SIZE:
+                self._token_counts.popitem(last=False)
+        return [self._token_counts[t] for t in texts]
+
+    async def _tokenize(self, text: str) -> int:
+        """One text's token count: llama-cpp-python's POST /extras/tokenize/count ({"input"}
+        -> {"count"}) or llama.cpp server's POST /tokenize ({"content"} -> {"tokens"}), at
+        the server's root (the base URL less /v1)."""
+        root = self._url.removesuffix("/chat/completions").removesuffix("/v1")
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        if self.card.tokenizer == "llama_cpp_python":
+            body = {"input": text, "model": self.card.model}
+            response = await self._http().post(
+                f"{root}/extras/tokenize/count", json=body, headers=headers
+            )
+            response.raise_for_status()
+            return int(response.json()["count"])
+        response = await self._http().post(
+            f"{root}/tokenize", json={"content": text, "add_special": False}, headers=headers
+        )
+        response.raise_for_status()
+        return len(response.json()["tokens"])
+
+    async def listed_models(self, timeout: float) -> list[str] | None:
+        """The model ids the endpoint's GET /models lists; None when it has no list (404, an
+        answer that is not one, an empty one). httpx.HTTPError when it cannot be reached,
+        TimeoutError when it does not answer within `timeout`, ModelRequestError for any
+        other answer (the status only: the body may echo the key)."""
+        url = self._url.removesuffix("/chat/completions") + "/models"
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        async with asyncio.timeout(timeout):
+            response = await self._http().get(url, headers=headers, timeout=timeout)
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise ModelRequestError(f"HTTP {response.status_code} from {url}")
+        try:
+            data = response.json().get("data")
+            ids = [str(m["id"]) for m in data] if isinstance(data, list) else []
+        except (ValueError, AttributeError, TypeError, KeyError):
+            return None
+        return ids or None
+
     async def _refusal_of(self, body: dict[str, Any]) -> ModelError | None:
         """The endpoint's refusal of `body` asked unstreamed (max_tokens 1); None when it
         does not refuse it (or cannot be asked)."""
         probe = {k: v for k, v in body.items() if k != "stream_options"}
         probe.update(stream=False, max_tokens=1)
-        try:
-            response = await self._http().post(self._url, json=probe, headers=self._headers)
-        except httpx.HTTPError:
+        # Twice on a transport error: the dropped stream's connection went back to the pool
+        # finished, and llama-cpp-python closes it only when the next request arrives on it
+        # ("Server disconnected without sending a response"); the second goes out on a new one.
+        for attempt in range(2):
+            try:
+                response = await self._http().post(self._url, json=probe, headers=self._headers)
+                break
+            except httpx.TransportError:
+                if attempt:
+                    return None
+            except httpx.HTTPError:
+                return None
+        if response.status_code == 200:
             return None
-        if 400 <= response.status_code < 500 and response.status_code != 429:
-            return classify_refusal(
-                self.name, response.status_code, *_error_message(response.content)
-            )
-        detail, code = _error_message(response.content) if response.status_code != 200 else ("", "")
-        if is_context_overflow(detail, code):
-            return classify_refusal(self.name, response.status_code, detail, code)
-        return None
+        return final_refusal(self.name, response.status_code, *_error_message(response.content))
 
     async def stream(
         self,
@@ -544,17 +694,18 @@ class OpenAIChatModel:
         body = self.request_body(messages, tools, options, output_schema)
         response = await self._open_with_retries(body)
         state = _StreamState(tools)
-        received = False
+        yielded = False
         broken: ModelStreamBroken | None = None
         events = sse_events(response.aiter_lines())
         try:
-            async for data in events:
-                received = True
+            async for kind, data in events:
                 if data.strip() == "[DONE]":
                     state.done = True
                     await drain_after_done(events, DRAIN_SECONDS)
                     break
                 try:
+                    if kind == "error":
+                        raise _StreamError(_json_or_text(data))
                     chunk = state.chunk(json.loads(data))
                 except _StreamError as e:
                     raise classify_refusal(self.name, 0, *_error_fields(e.error)) from None
@@ -568,6 +719,7 @@ class OpenAIChatModel:
                         f"model {self.name}: a stream event is not a chat-completions chunk ({e})"
                     ) from None
                 if chunk is not None:
+                    yielded = True
                     yield chunk
         except httpx.TimeoutException:
             raise ModelTimeout(
@@ -582,10 +734,11 @@ class OpenAIChatModel:
                 f"model {self.name}: the stream ended before the response finished"
             )
         if broken is not None:
-            if not received:
+            if not yielded:
                 # Some servers (llama-cpp-python) answer 200 before they look at the request
-                # and drop the stream when they refuse it: ask once more, unstreamed and for
-                # one token, to hear the refusal itself (a context overflow is not transient).
+                # and drop the stream when they refuse it, with no event or only the role's:
+                # as nothing reached the caller, ask once more, unstreamed and for one token,
+                # to hear the refusal itself (a context overflow is not transient).
                 refusal = await self._refusal_of(body)
                 if refusal is not None:
                     raise refusal from None

@@ -14,15 +14,49 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.launcher import ROOT, _arguments, free_port, launch_ports, port_in_use
+from services.launcher import ROOT, _arguments, free_port, free_ports, launch_ports, port_in_use
 from shared.settings import DEFAULT_PORTS
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:
     # The OS offers a closed probe's port again (about 7% of 2,000 probes here): two services
     # given one port would collide when the second starts.
-    ports = [free_port() for _ in range(2000)]
+    ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
+
+
+def test_free_port_hands_out_no_port_an_outgoing_connection_may_take() -> None:
+    # The kernel takes the source port of every outgoing connection (to PostgreSQL, to Redis,
+    # between services, of any process on the machine) from its ephemeral range: a port handed
+    # out from it can be taken before the service it was handed to binds it.
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert [p for p in ports if low <= p <= high] == []
+
+
+def test_free_port_hands_another_process_none_of_the_ports_this_one_holds() -> None:
+    # Another test run on the machine (a second pass, another checkout) asks for ports while
+    # this one's are handed out but not yet bound.
+    mine = {free_port() for _ in range(500)}
+    theirs = subprocess.run(
+        [sys.executable, "-c", "from services.launcher import free_port\n"
+         "print(*(free_port() for _ in range(500)))"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()  # fmt: skip
+    assert len(set(theirs)) == 500
+    assert mine.isdisjoint(int(p) for p in theirs)
+
+
+def test_free_ports_are_consecutive_and_free() -> None:
+    first = free_ports(6)
+    assert first == list(range(first[0], first[0] + 6))
+    assert not any(port_in_use(p) for p in first)
+    assert set(first).isdisjoint(free_ports(6))
 
 
 def test_make_run_ports_default_to_the_documented_ones() -> None:
@@ -60,14 +94,6 @@ def test_make_run_refuses_ports_out_of_range_or_shared(
         launch_ports(gateway, grpc_base)
 
 
-def _free_block(size: int) -> int:
-    """The first of `size` consecutive ports free now."""
-    while True:
-        base = free_port()
-        if base + size <= 65535 and not any(port_in_use(base + i) for i in range(size)):
-            return base
-
-
 def test_the_embedding_port_may_not_be_one_of_the_suites(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -84,7 +110,7 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
 ) -> None:
     """By default with the local embedding model beside the suite, on its own port, and
     memory search hybrid (as /readyz says); --no-embedding: lexical-only, degraded."""
-    gateway, base, embedding_port = free_port(), _free_block(6), free_port()
+    gateway, base, embedding_port = free_port(), free_ports(6)[0], free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update(AGENTMESH_DATA_DIR=str(tmp_path), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}")
     proc = subprocess.Popen(
@@ -137,6 +163,16 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             timeout=5,
         )
         assert threads.status_code == 200, threads.text
+        # The development user is registered: its daily memory job exists from the start.
+        jobs = httpx.get(
+            f"{page}api/v1/automation/jobs",
+            headers={"Authorization": f"Bearer {fragment}"},
+            timeout=5,
+        )
+        assert jobs.status_code == 200, jobs.text
+        assert [j["executionProfile"]["name"] for j in jobs.json()["jobs"]] == [
+            "automation_memory_default"
+        ]
         assert all(port_in_use(base + i) for i in range(6))
         assert not port_in_use(DEFAULT_PORTS["gateway"]) or DEFAULT_PORTS["gateway"] == gateway
     finally:

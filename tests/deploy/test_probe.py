@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 
 from services import probe
+from services.launcher import free_port
 from shared.server import GrpcServer, ServiceParts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,12 +68,6 @@ def _http_server() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -140,7 +135,7 @@ async def test_cli_exits_zero_silently_when_serving() -> None:
 
 
 async def test_cli_exits_nonzero_with_one_line_reason_when_unreachable() -> None:
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     code, err = await _run_cli(address, "--timeout", "1")
     assert code == 1
     assert err.startswith(f"unhealthy: {address}: UNAVAILABLE")
@@ -168,7 +163,7 @@ async def test_http_probe_passes_on_2xx_and_fails_on_other_status() -> None:
 
 
 async def test_http_probe_fails_when_unreachable() -> None:
-    url = f"http://127.0.0.1:{_closed_port()}/healthz"
+    url = f"http://127.0.0.1:{free_port()}/healthz"
     code, err = await _run_cli("--http", url, "--timeout", "1")
     assert code == 1
     assert err.startswith(f"unhealthy: {url}: ") and err.count("\n") == 1

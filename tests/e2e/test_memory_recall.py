@@ -24,7 +24,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orch_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import message_pb2, run_event_pb2
 
-from services.launcher import ROOT, Suite, free_port, port_in_use
+from services.launcher import ROOT, Suite, free_port, free_ports
 from shared.identity import call_metadata
 from shared.messages import msg_to_pb, user
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
@@ -376,11 +376,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
     """`make run` as it is by default (embedded backend, one process, the local embedding
     model beside it), on free ports."""
     tmp = tmp_path_factory.mktemp("launched")
-    gateway, embedding = free_port(), free_port()
-    while True:
-        base = free_port()
-        if base + 6 <= 65535 and not any(port_in_use(base + i) for i in range(6)):
-            break
+    gateway, embedding, base = free_port(), free_port(), free_ports(6)[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update(
         PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}",

@@ -17,9 +17,9 @@ import httpx
 import pytest
 import yaml
 
-from services.launcher import Suite
+from services.launcher import Suite, free_port
 from tests.e2e.conftest import _dump_logs, make_suite, parse_sse, run_body, token
-from tests.model.fake_openai import FakeOpenAI, Reply, closed_port, error, events, recording
+from tests.model.fake_openai import FakeOpenAI, Reply, error, events, recording
 
 KEY = "sk-fault-test-key-0123456789abcdef"
 PROMPT = "The secret word of this turn is marmalade-4821"
@@ -86,7 +86,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Suite, Fa
     cards = tmp / "cards"
     cards.mkdir()
     _card(cards / "fault.yaml", "fault", fake.fake.base_url)
-    _card(cards / "down.yaml", "down", f"http://127.0.0.1:{closed_port()}/v1")
+    _card(cards / "down.yaml", "down", f"http://127.0.0.1:{free_port()}/v1")
     profiles = tmp / "profiles.yaml"
     profiles.write_text(
         yaml.safe_dump(
@@ -174,6 +174,16 @@ FAULTS = {
         "MODEL_BAD_RESPONSE",
     ),
     "wrong-shape": (events(_chunk({"content": "Hel"}), {"choices": "nope"}), "MODEL_BAD_RESPONSE"),
+    # llama-cpp-python's refusal of a malformed request: its pydantic errors as an HTTP 500.
+    "validation-500": (
+        error(
+            500,
+            "1 validation error:\n  {'type': 'string_type', 'msg': 'Input should be a valid "
+            "string', 'input': None}",
+            type="internal_server_error",
+        ),
+        "MODEL_INVALID_REQUEST",
+    ),
     "closed-mid-stream": (
         Reply(body=TEXT.body, headers=TEXT.headers, cut_after=len(TEXT.body) // 2),
         "MODEL_STREAM_BROKEN",
@@ -252,8 +262,15 @@ def test_tool_call_arguments_that_are_not_json_reach_the_model_as_an_error_resul
     assert done[-1]["type"] == "RUN_FINISHED", done[-1]
     results = [e for e in done if e["type"] == "TOOL_CALL_RESULT"]
     assert [r["content"] for r in results] == ["error: the arguments are not valid JSON"]
-    tool_messages = [m for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+    sent = fake.requests[-1].body["messages"]
+    tool_messages = [m for m in sent if m["role"] == "tool"]
     assert tool_messages[0]["content"] == "error: the arguments are not valid JSON"
+    # The call went back as every server takes it: content a string, arguments an object.
+    [turn] = [m for m in sent if m.get("tool_calls")]
+    assert turn["content"] == ""
+    assert json.loads(turn["tool_calls"][0]["function"]["arguments"]) == {
+        "invalid_arguments": '{"query": tea'
+    }
 
 
 def test_no_key_or_prompt_text_in_any_log(faulty: tuple[Suite, FakeOpenAI, Path]) -> None:
@@ -264,3 +281,101 @@ def test_no_key_or_prompt_text_in_any_log(faulty: tuple[Suite, FakeOpenAI, Path]
     assert written  # the services did log
     assert KEY not in written
     assert "marmalade" not in written
+
+
+def test_a_card_whose_endpoint_does_not_serve_its_model_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """The orchestrator checks each card in use against its endpoint's GET /v1/models: a
+    model the endpoint does not list is a start-up error naming the card and the model."""
+    fake = ThreadedFake()
+    listed = {"object": "list", "data": [{"id": "smollm2-135m-instruct", "object": "model"}]}
+    fake.fake.replies[:] = [
+        Reply(body=json.dumps(listed).encode(), headers={"Content-Type": "application/json"})
+    ]
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    _card(cards / "fault.yaml", "fault", fake.fake.base_url)
+    s = make_suite(
+        tmp_path,
+        f"f{uuid.uuid4().hex[:10]}_",
+        AGENTMESH_MODEL_PROVIDER="openai",
+        AGENTMESH_MODEL_CARD="fault",
+        AGENTMESH_MODEL_CARDS_DIR=str(cards),
+        FAULT_MODEL_KEY=KEY,
+    )
+    try:
+        with pytest.raises(RuntimeError, match="exited with code"):
+            s.start(timeout=60)
+    finally:
+        s.stop()
+        fake.stop()
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
+    assert "model card fault: model: the endpoint" in logs
+    assert "does not serve 'fault-model' (it serves: smollm2-135m-instruct)" in logs
+    [asked] = fake.fake.requests
+    assert asked.path == "/v1/models" and asked.headers["authorization"] == f"Bearer {KEY}"
+    assert KEY not in logs
+
+
+def test_each_card_of_a_deployment_reaches_its_own_host_with_its_own_key(
+    tmp_path: Path,
+) -> None:
+    """AGENTMESH_MODEL_BASE_URL set (as make run MODEL=local sets it): the deployment's card,
+    which follows it, goes there keyless; a profile's hosted card goes to its own host with
+    its own key, which the other host never sees (issue 32)."""
+    local, hosted = ThreadedFake(), ThreadedFake()
+
+    def listing(model: str) -> Any:
+        def judge(request: Any) -> Reply | None:
+            if not request.path.endswith("/models"):
+                return None
+            body = {"object": "list", "data": [{"id": model, "object": "model"}]}
+            return Reply(
+                body=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
+
+        return judge
+
+    local.fake.judge, hosted.fake.judge = listing("local-model"), listing("hosted-model")
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    for name, extra in (
+        ("localish", {"base_url": f"http://127.0.0.1:{free_port()}/v1",
+                      "base_url_env": "AGENTMESH_MODEL_BASE_URL"}),
+        ("hosted", {"base_url": hosted.fake.base_url, "api_key_env": "HOSTED_KEY"}),
+    ):  # fmt: skip
+        card = {"name": name, "provider": "openai", "model": f"{name.removesuffix('ish')}-model"}
+        card.update(context_size=8000, output_size=500, max_retries=0, **extra)
+        (cards / f"{name}.yaml").write_text(yaml.safe_dump(card))
+    profiles = tmp_path / "profiles.yaml"
+    hosted_chat = {"name": "hosted_chat", "enable_router": False, "executor": "worker"}
+    hosted_chat["agent"] = {"model_card": "hosted"}
+    profiles.write_text(yaml.safe_dump({"profiles": [hosted_chat]}))
+    s = make_suite(
+        tmp_path,
+        f"f{uuid.uuid4().hex[:10]}_",
+        AGENTMESH_MODEL_PROVIDER="openai",
+        AGENTMESH_MODEL_CARD="localish",
+        AGENTMESH_MODEL_CARDS_DIR=str(cards),
+        AGENTMESH_MODEL_BASE_URL=local.fake.base_url,
+        AGENTMESH_PROFILES_FILE=str(profiles),
+        HOSTED_KEY=KEY,
+    )
+    try:
+        s.start(timeout=90)
+        owner = f"u-{uuid.uuid4().hex[:8]}"
+        local.fake.replies[:] = [recording("text.sse")]
+        hosted.fake.replies[:] = [recording("text.sse")]
+        for extra in ({}, {"forwardedProps": {"agentmesh": {"profile": "hosted_chat"}}}):
+            done = _chat(s, owner, f"t-{uuid.uuid4().hex[:8]}", "hello", **extra)
+            assert done[-1]["type"] == "RUN_FINISHED", done[-1]
+    finally:
+        s.stop()
+        local.stop()
+        hosted.stop()
+    [to_local] = [r for r in local.fake.requests if r.path.endswith("/chat/completions")]
+    [to_hosted] = [r for r in hosted.fake.requests if r.path.endswith("/chat/completions")]
+    assert to_local.body["model"] == "local-model" and to_hosted.body["model"] == "hosted-model"
+    assert to_hosted.headers["authorization"] == f"Bearer {KEY}"
+    assert all("authorization" not in r.headers for r in local.fake.requests)

@@ -78,6 +78,13 @@ def test_the_tools_endpoint_lists_the_registry_with_schemas_and_a_profiles_effec
     assert (
         by_name["time.get_current_time"]["effective"] and not by_name["memory_write"]["effective"]
     )
+    # Each configured source and where it stands, for operators.
+    sources = {s["name"]: s for s in body["sources"]}
+    assert list(sources) == ["mcp:notes", "mcp:time"]
+    notes = sources["mcp:notes"]
+    assert notes["state"] == "connected" and notes["consecutiveFailures"] == 0
+    assert notes["toolCount"] == sum(t["source"] == "mcp:notes" for t in body["tools"])
+    assert "lastError" not in notes and "lastSuccessTime" in notes
 
 
 def test_the_tools_endpoint_defaults_to_chat_default_and_refuses_bad_profiles(suite: Suite) -> None:

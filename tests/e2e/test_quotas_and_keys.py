@@ -201,3 +201,48 @@ def test_triggering_a_job_over_the_quotas_is_429_and_records_no_job_run(suite: S
         # Within its quotas the owner triggers it as before.
         client.delete(f"/api/v1/admin/owners/{owner}/quotas", headers=admin)
         assert client.post(f"{url}:trigger", headers=_auth(owner)).status_code == 202
+
+
+def test_deleting_the_threads_or_the_owner_does_not_give_the_days_tokens_back(
+    suite: Suite,
+) -> None:
+    """The usage ledger (issue 33): spend the day's tokens, delete the threads that spent
+    them, and the next run is still 429; an owner deletion keeps the owner's sums."""
+    owner = f"ledger-{uuid.uuid4().hex[:8]}"
+    admin = _auth("ops", admin=True)
+    with httpx.Client(base_url=suite.gateway_url, timeout=30) as client:
+        spent = 0
+        threads = []
+        for _ in range(2):
+            resp, run_id = _chat(client, _auth(owner))
+            assert resp.status_code == 200, resp.text
+            spent += _tokens(resp)
+            threads.append(f"t-{run_id}")
+        assert spent > 0
+        put = client.put(
+            f"/api/v1/admin/owners/{owner}/quotas", json={"tokensPerDay": spent}, headers=admin
+        )
+        assert put.status_code == 200, put.text
+        time.sleep(TOKENS_CACHE_SECONDS + 0.2)
+        assert _chat(client, _auth(owner))[0].status_code == 429
+
+        for thread in threads:
+            gone = client.delete(f"/api/v1/agent/threads/{thread}", headers=_auth(owner))
+            assert gone.status_code == 200, gone.text
+        time.sleep(TOKENS_CACHE_SECONDS + 0.2)
+        over, _ = _chat(client, _auth(owner))
+        assert over.status_code == 429, over.text
+        assert over.json()["error"]["quota"] == "tokens per day"
+        usage = _usage(client, owner)
+        assert (usage["total"]["runs"], usage["current"]["tokensToday"]) == (2, spent)
+
+        deleted = client.delete("/api/v1/users/me", headers=_auth(owner))
+        assert deleted.status_code == 202, deleted.text
+        record = f"/api/v1/admin/users/{owner}/deletions/{deleted.json()['id']}"
+        deadline = time.monotonic() + 60
+        while (state := client.get(record, headers=admin).json()["state"]) != "succeeded":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.3)
+        kept = client.get(f"/api/v1/admin/owners/{owner}/usage", headers=admin)
+        assert kept.status_code == 200, kept.text
+        assert kept.json()["total"] == usage["total"]

@@ -502,6 +502,9 @@ async def test_interrupt_cancels_the_active_run_keeping_its_partial_reply(cluste
     assert record["state"] == "cancelled"
     first_reply = [m for m in history if m["runId"] == r1 and m["role"] == "assistant"]
     assert len(first_reply) == 1 and first_reply[0]["content"]  # the partial reply is kept
+    # ... marked as stopped, as api-endpoints.md says; the finished reply is not.
+    assert first_reply[0]["finishedReason"] == "interrupted"
+    assert [m.get("finishedReason") for m in history if m["role"] == "assistant"][1] == "stop"
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
 
 

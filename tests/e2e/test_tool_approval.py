@@ -6,9 +6,11 @@ with 400 naming the field and nothing stored; an approval left unanswered expire
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -210,3 +212,67 @@ def test_an_unanswered_approval_expires_and_is_recorded_denied(suite: Suite) -> 
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == interrupt["id"] and "not executed" in result["content"]
     assert notes(suite, owner) == "no notes"
+
+
+def _threads(suite: Suite, owner: str) -> list[dict[str, Any]]:
+    resp = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/threads",
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    # JSON of the response.
+    return resp.json()["threads"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ([{"name": "notes.add_note"}], "tools[0].name"),
+        ([{"name": "lookup"}, {"name": "memory_search"}], "tools[1].name"),
+        ([{"name": "notes.not_listed_by_the_server"}], "tools[0].name"),
+        ([{"name": "lookup"}, {"name": "lookup"}], "tools[1].name"),
+    ],
+    ids=["an outside tool", "a built-in", "the namespace of a tool server", "twice"],
+)
+def test_a_client_tool_named_like_a_server_tool_is_400_before_anything_is_stored(
+    suite: Suite, tools: list[dict[str, Any]], field: str
+) -> None:
+    owner, thread = new("hal"), new("t")
+    resp = post(suite, owner, thread, "use my tool", tools=tools)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert error["details"][0]["field"] == field, resp.text
+    assert _threads(suite, owner) == []
+
+
+def test_concurrent_resumes_of_one_interrupt_are_answered_once(suite: Suite) -> None:
+    owner, thread = new("ida"), new("t")
+    interrupt = ask(suite, owner, thread, "only once")
+    before = len(history(suite, owner, thread))
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    n = 6
+    barrier = threading.Barrier(n)
+
+    def answer(i: int) -> httpx.Response:
+        barrier.wait()
+        return post(suite, owner, thread, f"approved {i}", resume=resume)
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(answer, range(n)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [200] + [400] * (n - 1), [r.text[:300] for r in answers]
+    for refused in (r for r in answers if r.status_code == 400):
+        assert refused.json()["error"]["details"][0]["field"] == "resume[0].interruptId"
+    [ran] = [r for r in answers if r.status_code == 200]
+    assert [e["content"] for e in events(ran) if e["type"] == "TOOL_CALL_RESULT"] == [
+        "saved note 1"
+    ]
+    assert notes(suite, owner) == "only once"
+    stored = history(suite, owner, thread)
+    # One run's input, the call's result and its reply: nothing of the refused ones.
+    inputs = [m for m in stored[before:] if m["role"] == "user"]
+    assert len(inputs) == 1, stored[before:]

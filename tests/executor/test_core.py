@@ -6,7 +6,7 @@ import pytest
 
 from services.executor import core
 from shared.domain import ExecutorKind
-from shared.errors import FailedPrecondition, InvalidArgument
+from shared.errors import FailedPrecondition
 from shared.messages import ToolCallBlock
 
 
@@ -15,17 +15,6 @@ def test_executor_without_an_agent_is_failed_precondition_naming_it() -> None:
         core.select_agent(ExecutorKind.MEMORY, {ExecutorKind.WORKER: object()})
     assert info.value.message == "memory executor not available"
     assert info.value.reason == "EXECUTOR_NOT_AVAILABLE"
-
-
-def test_client_tool_may_not_shadow_a_server_tool() -> None:
-    with pytest.raises(InvalidArgument) as info:
-        core.check_client_tools(["a"], server=["a"])
-    assert info.value.violations[0][0] == "client_tools[0].name"
-
-
-def test_duplicate_client_tool_is_invalid() -> None:
-    with pytest.raises(InvalidArgument):
-        core.check_client_tools(["a", "a"], server=[])
 
 
 def test_assembler_starts_each_call_once_and_concatenates_its_input() -> None:

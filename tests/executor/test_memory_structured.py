@@ -14,7 +14,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
-from services.executor.events import StepResult, ToolDenied
+from services.executor.events import StepResult, ToolDenied, TurnUsage
 from services.executor.memory_tools import EXTRACTION_SCHEMA, parse_extraction
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.errors import FailedPrecondition
@@ -202,3 +202,13 @@ async def test_a_forget_no_message_of_the_user_asks_for_is_never_run() -> None:
     assert marks.advanced == 1
     summary = "".join(m.text for m in items if isinstance(m, Msg))
     assert "Saved 1 memory, forgot 0. Ignored 2 forget request(s)" in summary
+
+
+async def test_the_turn_says_its_input_as_it_starts_so_a_cut_turn_still_counts() -> None:
+    """Before the model call, the step reports the turn's counted input (TurnUsage): a cancel
+    or a broken stream that cuts the turn leaves the orchestrator that to record."""
+    _, _, _, items = await run(ScriptedModel(card=STRUCTURED), step("I love green tea"))
+    first = items[0]
+    assert isinstance(first, TurnUsage)
+    assert first.usage.input_tokens > 0 and first.usage.output_tokens == 0
+    assert first.usage.estimated

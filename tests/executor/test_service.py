@@ -44,8 +44,11 @@ async def test_execute_streams_text_events_then_the_reply_then_the_result(
         stub = pb_grpc.ExecutorServiceStub(ch)
         items = [r async for r in stub.Execute(request(), metadata=owner_md("alice"))]
     kinds = [r.WhichOneof("item") for r in items]
-    assert kinds[-2:] == ["message", "result"] and set(kinds[:-2]) == {"event"}
-    events = [r.event for r in items[:-2]]
+    # The model turn's usage as it starts (its input, counted), should it be cut short.
+    assert kinds[0] == "turn_usage" and items[0].turn_usage.input_tokens > 0
+    assert items[0].turn_usage.estimated and items[0].turn_usage.output_tokens == 0
+    assert kinds[-2:] == ["message", "result"] and set(kinds[1:-2]) == {"event"}
+    events = [r.event for r in items[1:-2]]
     start = events[0].text_message_start
     assert start.message_id == "reply-1" and start.role == message_pb2.ROLE_ASSISTANT
     assert events[-1].WhichOneof("payload") == "text_message_end"
@@ -167,6 +170,7 @@ async def test_cancelled_call_closes_the_model_stream(settings: Settings) -> Non
     async with running_service("executor", functools.partial(build, model=model), settings) as addr:
         async with channel(addr) as ch:
             call = pb_grpc.ExecutorServiceStub(ch).Execute(request(), metadata=owner_md("alice"))
+            assert (await call.read()).WhichOneof("item") == "turn_usage"
             first = await call.read()
             assert first.event.WhichOneof("payload") == "text_message_start"
             assert model.open_streams == 1

@@ -18,6 +18,7 @@ from services.executor.events import (
     ToolCallResult,
     ToolCallStart,
     ToolDenied,
+    TurnUsage,
 )
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import ExecutorKind, MessageKind
@@ -98,7 +99,9 @@ def results(items: list[StepItem]) -> list[ToolResultBlock]:
 
 async def test_reply_streams_start_deltas_end_then_the_assembled_message() -> None:
     items = await run(worker(ScriptedModel()), step())
-    assert items[0] == TextStart("reply-1")
+    # The turn's usage as it starts (its input, counted), should a cancel cut the turn.
+    assert isinstance(items[0], TurnUsage) and items[0].usage.estimated
+    assert items[1] == TextStart("reply-1")
     deltas = [i for i in items if isinstance(i, TextDelta)]
     assert deltas and all(d.delta and d.message_id == "reply-1" for d in deltas)
     end = items.index(TextEnd("reply-1"))

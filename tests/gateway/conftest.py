@@ -32,12 +32,6 @@ class Peers:
     addrs: dict[str, str]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @asynccontextmanager
 async def serve_app(app: FastAPI) -> AsyncIterator[str]:
     """The app on uvicorn (real HTTP) at 127.0.0.1:<free port>; yields its base URL."""

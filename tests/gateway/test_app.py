@@ -12,10 +12,11 @@ import pytest
 
 from services.gateway.app import create_app
 from services.gateway.clients import Clients, open_clients
+from services.launcher import free_port
 from shared import db
 from shared.server import DATABASE, EMBEDDING_MODEL, GrpcServer, ServiceParts
 from shared.settings import Settings
-from tests.gateway.conftest import Peers, bearer, free_port, gateway_settings, serve_app
+from tests.gateway.conftest import Peers, bearer, gateway_settings, serve_app
 
 
 @asynccontextmanager

@@ -104,6 +104,16 @@ async def test_a_job_without_a_profile_gets_the_automation_default(
     assert profile["enableRouter"] is False and profile["executor"] == "memory"
 
 
+async def test_a_jobs_memory_policy_may_recall_conversations_and_shows_it(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    body = job_body()
+    body["executionProfile"]["memory"] = {"mode": "recall", "conversation": True}
+    resp = await http.post(JOBS, json=body, headers=bearer(gw_settings, owner()))
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["executionProfile"]["memory"]["conversation"] is True
+
+
 async def test_the_same_idempotency_key_creates_the_job_once(
     http: httpx.AsyncClient, gw_settings: Settings
 ) -> None:
@@ -180,6 +190,18 @@ async def test_a_malformed_job_is_400_naming_the_field(
                 }
             },
             "executionProfile.toolPolicy.allowlist",
+        ),
+        # A memory job that could neither write nor forget would fail every attempt.
+        ({"config": {"prompt": "x", "tools": ["memory_search"]}}, "config.tools"),
+        (
+            {
+                "executionProfile": {
+                    "enableRouter": False,
+                    "executor": "memory",
+                    "memory": {"mode": "recall", "conversation": "yes"},
+                }
+            },
+            "executionProfile.memory.conversation",
         ),
     ],
 )

@@ -1,6 +1,7 @@
 """RS256 / ES256 bearer tokens verified against a JWKS URL (a real local HTTP server
 started here, keys made with `cryptography`): keys cached and rotated, issuer and audience
-checked, and crafted tokens refused with 401, never a 500."""
+checked, crafted tokens refused with 401, never a 500; known keys kept through an outage of
+the IdP (bounded), and a key that cannot be told is 503 with Retry-After, never 401."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class Jwks:
         self.raw: bytes | None = None
         # Seconds to wait before answering (an IdP that hangs).
         self.delay = 0.0
+        # The HTTP status answered (an IdP, or a proxy before it, that fails).
+        self.status = 200
         self.fetches = 0
         jwks = self
 
@@ -52,7 +55,7 @@ class Jwks:
                 body = (
                     jwks.raw if jwks.raw is not None else json.dumps({"keys": jwks.keys}).encode()
                 )
-                self.send_response(200)
+                self.send_response(jwks.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -190,8 +193,11 @@ async def test_keys_are_fetched_once_and_cached(base_settings: Settings, peers: 
         async with app_client(settings) as http:
             for _ in range(10):
                 assert (await _threads(http, _sign(key, "k"))).status_code == 200
-            # An unknown key id fetches again only after the cooldown.
-            _assert_401(await _threads(http, _sign(key, "unknown")))
+            # An unknown key id fetches again only after the cooldown (default 10 s): until
+            # then it cannot be told (the IdP may publish it already), retryable.
+            resp = await _threads(http, _sign(key, "unknown"))
+            assert resp.status_code == 503, resp.text
+            assert 1 <= int(resp.headers["retry-after"]) <= 10
     finally:
         server.stop()
     assert server.fetches == 1
@@ -424,3 +430,136 @@ async def test_an_empty_jwt_secret_turns_hs256_off(base_settings: Settings, peer
         claims = {"sub": "u", "exp": int(time.time()) + 60}
         token = _hmac_token({"alg": "HS256"}, claims, b"", "sha256")
         _assert_401(await _threads(http, token))
+
+
+def _outage_settings(
+    base_settings: Settings, peers: Peers, server: Jwks, **overrides: Any
+) -> Settings:
+    values: dict[str, Any] = {
+        "jwks_url": server.url,
+        "jwks_cache_seconds": CACHE_SECONDS,
+        "jwks_refresh_cooldown_seconds": 0,
+        "jwt_issuer": ISSUER,
+        "jwt_audience": AUDIENCE,
+        "rpc_timeout_seconds": 1.0,
+    }
+    return gateway_settings(base_settings, peers.addrs, **(values | overrides))
+
+
+@pytest.mark.parametrize("outage", ["down", "error status", "not a key set"])
+async def test_known_keys_keep_verifying_while_the_idp_is_unreachable(
+    base_settings: Settings, peers: Peers, outage: str
+) -> None:
+    server = Jwks()
+    key = _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = _outage_settings(base_settings, peers, server)
+    try:
+        async with app_client(settings) as http:
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            if outage == "down":
+                server.stop()
+            elif outage == "error status":
+                server.status = 503
+            else:
+                server.raw = b"<html>maintenance</html>"
+            await asyncio.sleep(CACHE_SECONDS + 0.3)  # the cached keys expired
+            for _ in range(3):
+                assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            # A key id the gateway never saw cannot be told while the keys cannot be
+            # fetched: retryable, never a 401 (a client would log its user out).
+            resp = await _threads(http, _sign(_rsa(), "rotated"))
+            assert resp.status_code == 503, resp.text
+            assert resp.headers["retry-after"] == "1"
+    finally:
+        if outage != "down":
+            server.stop()
+
+
+async def test_known_keys_stop_verifying_past_the_maximum_stale_age(
+    base_settings: Settings, peers: Peers
+) -> None:
+    server = Jwks()
+    key = _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = _outage_settings(base_settings, peers, server, jwks_max_stale_seconds=3.0)
+    async with app_client(settings) as http:
+        fetched = time.monotonic()
+        assert (await _threads(http, _sign(key, "k"))).status_code == 200
+        server.stop()
+        await asyncio.sleep(fetched + CACHE_SECONDS + 0.3 - time.monotonic())
+        assert (await _threads(http, _sign(key, "k"))).status_code == 200
+        await asyncio.sleep(fetched + 3.3 - time.monotonic())
+        resp = await _threads(http, _sign(key, "k"))
+        assert resp.status_code == 503, resp.text
+        assert resp.headers["retry-after"] == "1"
+
+
+async def test_the_keys_are_fetched_again_once_the_idp_is_back(
+    base_settings: Settings, peers: Peers
+) -> None:
+    server = Jwks()
+    old, new = _rsa(), _rsa()
+    server.keys = [_jwk(old, "old")]
+    settings = _outage_settings(base_settings, peers, server)
+    try:
+        async with app_client(settings) as http:
+            assert (await _threads(http, _sign(old, "old"))).status_code == 200
+            server.status = 500
+            await asyncio.sleep(CACHE_SECONDS + 0.2)
+            assert (await _threads(http, _sign(old, "old"))).status_code == 200
+            # Back, with the old key retired and a new one: the stale keys are gone.
+            server.status = 200
+            server.keys = [_jwk(new, "new")]
+            assert (await _threads(http, _sign(new, "new"))).status_code == 200
+            _assert_401(await _threads(http, _sign(old, "old")))
+    finally:
+        server.stop()
+
+
+async def test_a_new_key_id_within_the_refresh_cooldown_is_503_then_fetched(
+    base_settings: Settings, peers: Peers
+) -> None:
+    server = Jwks()
+    key, rotated = _rsa(), _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = _outage_settings(
+        base_settings, peers, server, jwks_cache_seconds=300, jwks_refresh_cooldown_seconds=1.5
+    )
+    try:
+        async with app_client(settings) as http:
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            server.keys = [*server.keys, _jwk(rotated, "k2")]  # the IdP rotates
+            resp = await _threads(http, _sign(rotated, "k2"))
+            assert resp.status_code == 503, resp.text
+            assert resp.headers["retry-after"] in ("1", "2")
+            await asyncio.sleep(1.6)
+            assert (await _threads(http, _sign(rotated, "k2"))).status_code == 200
+            # A key id the IdP does not have, with keys fetched just now, is refused.
+            await asyncio.sleep(1.6)
+            _assert_401(await _threads(http, _sign(_rsa(), "forged")))
+    finally:
+        server.stop()
+    assert server.fetches == 3
+
+
+async def test_a_known_key_is_not_held_up_by_a_fetch_of_expired_keys(
+    base_settings: Settings, peers: Peers
+) -> None:
+    server = Jwks()
+    key = _rsa()
+    server.keys = [_jwk(key, "k")]
+    settings = _outage_settings(base_settings, peers, server, rpc_timeout_seconds=2.0)
+    try:
+        async with app_client(settings) as http:
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            await asyncio.sleep(CACHE_SECONDS + 0.2)
+            server.delay = 4.0  # the IdP hangs: the next request's fetch times out
+            fetching = asyncio.create_task(_threads(http, _sign(key, "k")))
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            assert (await _threads(http, _sign(key, "k"))).status_code == 200
+            assert time.monotonic() - started < 1.0
+            assert (await fetching).status_code == 200  # the stale key, once it gave up
+    finally:
+        server.stop()

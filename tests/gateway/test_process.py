@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 
 from services.gateway.auth import issue_token
+from services.launcher import free_port
 from shared.settings import Settings
-from tests.gateway.conftest import Peers, free_port, run_body
+from tests.gateway.conftest import Peers, run_body
 from tests.gateway.sse_client import parse_frames
 from tests.gateway.test_runs_stream import CHAT_ORDER
 

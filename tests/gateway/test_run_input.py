@@ -4,6 +4,7 @@ to the orchestrator."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import httpx
@@ -288,3 +289,137 @@ async def test_no_profile_named_leaves_the_default_to_the_backend(
 ) -> None:
     await post_run(http, run_body(forwardedProps={"x": True}), auth)
     assert peers.orchestrator.calls[-1].request.profile_name == ""
+
+
+def _resume(entry: Any) -> dict[str, Any]:
+    return run_body(resume=[entry])
+
+
+def _answer(**payload: Any) -> dict[str, Any]:
+    return {"interruptId": "call_1", "status": "resolved", "payload": payload}
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+# A resume as a hostile client would send it: each refused with 400 naming the field (or a
+# field under it: the strict JSON check names the deepest one), before the orchestrator is
+# asked (nothing of the run is stored). Raw JSON text where json.dumps would not write it.
+HOSTILE_RESUMES: dict[str, tuple[Any, str]] = {
+    "resume an object": (run_body(resume={"interruptId": "call_1"}), "resume"),
+    "resume a string": (run_body(resume="approve"), "resume"),
+    "entry a list": (_resume(["call_1", "approve"]), "resume[0]"),
+    "entry null": (_resume(None), "resume[0]"),
+    "interruptId an object": (
+        _resume({"interruptId": {"id": "call_1"}, "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId a list": (
+        _resume({"interruptId": ["call_1"], "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId a number": (
+        _resume({"interruptId": 7, "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId huge": (
+        _resume({"interruptId": "c" * 100_000, "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId with NUL": (
+        _resume({"interruptId": "call\u00001", "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "status an object": (
+        _resume({"interruptId": "call_1", "status": {"resolved": True}}),
+        "resume[0].status",
+    ),
+    "status a list": (
+        _resume({"interruptId": "call_1", "status": ["resolved"]}),
+        "resume[0].status",
+    ),
+    "status a boolean": (_resume({"interruptId": "call_1", "status": True}), "resume[0].status"),
+    "payload a list": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": ["approve"]}),
+        "resume[0].payload",
+    ),
+    "payload a string": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": "approve"}),
+        "resume[0].payload",
+    ),
+    "decision an object": (
+        _resume(_answer(decision={"kind": "approve"})),
+        "resume[0].payload.decision",
+    ),
+    "decision a list": (_resume(_answer(decision=["approve"])), "resume[0].payload.decision"),
+    "decision a number": (_resume(_answer(decision=1)), "resume[0].payload.decision"),
+    "decision null": (_resume(_answer(decision=None)), "resume[0].payload.decision"),
+    "decision a boolean": (_resume(_answer(decision=True)), "resume[0].payload.decision"),
+    "decision missing": (_resume(_answer()), "resume[0].payload.decision"),
+    "decision huge": (_resume(_answer(decision="a" * 500_000)), "resume[0].payload.decision"),
+    "arguments a list": (
+        _resume(_answer(decision="edit", arguments=[1, 2])),
+        "resume[0].payload.arguments",
+    ),
+    "arguments a string": (
+        _resume(_answer(decision="edit", arguments='{"text": "x"}')),
+        "resume[0].payload.arguments",
+    ),
+    "arguments huge": (
+        _resume(_answer(decision="edit", arguments={"text": "x" * 500_000})),
+        "resume[0].payload.arguments",
+    ),
+    "arguments with many keys": (
+        _resume(_answer(decision="edit", arguments={f"k{i}": i for i in range(40_000)})),
+        "resume[0].payload.arguments",
+    ),
+    "arguments nested too deep": (
+        _resume(_answer(decision="edit", arguments=_nested(40))),
+        "resume[0].payload.arguments",
+    ),
+    "arguments with NUL": (
+        _resume(_answer(decision="edit", arguments={"text": "a\u0000b"})),
+        "resume[0].payload.arguments.text",
+    ),
+    "arguments with a lone surrogate": (
+        _resume(_answer(decision="edit", arguments={"text": "a\ud800b"})),
+        "resume[0].payload.arguments.text",
+    ),
+    "arguments with a huge integer": (
+        _resume(_answer(decision="edit", arguments={"n": 10**30})),
+        "resume[0].payload.arguments.n",
+    ),
+    "arguments with NaN": (
+        _resume(_answer(decision="edit", arguments={"n": float("nan")})),
+        "resume[0].payload.arguments.n",
+    ),
+    "arguments with a lone surrogate key": (
+        _resume(_answer(decision="edit", arguments={"a\udc00": 1})),
+        "resume[0].payload.arguments",
+    ),
+    "too many entries": (
+        run_body(resume=[{"interruptId": f"c{i}", "status": "cancelled"} for i in range(33)]),
+        "resume",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_RESUMES))
+async def test_a_hostile_resume_is_400_naming_the_field_and_nothing_starts(
+    case: str, http: httpx.AsyncClient, auth: dict[str, str], peers: Peers
+) -> None:
+    body, field = HOSTILE_RESUMES[case]
+    before = len(peers.orchestrator.calls)
+    # ASCII JSON: a lone surrogate goes as its \\u escape, NaN as the bare word (not JSON).
+    raw = json.dumps(body).encode()
+    resp = await http.post(URL, content=raw, headers={**auth, "Content-Type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    named = error["details"][0]["field"]
+    assert named == field or named.startswith(f"{field}."), (named, field)
+    assert len(peers.orchestrator.calls) == before

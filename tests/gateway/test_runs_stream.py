@@ -10,8 +10,9 @@ import httpx
 
 from services.gateway.app import create_app
 from services.gateway.clients import open_clients
+from services.launcher import free_port
 from shared.settings import Settings
-from tests.gateway.conftest import Peers, free_port, gateway_settings, run_body, serve_app
+from tests.gateway.conftest import Peers, gateway_settings, run_body, serve_app
 from tests.gateway.sse_client import parse_frames, parse_sequenced, post_run
 
 CHAT_ORDER = [

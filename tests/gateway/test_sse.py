@@ -208,3 +208,15 @@ def test_usage_agentmesh_counted_itself_is_marked_estimated() -> None:
         )
     )
     assert reported is not None and "estimated" not in reported["usage"][0]
+
+
+def test_a_failed_run_that_called_a_model_reports_its_usage_on_run_error() -> None:
+    usage = message_pb2.Usage(input_tokens=120, output_tokens=3, estimated=True)
+    out = sse.to_agui(
+        _event(run_error=R.RunError(message="m", code="MODEL_STREAM_BROKEN", usage=usage))
+    )
+    assert out is not None
+    EVENT.validate_python(out)
+    assert out["usage"] == [
+        {"inputTokens": 120, "outputTokens": 3, "totalTokens": 123, "estimated": True}
+    ]

@@ -133,6 +133,7 @@ async def test_owner_data_waits_for_runs_in_flight_then_goes(history: History) -
         "runs": 2,
         "tool_denials": 0,
         "webhookEvents": 2,
+        "usageEntries": 2,
     }
     again = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
     assert set(again.deleted_counts.values()) == {0}

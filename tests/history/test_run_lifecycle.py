@@ -274,3 +274,79 @@ async def test_a_run_without_usage_shows_none_and_negative_counts_are_refused(
     assert record.state == pb.RUN_STATE_RUNNING  # the refused finish changed nothing
     done = await finish(history, "r1", [text_msg("a1", REPLY)])
     assert done.run.state == pb.RUN_STATE_SUCCEEDED and not done.run.HasField("usage")
+
+
+async def begin_answering(
+    h: History, run_id: str, mid: str, answers: list[str], *, thread_id: str = "t1"
+) -> pb.BeginRunResponse:
+    return await h.stub.BeginRun(
+        pb.BeginRunRequest(
+            thread_id=thread_id,
+            runtime_mode=1,
+            run_id=run_id,
+            profile=chat_profile(),
+            input_messages=[text_msg(mid)],
+            lease_holder="orch-1",
+            lease_seconds=10.0,
+            answered_interrupt_ids=answers,
+        ),
+        metadata=h.md(),
+    )
+
+
+async def test_an_approval_is_answered_by_one_run_the_other_is_refused_storing_nothing(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", "u1")
+    await finish(history, "r1", [text_msg("a1", REPLY)])
+    first = await begin_answering(history, "r2", "u2", ["call_1"])
+    assert first.run.state == pb.RUN_STATE_RUNNING
+    err = await rpc_error(begin_answering(history, "r3", "u3", ["call_2", "call_1"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "answered_interrupt_ids[1]" in (err.details() or "")
+    missing = await rpc_error(
+        history.stub.GetRun(pb.GetRunRequest(run_id="r3"), metadata=history.md())
+    )
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+    assert await history_of(history, "t1") == ["u1", "a1", "u2"]
+    # Its own run begun again (a retry, or a queued run asking for its turn) keeps them.
+    again = await begin_answering(history, "r2", "u2", ["call_1"])
+    assert again.run.state == pb.RUN_STATE_RUNNING
+    # call_2 was not taken by the refused run: another run may answer it.
+    await finish(history, "r2", [])
+    assert (await begin_answering(history, "r4", "u4", ["call_2"])).run.state == (
+        pb.RUN_STATE_RUNNING
+    )
+
+
+async def test_a_queued_run_takes_its_approvals_when_admitted(history: History) -> None:
+    await begin(history, "t1", "r1", "u1")
+    queued = await begin_answering(history, "r2", "u2", ["call_1"])
+    assert queued.run.state == pb.RUN_STATE_QUEUED
+    err = await rpc_error(begin_answering(history, "r3", "u3", ["call_1"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_concurrent_runs_answering_one_approval_admit_one(history: History) -> None:
+    await begin(history, "t1", "r0", "u0")
+    await finish(history, "r0", [])
+    n = 8
+    results = await asyncio.gather(
+        *(begin_answering(history, f"r{i}", f"u{i}", ["call_1"]) for i in range(1, n + 1)),
+        return_exceptions=True,
+    )
+    admitted = [r for r in results if isinstance(r, pb.BeginRunResponse)]
+    refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(admitted) == 1 and len(refused) == n - 1, results
+    assert all(e.code() == grpc.StatusCode.INVALID_ARGUMENT for e in refused)
+    assert len(await history_of(history, "t1")) == 2  # u0 and the admitted run's input
+
+
+async def test_the_approvals_a_run_took_go_with_its_thread(history: History) -> None:
+    await begin_answering(history, "r1", "u1", ["call_1"])
+    await finish(history, "r1", [])
+    await history.stub.DeleteThread(pb.DeleteThreadRequest(thread_id="t1"), metadata=history.md())
+    # The thread id used again is a new thread: nothing of the old one is answered.
+    assert (await begin_answering(history, "r2", "u2", ["call_1"])).run.state == (
+        pb.RUN_STATE_RUNNING
+    )

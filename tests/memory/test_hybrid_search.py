@@ -19,8 +19,9 @@ from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 from prometheus_client import REGISTRY
 
+from services.launcher import free_port
 from services.memory import store, tables
-from services.memory.embedding_server import LocalEmbeddingServer, free_port
+from services.memory.embedding_server import LocalEmbeddingServer
 from services.memory.service import MIGRATIONS, build
 from shared import metrics
 from shared.server import EMBEDDING_MODEL

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,9 @@ class Reply:
     cut_after: int | None = None
     # Seconds the stream stays open after its body (kept alive: before its last chunk).
     linger: float = 0.0
+    # Kept alive: the connection takes the next request and closes without answering it
+    # (llama-cpp-python's server after a stream it failed: 200, an empty body, then gone).
+    drop_next: bool = False
 
 
 def recording(name: str, piece: int = 7) -> Reply:
@@ -71,8 +73,15 @@ class Request:
 
 
 class FakeOpenAI:
-    def __init__(self, replies: list[Reply], keep_alive: bool = False) -> None:
+    def __init__(
+        self,
+        replies: list[Reply],
+        keep_alive: bool = False,
+        judge: Callable[[Request], Reply | None] | None = None,
+    ) -> None:
         self.replies = list(replies)
+        # Answers a request it refuses (a provider's rule broken) instead of the next reply.
+        self.judge = judge
         self.keep_alive = keep_alive
         self.connections = 0
         self.requests: list[Request] = []
@@ -107,8 +116,13 @@ class FakeOpenAI:
             for k, v in (h.split(":", 1) for h in lines[1:] if ":" in h)
         }
         body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.requests.append(Request(path, headers, json.loads(body or b"{}")))
-        reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
+        request = Request(path, headers, json.loads(body or b"{}"))
+        self.requests.append(request)
+        refusal = self.judge(request) if self.judge is not None else None
+        if refusal is not None:
+            reply = refusal
+        else:
+            reply = self.replies.pop(0) if self.replies else error(500, "no reply scripted")
         if reply.stall:
             await asyncio.sleep(reply.stall)
         reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
@@ -134,14 +148,20 @@ class FakeOpenAI:
         if chunked:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            if reply.drop_next:
+                await reader.readuntil(b"\r\n\r\n")
+                return False
         return chunked
 
 
 @asynccontextmanager
 async def fake_openai(
-    replies: list[Reply], *, keep_alive: bool = False
+    replies: list[Reply],
+    *,
+    keep_alive: bool = False,
+    judge: Callable[[Request], Reply | None] | None = None,
 ) -> AsyncIterator[FakeOpenAI]:
-    fake = FakeOpenAI(replies, keep_alive)
+    fake = FakeOpenAI(replies, keep_alive, judge)
     server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
     fake.port = server.sockets[0].getsockname()[1]
     try:
@@ -152,10 +172,3 @@ async def fake_openai(
             task.cancel()
         await asyncio.gather(*fake.tasks, return_exceptions=True)
         await server.wait_closed()
-
-
-def closed_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

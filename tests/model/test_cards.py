@@ -200,3 +200,35 @@ def test_structured_memory_extraction_needs_a_way_to_ask_for_it(tmp_path: Path) 
 def test_the_local_card_extracts_memories_with_llama_cpp_s_schema_grammar() -> None:
     card = load_card("smollm2-local")
     assert (card.structured_output, card.memory_extraction) == ("json_object_schema", "structured")
+
+
+def test_base_url_env_must_name_an_environment_variable(tmp_path: Path) -> None:
+    with pytest.raises(CardError, match="base_url_env: String should match pattern"):
+        load_card(write_card(tmp_path, base_url_env="not a name"))
+
+
+def test_only_an_openai_card_can_follow_a_base_url_variable(tmp_path: Path) -> None:
+    path = write_card(tmp_path, provider="scripted", base_url_env="SOME_URL")
+    with pytest.raises(CardError, match="base_url_env: only an openai card has an endpoint"):
+        load_card(path)
+
+
+def test_hosted_cards_follow_no_deployment_base_url_and_self_hosted_ones_do() -> None:
+    cards = load_cards(CARDS_DIR)
+    for name in ("gpt-4o-mini", "o4-mini", "qwen-plus"):
+        assert cards[name].base_url_env is None, name
+    for name in ("smollm2-local", "qwen2.5-vllm", "llama3.1-ollama"):
+        assert cards[name].base_url_env == "AGENTMESH_MODEL_BASE_URL", name
+
+
+def test_only_an_openai_card_can_name_an_endpoint_tokenizer(tmp_path: Path) -> None:
+    path = write_card(tmp_path, provider="scripted", tokenizer="llama_cpp_python")
+    with pytest.raises(CardError, match="tokenizer: only an openai card has an endpoint to ask"):
+        load_card(path)
+    with pytest.raises(CardError, match="tokenizer: Input should be"):
+        load_card(write_card(tmp_path, tokenizer="tiktoken"))
+
+
+def test_the_local_card_counts_with_the_servers_tokenizer() -> None:
+    assert load_card("smollm2-local").tokenizer == "llama_cpp_python"
+    assert load_card("gpt-4o-mini").tokenizer == "estimate"

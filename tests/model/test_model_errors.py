@@ -4,9 +4,11 @@ ones are retried, and no key or prompt text reaches a log or a message."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
+from services.launcher import free_port
 from shared.messages import user
 from shared.model.base import (
     ModelAuthError,
@@ -21,7 +23,7 @@ from shared.model.base import (
 )
 from shared.model.merge import collect
 from shared.model.openai import classify_refusal
-from tests.model.fake_openai import Reply, closed_port, error, events, fake_openai, recording
+from tests.model.fake_openai import Reply, error, events, fake_openai, recording
 from tests.model.test_openai import SECRET, model
 
 PROMPT = "my secret diary entry about the merger"
@@ -103,7 +105,7 @@ async def test_server_errors_past_the_retries_are_unavailable() -> None:
 
 
 async def test_a_server_that_is_down_is_unavailable() -> None:
-    m = model(f"http://127.0.0.1:{closed_port()}/v1", max_retries=0)
+    m = model(f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     with pytest.raises(ModelUnavailable) as err:
         await collect(m.stream([user(PROMPT)]))
     await m.aclose()
@@ -192,3 +194,65 @@ async def test_a_dropped_stream_whose_request_is_fine_stays_broken() -> None:
     # Once something streamed, nothing is asked again.
     err, requests = await fails([events(TEXT, done=False), recording("text.sse")])
     assert err.reason == "MODEL_STREAM_BROKEN" and requests == 1
+
+
+# llama-cpp-python 0.3.36's answer to an assistant message with "content": null: its
+# request model's pydantic errors as an HTTP 500, each echoing the input it refused.
+VALIDATION_500 = (
+    "2 validation errors:\n"
+    "  {'type': 'string_type', 'loc': ('body', 'messages', 1, "
+    "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid "
+    f"string', 'input': None}}\n  {{'type': 'missing', 'msg': 'Field required', 'input': "
+    f"{{'role': 'user', 'content': '{PROMPT}'}}}}"
+)
+
+
+async def test_a_500_whose_body_is_a_validation_error_is_final_and_not_retried() -> None:
+    err, requests = await fails(
+        [error(500, VALIDATION_500, type="internal_server_error"), recording("text.sse")]
+    )
+    assert type(err) is ModelRequestError and err.reason == "MODEL_INVALID_REQUEST"
+    assert "HTTP 500" in err.message and "2 validation errors" in err.message
+    assert "try again" not in err.message and PROMPT not in err.message
+    assert requests == 1
+
+
+async def test_a_500_without_a_validation_body_stays_transient() -> None:
+    err, requests = await fails([error(500, "CUDA out of memory")] * 2, max_retries=1)
+    assert type(err) is ModelUnavailable and requests == 2
+
+
+async def test_a_dropped_stream_whose_connection_the_server_then_closes_hears_the_refusal() -> None:
+    # llama-cpp-python 0.3.36 answers a prompt past its n_ctx with 200, an empty chunked body,
+    # and closes the kept connection when the next request arrives on it.
+    overflow = error(
+        400, "This model's maximum context length is 2048 tokens.", code="context_length_exceeded"
+    )
+    async with fake_openai(
+        [replace(events(done=False), drop_next=True), overflow], keep_alive=True
+    ) as fake:
+        m = model(fake.base_url)
+        with pytest.raises(ModelContextOverflow):
+            await collect(m.stream([user(PROMPT)]))
+        await m.aclose()
+    assert [r.body["stream"] for r in fake.requests] == [True, False]
+
+
+async def test_a_stream_that_said_only_its_role_before_dropping_is_asked_again() -> None:
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    overflow = error(
+        400, "This model's maximum context length is 2048 tokens.", code="context_length_exceeded"
+    )
+    err, requests = await fails([events(role, done=False), overflow])
+    assert err.reason == "MODEL_CONTEXT_OVERFLOW" and requests == 2
+
+
+async def test_llama_cpp_servers_error_field_inside_a_stream_is_classified() -> None:
+    # llama.cpp's server sends a failure of a started stream as an SSE `error:` field.
+    body = (
+        b'error: {"code": 400, "message": "the request exceeds the available context size, '
+        b'try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 3216, '
+        b'"n_ctx": 2048}\n\n'
+    )
+    err, requests = await fails([Reply(body=body, headers={"Content-Type": "text/event-stream"})])
+    assert err.reason == "MODEL_CONTEXT_OVERFLOW" and requests == 1

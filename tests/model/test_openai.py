@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import replace
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from services.launcher import free_port
 from shared.messages import (
     DataBlock,
     TextBlock,
@@ -34,7 +36,7 @@ from shared.model.base import (
 from shared.model.cards import ModelCard
 from shared.model.merge import collect
 from shared.model.openai import OpenAIChatModel, read_api_key, to_openai_messages
-from tests.model.fake_openai import Reply, closed_port, error, fake_openai, recording
+from tests.model.fake_openai import Reply, error, fake_openai, recording
 
 SECRET = "sk-test-secret-value-1234567890"
 
@@ -189,7 +191,7 @@ async def test_client_error_is_not_retried() -> None:
 
 
 async def test_closed_port_fails_fast_with_a_clear_error() -> None:
-    m = model(f"http://127.0.0.1:{closed_port()}/v1", max_retries=1)
+    m = model(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     start = time.perf_counter()
     with pytest.raises(
         ModelUnavailable, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/completions"
@@ -343,3 +345,40 @@ async def test_an_output_schema_for_a_card_that_cannot_take_one_is_refused_unsen
             await collect(m.stream([user("hi")], output_schema=SCHEMA))
         await m.aclose()
     assert fake.requests == []
+
+
+def test_an_assistant_turn_of_tool_calls_alone_has_empty_string_content() -> None:
+    # llama-cpp-python's server refuses "content": null with an HTTP 500 (issue 32).
+    [call, _] = to_openai_messages(
+        [
+            assistant(
+                [
+                    ToolCallBlock(id="c1", name="notes.add", input='{"text":"x"}'),
+                    ToolResultBlock(
+                        id="c1", name="notes.add", output="ok", state=ToolResultState.SUCCESS
+                    ),
+                ]
+            )
+        ]
+    )
+    assert call["content"] == ""
+    assert call["tool_calls"][0]["function"] == {"name": "notes__add", "arguments": '{"text":"x"}'}
+
+
+@pytest.mark.parametrize(
+    ("raw", "sent"),
+    [
+        ("", "{}"),
+        ("  ", "{}"),
+        ('{"city": "Paris"}', '{"city": "Paris"}'),
+        ('{"city": "Par', '{"invalid_arguments": "{\\"city\\": \\"Par"}'),
+        ("[1, 2]", '{"invalid_arguments": "[1, 2]"}'),
+        ("北京", '{"invalid_arguments": "北京"}'),
+    ],
+)
+def test_tool_call_arguments_go_back_as_a_json_object(raw: str, sent: str) -> None:
+    # Chat templates (llama.cpp's, vLLM's, Ollama's) parse the arguments as a JSON object.
+    [msg] = to_openai_messages([assistant([ToolCallBlock(id="c1", name="f", input=raw)])])
+    arguments = msg["tool_calls"][0]["function"]["arguments"]
+    assert arguments == sent
+    assert isinstance(json.loads(arguments), dict)

@@ -4,7 +4,6 @@ service-specific helpers."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from agentmesh.type.v1 import run_event_pb2
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.launcher import free_port
 from shared import metrics
 from shared.errors import InvalidArgument
 from shared.server import GrpcServer, ServiceParts
@@ -23,12 +23,6 @@ from shared.settings import Settings
 from tests.observability.suite import bearer, gateway, run_body, running_suite
 
 _PROBE = "agentmesh.test.Metered"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _parts() -> ServiceParts:
@@ -67,7 +61,7 @@ def recording() -> Iterator[None]:
 
 
 async def test_grpc_service_serves_rpc_counts_and_latency_on_its_metrics_port() -> None:
-    port = _free_port()
+    port = free_port()
     server = GrpcServer("metered", _parts(), grace_seconds=0.5, metrics_port=port)
     grpc_port = await server.start("127.0.0.1", 0)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from agentmesh.type.v1 import message_pb2, run_event_pb2
 
 from services.executor.service import build as build_executor
 from services.history.service import build as build_history
+from services.launcher import free_port
 from services.memory.service import build as build_memory
 from services.orchestrator.core import RunPolicy
 from services.orchestrator.service import build as build_orchestrator
@@ -34,9 +34,7 @@ BOB = owner_md("bob")
 
 def dead_address() -> str:
     """An address nothing listens on (connections are refused at once)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 @dataclass
@@ -72,6 +70,8 @@ async def running_suite(
             update={"scripted_token_latency": token_latency, "memory_addr": memory_addr}
         )
         addresses: dict[str, Any] = {
+            # The orchestrator indexes chat runs' messages for conversation recall.
+            "memory_addr": memory_addr,
             "history_addr": await stack.enter_async_context(
                 running_service("history", build_history, peers)
             )

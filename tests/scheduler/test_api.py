@@ -90,6 +90,8 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
         metadata=ALICE,
     )
     assert job.job.execution_profile.name == "automation_memory_default"
+    # No tools declared: the memory tools the profile allows, so the job can do its work.
+    assert list(job.job.config.tools) == ["memory_write", "memory_forget"]
 
 
 @pytest.mark.parametrize(
@@ -148,6 +150,18 @@ async def test_missing_profile_gets_the_automation_default_snapshot(api) -> None
                 "execution_profile": execution_profile_pb2.ExecutionProfile(
                     executor=execution_profile_pb2.EXECUTOR_MEMORY,
                     tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["rm_rf"]),
+                )
+            },
+            "job.execution_profile.tool_policy.allowlist",
+        ),
+        # A memory job that could call neither memory_write nor memory_forget would fail
+        # every attempt (MEMORY_OUTPUT_UNUSABLE): refused when it is made.
+        ({"config": pb.JobConfig(prompt="p", tools=["memory_search"])}, "job.config.tools"),
+        (
+            {
+                "execution_profile": execution_profile_pb2.ExecutionProfile(
+                    executor=execution_profile_pb2.EXECUTOR_MEMORY,
+                    tool_policy=execution_profile_pb2.ToolPolicy(allowlist=["memory_search"]),
                 )
             },
             "job.execution_profile.tool_policy.allowlist",
@@ -288,8 +302,12 @@ async def test_trigger_records_a_manual_run_and_dispatches_it(api) -> None:
     job = await create(
         stub, config=pb.JobConfig(prompt="remember: I like tea", tools=["memory_write"])
     )
+    assert not job.HasField("last_run_time")
     run = (await stub.TriggerJob(pb.TriggerJobRequest(job_id=job.id), metadata=ALICE)).job_run
     assert run.trigger == pb.JOB_RUN_TRIGGER_MANUAL and run.attempt == 1
+    # A manual run is a run: the job says when it last ran, as after a scheduled slot.
+    after = (await stub.GetJob(pb.GetJobRequest(job_id=job.id), metadata=ALICE)).job
+    assert after.last_run_time == run.scheduled_slot
 
     async def succeeded() -> pb.JobRun:
         for _ in range(100):

@@ -97,7 +97,7 @@ async def test_a_unit_of_work_gives_its_connection_back_without_giving_up_the_lo
     tmp_path: Path,
 ) -> None:
     # A unit that waited a loop turn to give its connection back kept it from the units
-    # queued for it for that turn: under load they queued for seconds (README "Performance").
+    # queued for it for that turn: under load they queued for seconds (docs/performance.md).
     engine = _engine(tmp_path, True)
     try:
         async with engine.begin() as conn:

@@ -47,6 +47,18 @@ def test_a_policy_set_by_a_caller_round_trips() -> None:
     assert profile_from_pb(profile_to_pb(profile)).memory == profile.memory
 
 
+def test_conversation_recall_is_off_unless_asked_and_survives_the_trip() -> None:
+    assert not CHAT_DEFAULT.memory.conversation
+    data = {
+        "enable_router": False,
+        "executor": "worker",
+        "memory": {"mode": "recall", "conversation": True},
+    }
+    profile = parse_profile(data)
+    assert profile.memory.conversation
+    assert profile_from_pb(profile_to_pb(profile)).memory == profile.memory
+
+
 @pytest.mark.parametrize(
     ("memory", "field"),
     [
@@ -56,6 +68,8 @@ def test_a_policy_set_by_a_caller_round_trips() -> None:
         ({"mode": "recall", "min_relevance": 1.5}, "execution_profile.memory.min_relevance"),
         ({"mode": "recall", "max_tokens": 0}, "execution_profile.memory.max_tokens"),
         ({"mode": "recall", "owner": "bob"}, "execution_profile.memory.owner"),
+        ({"mode": "recall", "conversation": "yes"}, "execution_profile.memory.conversation"),
+        ({"mode": "recall", "conversation": 1}, "execution_profile.memory.conversation"),
     ],
 )
 def test_a_bad_policy_is_refused_naming_the_field(memory: dict[str, object], field: str) -> None:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from shared.domain import ExecutorKind
+from shared.errors import InvalidArgument
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, CHAT_DEFAULT, ExecutionProfile, ToolPolicy
 from shared.tools import (
     REGISTERED_TOOLS,
     DenialReason,
+    KnownTools,
     arguments_digest,
     authorize,
+    check_client_tools,
     effective_tools,
 )
 
@@ -82,3 +87,30 @@ def test_arguments_digest_is_sha256_hex_of_the_text() -> None:
     args = '{"content": "secret"}'
     assert arguments_digest(args) == hashlib.sha256(args.encode()).hexdigest()
     assert "secret" not in arguments_digest(args)
+
+
+KNOWN = KnownTools(frozenset({"memory_search", "weather"}), frozenset({"notes"}))
+
+
+@pytest.mark.parametrize(
+    ("client", "field"),
+    [
+        (["lookup", "memory_search"], "tools[1].name"),
+        (["weather"], "tools[0].name"),
+        (["notes.add_note"], "tools[0].name"),
+        (["notes.anything"], "tools[0].name"),
+        (["lookup", "lookup"], "tools[1].name"),
+        ([""], "tools[0].name"),
+    ],
+)
+def test_a_client_tool_named_like_a_server_tool_or_twice_is_invalid(
+    client: list[str], field: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        check_client_tools(client, KNOWN.has, "tools")
+    assert info.value.violations[0][0] == field
+
+
+def test_client_tools_outside_the_server_tools_names_are_valid() -> None:
+    # A pattern is not a tool name: a client tool "*" names only itself.
+    check_client_tools(["lookup", "notes", "note.add", "*", "weather2"], KNOWN.has, "tools")

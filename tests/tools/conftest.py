@@ -17,14 +17,10 @@ from typing import Any
 
 import pytest
 
+from services.launcher import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def notes_stdio(**extra: Any) -> dict[str, Any]:

@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import subprocess
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
+from services.executor import tool_sources
 from services.executor.agents.base import StepRequest
 from services.executor.agents.worker import WorkerAgent
 from services.executor.events import StepItem, StepResult
 from services.executor.tool_sources import ToolSources
-from services.executor.tools import ToolRegistry
+from services.executor.tools import SourceState, ToolRegistry
+from services.launcher import free_port
 from shared.domain import ExecutorKind
 from shared.messages import Msg, ToolResultBlock, ToolResultState, user
 from shared.model.scripted import ScriptedModel
 from shared.profiles import ExecutionProfile, ToolPolicy
 from shared.tool_config import parse_tools_config
-from tests.tools.conftest import HttpToolServer, free_port, notes_stdio, time_server
+from tests.tools.conftest import PYTHON, ROOT, HttpToolServer, notes_stdio, time_server
 
 
 def profile(*allowlist: str) -> ExecutionProfile:
@@ -254,3 +257,86 @@ async def test_the_owner_can_reach_an_mcp_tool_in_the_request_meta() -> None:
     async with sources({"mcp_servers": [server]}) as s:
         [result] = results(await run(s, "use the notes.whoami tool", ["notes.*"], owner="hana"))
         assert result.output == "hana"
+
+
+# ---- sources as operators see them ---------------------------------------------------------
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seconds instead of the production waits (10 s handshake, 5 s first retry)."""
+    monkeypatch.setattr(tool_sources, "CONNECT_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(tool_sources, "RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(tool_sources, "REDISCOVER_TICK_SECONDS", 0.05)
+
+
+async def eventually(check: Callable[[], bool], seconds: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "not within the time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_server_that_never_answers_the_handshake_is_failed_and_retried_in_the_background(
+    quick_retries: None,
+) -> None:
+    silent = {
+        "name": "silent",
+        "transport": "stdio",
+        "command": PYTHON,
+        "args": ["-c", "import time; time.sleep(600)"],
+    }
+    async with sources({"mcp_servers": [silent]}) as s:
+        [status] = s.statuses()
+        assert status.name == "mcp:silent" and status.state is SourceState.FAILED
+        assert status.last_error == "MCP server 'silent' did not answer in time"
+        assert status.consecutive_failures == 1 and status.last_error_at is not None
+        assert status.next_attempt_at is not None and status.next_attempt_at > status.last_error_at
+        # Tried again without any run asking, each wait longer than the one before.
+        await eventually(lambda: status.consecutive_failures >= 3)
+        assert status.last_success_at is None and s.tools() == []
+
+
+async def test_an_http_mcp_server_started_after_the_executor_is_found_without_any_run(
+    quick_retries: None,
+) -> None:
+    port = free_port()
+    late = {"name": "notes", "transport": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+    async with sources({"mcp_servers": [late]}) as s:
+        [status] = s.statuses()
+        assert status.state is SourceState.FAILED and s.tools() == []
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "tests.tools.notes_mcp_server", "http", str(port)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await eventually(lambda: status.state is SourceState.CONNECTED, seconds=60)
+            assert {t.name for t in s.tools()} >= {"notes.add_note", "notes.list_notes"}
+            assert status.tool_count == len(s.tools()) and status.consecutive_failures == 0
+            assert status.last_success_at is not None and status.next_attempt_at is None
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+async def test_an_http_tools_status_follows_its_last_call(http_tool_server: HttpToolServer) -> None:
+    config = {
+        "http_tools": [
+            http_tool(f"{http_tool_server.url}/fail"),
+            http_tool(f"http://127.0.0.1:{free_port()}/", name="crm.gone"),
+        ]
+    }
+    async with sources(config) as s:
+        assert [(x.name, x.state) for x in s.statuses()] == [
+            ("http:crm.lookup_order", SourceState.PENDING),
+            ("http:crm.gone", SourceState.PENDING),
+        ]
+        await run(s, "use the crm.lookup_order tool", ["crm.*"])
+        await run(s, "use the crm.gone tool", ["crm.*"])
+        answered, gone = s.statuses()
+        # A 503 is the server answering: reachable, the error is the call's.
+        assert answered.state is SourceState.CONNECTED and answered.last_success_at is not None
+        assert gone.state is SourceState.FAILED and gone.last_error.startswith("unreachable")
+        assert gone.next_attempt_at is None  # tried again at its next call

@@ -45,7 +45,14 @@ from services.executor.agents.worker import (
     run_tool,
     stored_call,
 )
-from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, TextStart
+from services.executor.events import (
+    StepItem,
+    StepResult,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    TurnUsage,
+)
 from services.executor.memory_tools import (
     EXTRACTION_SCHEMA,
     Extraction,
@@ -183,7 +190,14 @@ class MemoryAgent:
         # or forgets them instead of writing near-duplicates.
         said = [m.text for m in fresh if m.role is Role.USER]
         limit = step.profile.memory.max_tokens
-        recalled = await recall.recall(self.memories, step.owner, step.profile.memory, said, limit)
+        recalled = await recall.recall(
+            self.memories,
+            step.owner,
+            step.profile.memory,
+            said,
+            limit,
+            in_context=[m.id for m in step.context],
+        )
         if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
         block = recall.block_text(recalled.memories)
@@ -240,6 +254,8 @@ class MemoryAgent:
         run as the memory tool calls they stand for (same policy, audit and events)."""
         message_id = core.turn_message_id(progress.step.reply_message_id, 0)
         turn = TurnOutput()
+        # Counted from here on, even if a cancel or a broken stream cuts the turn.
+        yield TurnUsage(Usage(messages_tokens(conversation), 0, estimated=True))
         async for event in self._model_turn(
             model_call, conversation, (), message_id, turn, progress.tracker, EXTRACTION
         ):
@@ -301,14 +317,14 @@ class MemoryAgent:
             message_id = core.turn_message_id(step.reply_message_id, turn_no)
             turn = TurnOutput()
             tools = () if last else offered
+            input_tokens = messages_tokens(conversation) + tools_tokens(tools)
+            yield TurnUsage(Usage(input_tokens, 0, estimated=True))
             async for event in self._model_turn(
                 model_call, conversation, tools, message_id, turn, progress.tracker
             ):
                 yield event
             if turn.usage is None:
-                turn.usage = turn.estimated_usage(
-                    messages_tokens(conversation) + tools_tokens(tools)
-                )
+                turn.usage = turn.estimated_usage(input_tokens)
             progress.usage = progress.usage + turn.usage
             calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
             message = self._turn_message(progress, turn, calls, message_id)

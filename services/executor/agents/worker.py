@@ -38,6 +38,7 @@ from services.executor.events import (
     ToolCallResult,
     ToolCallStart,
     ToolDenied,
+    TurnUsage,
 )
 from services.executor.tools import (
     ToolContext,
@@ -67,8 +68,15 @@ from shared.messages import (
     tool_result_message_id,
 )
 from shared.model.base import ChatModel, ModelContextOverflow, ToolSpec
-from shared.model.tokens import messages_tokens, text_tokens, tools_tokens
-from shared.tools import DenialReason, arguments_digest, authorize, effective_tools, matches
+from shared.model.tokens import messages_tokens, text_counter, text_tokens, tools_tokens
+from shared.tools import (
+    DenialReason,
+    arguments_digest,
+    authorize,
+    check_client_tools,
+    effective_tools,
+    matches,
+)
 
 log = logging.getLogger("agentmesh.executor.worker")
 
@@ -124,7 +132,8 @@ class WorkerAgent:
         registered = self.tools.names()
         server = effective_tools(step.declared, step.profile, registered)
         # A client-side tool may not carry the name of a server-side one (registered at all).
-        core.check_client_tools([t.name for t in step.client_tools], registered)
+        names = set(registered)
+        check_client_tools([t.name for t in step.client_tools], names.__contains__, "client_tools")
         client = tuple(t.name for t in step.client_tools)
         offered: list[ToolSpec] = [self.tools.spec(n) for n in server] + list(step.client_tools)
         tool_context = ToolContext(step.owner, step.run_id, step.thread_id, step.time_zone)
@@ -141,6 +150,8 @@ class WorkerAgent:
             step.profile.memory,
             [step.input.text],
             budget.recall_budget(budget_tokens, carried, offered, step.profile.memory.max_tokens),
+            # The thread's messages the step sends are in its context already.
+            in_context=[m.id for m in (*step.context, step.input)],
         )
         if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
@@ -185,13 +196,17 @@ class WorkerAgent:
                     messages = [*history, *conversation]
                     input_tokens = messages_tokens(messages) + tools_tokens(tools)
                 else:
-                    fitted = budget.fit(history, conversation, tools, budget_tokens)
+                    # The model's own tokenizer when its card has one, else the estimate.
+                    count = await text_counter(model_call.model, [*history, *conversation], tools)
+                    fitted = budget.fit(history, conversation, tools, budget_tokens, count)
                     messages, input_tokens = fitted.messages, fitted.input_tokens
                     if fitted.dropped:
                         log.info(
                             "context: left out the oldest messages to fit the model's window",
                             extra={"fields": {"dropped": fitted.dropped, "budget": budget_tokens}},
                         )
+                # Counted from here on, even if a cancel or a broken stream cuts the turn.
+                yield TurnUsage(Usage(input_tokens, 0, estimated=True))
                 try:
                     async for event in self._model_turn(
                         model_call, messages, tools, message_id, turn
@@ -344,6 +359,8 @@ class WorkerAgent:
                 if chunk.usage is not None:
                     # Providers report the turn's running total; the last report wins.
                     turn.usage = chunk.usage
+                    if not chunk.is_last:
+                        yield TurnUsage(chunk.usage)
                 if chunk.is_last:
                     turn.finished_reason = chunk.finished_reason
         if text_open:

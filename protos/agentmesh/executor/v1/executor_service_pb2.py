@@ -28,27 +28,27 @@ from agentmesh.type.v1 import message_pb2 as agentmesh_dot_type_dot_v1_dot_messa
 from agentmesh.type.v1 import run_event_pb2 as agentmesh_dot_type_dot_v1_dot_run__event__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,agentmesh/executor/v1/executor_service.proto\x12\x15\x61gentmesh.executor.v1\x1a agentmesh/type/v1/approval.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a!agentmesh/type/v1/run_event.proto\"\x12\n\x10ListToolsRequest\"E\n\x11ListToolsResponse\x12\x30\n\x05tools\x18\x01 \x03(\x0b\x32!.agentmesh.type.v1.RegisteredTool\"\x8d\x04\n\x0e\x45xecuteRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x34\n\x10\x63ontext_messages\x18\x05 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x31\n\rinput_message\x18\x06 \x01(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x07 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x31\n\x0c\x63lient_tools\x18\x08 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x11\n\ttime_zone\x18\t \x01(\t\x12\x18\n\x10reply_message_id\x18\n \x01(\t\x12\x16\n\x0e\x64\x65\x63lared_tools\x18\x0b \x03(\t\x12\x13\n\x0b\x62\x61tch_items\x18\x0c \x01(\x08\x12\x37\n\x0etool_decisions\x18\r \x03(\x0b\x32\x1f.agentmesh.type.v1.ToolDecision\x12\x18\n\x10sequence_horizon\x18\x0e \x01(\x03\"\x9c\x02\n\x0f\x45xecuteResponse\x12,\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEventH\x00\x12-\n\x07message\x18\x02 \x01(\x0b\x32\x1a.agentmesh.type.v1.MessageH\x00\x12\x33\n\x06result\x18\x03 \x01(\x0b\x32!.agentmesh.executor.v1.StepResultH\x00\x12\x38\n\x0btool_denial\x18\x04 \x01(\x0b\x32!.agentmesh.executor.v1.ToolDenialH\x00\x12\x35\n\x05items\x18\x05 \x03(\x0b\x32&.agentmesh.executor.v1.ExecuteResponseB\x06\n\x04item\"\x88\x01\n\nToolDenial\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x03 \x01(\t\x12\x37\n\x06reason\x18\x04 \x01(\x0e\x32\'.agentmesh.executor.v1.ToolDenialReason\"\xa4\x01\n\nStepResult\x12\x1d\n\x15pending_tool_call_ids\x18\x01 \x03(\t\x12\'\n\x05usage\x18\x02 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x17\n\x0f\x66inished_reason\x18\x03 \x01(\t\x12\x35\n\tapprovals\x18\x04 \x03(\x0b\x32\".agentmesh.type.v1.ApprovalRequest*\xa9\x01\n\x10ToolDenialReason\x12\"\n\x1eTOOL_DENIAL_REASON_UNSPECIFIED\x10\x00\x12#\n\x1fTOOL_DENIAL_REASON_NOT_DECLARED\x10\x01\x12%\n!TOOL_DENIAL_REASON_NOT_IN_PROFILE\x10\x02\x12%\n!TOOL_DENIAL_REASON_NOT_REGISTERED\x10\x03\x32\xcd\x01\n\x0f\x45xecutorService\x12Z\n\x07\x45xecute\x12%.agentmesh.executor.v1.ExecuteRequest\x1a&.agentmesh.executor.v1.ExecuteResponse0\x01\x12^\n\tListTools\x12\'.agentmesh.executor.v1.ListToolsRequest\x1a(.agentmesh.executor.v1.ListToolsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,agentmesh/executor/v1/executor_service.proto\x12\x15\x61gentmesh.executor.v1\x1a agentmesh/type/v1/approval.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a!agentmesh/type/v1/run_event.proto\"\x12\n\x10ListToolsRequest\"{\n\x11ListToolsResponse\x12\x30\n\x05tools\x18\x01 \x03(\x0b\x32!.agentmesh.type.v1.RegisteredTool\x12\x34\n\x07sources\x18\x02 \x03(\x0b\x32#.agentmesh.type.v1.ToolSourceStatus\"\x8d\x04\n\x0e\x45xecuteRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x34\n\x07profile\x18\x04 \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x34\n\x10\x63ontext_messages\x18\x05 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12\x31\n\rinput_message\x18\x06 \x01(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x07 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x31\n\x0c\x63lient_tools\x18\x08 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x11\n\ttime_zone\x18\t \x01(\t\x12\x18\n\x10reply_message_id\x18\n \x01(\t\x12\x16\n\x0e\x64\x65\x63lared_tools\x18\x0b \x03(\t\x12\x13\n\x0b\x62\x61tch_items\x18\x0c \x01(\x08\x12\x37\n\x0etool_decisions\x18\r \x03(\x0b\x32\x1f.agentmesh.type.v1.ToolDecision\x12\x18\n\x10sequence_horizon\x18\x0e \x01(\x03\"\xcc\x02\n\x0f\x45xecuteResponse\x12,\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEventH\x00\x12-\n\x07message\x18\x02 \x01(\x0b\x32\x1a.agentmesh.type.v1.MessageH\x00\x12\x33\n\x06result\x18\x03 \x01(\x0b\x32!.agentmesh.executor.v1.StepResultH\x00\x12\x38\n\x0btool_denial\x18\x04 \x01(\x0b\x32!.agentmesh.executor.v1.ToolDenialH\x00\x12.\n\nturn_usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.type.v1.UsageH\x00\x12\x35\n\x05items\x18\x05 \x03(\x0b\x32&.agentmesh.executor.v1.ExecuteResponseB\x06\n\x04item\"\x88\x01\n\nToolDenial\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x03 \x01(\t\x12\x37\n\x06reason\x18\x04 \x01(\x0e\x32\'.agentmesh.executor.v1.ToolDenialReason\"\xa4\x01\n\nStepResult\x12\x1d\n\x15pending_tool_call_ids\x18\x01 \x03(\t\x12\'\n\x05usage\x18\x02 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x17\n\x0f\x66inished_reason\x18\x03 \x01(\t\x12\x35\n\tapprovals\x18\x04 \x03(\x0b\x32\".agentmesh.type.v1.ApprovalRequest*\xa9\x01\n\x10ToolDenialReason\x12\"\n\x1eTOOL_DENIAL_REASON_UNSPECIFIED\x10\x00\x12#\n\x1fTOOL_DENIAL_REASON_NOT_DECLARED\x10\x01\x12%\n!TOOL_DENIAL_REASON_NOT_IN_PROFILE\x10\x02\x12%\n!TOOL_DENIAL_REASON_NOT_REGISTERED\x10\x03\x32\xcd\x01\n\x0f\x45xecutorService\x12Z\n\x07\x45xecute\x12%.agentmesh.executor.v1.ExecuteRequest\x1a&.agentmesh.executor.v1.ExecuteResponse0\x01\x12^\n\tListTools\x12\'.agentmesh.executor.v1.ListToolsRequest\x1a(.agentmesh.executor.v1.ListToolsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.executor.v1.executor_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOOLDENIALREASON']._serialized_start=1429
-  _globals['_TOOLDENIALREASON']._serialized_end=1598
+  _globals['_TOOLDENIALREASON']._serialized_start=1531
+  _globals['_TOOLDENIALREASON']._serialized_end=1700
   _globals['_LISTTOOLSREQUEST']._serialized_start=216
   _globals['_LISTTOOLSREQUEST']._serialized_end=234
   _globals['_LISTTOOLSRESPONSE']._serialized_start=236
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=305
-  _globals['_EXECUTEREQUEST']._serialized_start=308
-  _globals['_EXECUTEREQUEST']._serialized_end=833
-  _globals['_EXECUTERESPONSE']._serialized_start=836
-  _globals['_EXECUTERESPONSE']._serialized_end=1120
-  _globals['_TOOLDENIAL']._serialized_start=1123
-  _globals['_TOOLDENIAL']._serialized_end=1259
-  _globals['_STEPRESULT']._serialized_start=1262
-  _globals['_STEPRESULT']._serialized_end=1426
-  _globals['_EXECUTORSERVICE']._serialized_start=1601
-  _globals['_EXECUTORSERVICE']._serialized_end=1806
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=359
+  _globals['_EXECUTEREQUEST']._serialized_start=362
+  _globals['_EXECUTEREQUEST']._serialized_end=887
+  _globals['_EXECUTERESPONSE']._serialized_start=890
+  _globals['_EXECUTERESPONSE']._serialized_end=1222
+  _globals['_TOOLDENIAL']._serialized_start=1225
+  _globals['_TOOLDENIAL']._serialized_end=1361
+  _globals['_STEPRESULT']._serialized_start=1364
+  _globals['_STEPRESULT']._serialized_end=1528
+  _globals['_EXECUTORSERVICE']._serialized_start=1703
+  _globals['_EXECUTORSERVICE']._serialized_end=1908
 # @@protoc_insertion_point(module_scope)

@@ -62,16 +62,22 @@ class ListToolsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOOLS_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.RegisteredTool]: ...
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSourceStatus]:
+        """Every configured outside source (MCP servers, HTTP tools) and its state."""
+
     def __init__(
         self,
         *,
         tools: _abc.Iterable[_message_pb2.RegisteredTool] | None = ...,
+        sources: _abc.Iterable[_message_pb2.ToolSourceStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sources", b"sources", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -170,6 +176,7 @@ class ExecuteResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     TOOL_DENIAL_FIELD_NUMBER: _builtins.int
+    TURN_USAGE_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _run_event_pb2.RunEvent:
@@ -188,6 +195,14 @@ class ExecuteResponse(_message.Message):
         """A tool call the step refused (not executed); the orchestrator has it audited."""
 
     @_builtins.property
+    def turn_usage(self) -> _message_pb2.Usage:
+        """The usage of the model turn under way, so far: sent as the turn starts (its input,
+        estimated, no output) and when the model reports usage before the turn's end. The
+        turn's message carries its final usage; this lets the orchestrator count a turn that
+        a cancel or a broken stream cuts short.
+        """
+
+    @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecuteResponse]:
         """With batch_items: the items, in order, each holding one of the above; the oneof is
         then unset.
@@ -200,13 +215,14 @@ class ExecuteResponse(_message.Message):
         message: _message_pb2.Message | None = ...,
         result: Global___StepResult | None = ...,
         tool_denial: Global___ToolDenial | None = ...,
+        turn_usage: _message_pb2.Usage | None = ...,
         items: _abc.Iterable[Global___ExecuteResponse] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "item", b"item", "message", b"message", "result", b"result", "tool_denial", b"tool_denial"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "item", b"item", "message", b"message", "result", b"result", "tool_denial", b"tool_denial", "turn_usage", b"turn_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "item", b"item", "items", b"items", "message", b"message", "result", b"result", "tool_denial", b"tool_denial"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "item", b"item", "items", b"items", "message", b"message", "result", b"result", "tool_denial", b"tool_denial", "turn_usage", b"turn_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["event", "message", "result", "tool_denial"]  # noqa: Y015
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["event", "message", "result", "tool_denial", "turn_usage"]  # noqa: Y015
     _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 

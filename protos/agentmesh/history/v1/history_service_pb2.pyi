@@ -339,6 +339,7 @@ class BeginRunRequest(_message.Message):
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     LEASE_HOLDER_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    ANSWERED_INTERRUPT_IDS_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     runtime_mode: _message_pb2.RuntimeMode.ValueType
     run_id: _builtins.str
@@ -357,6 +358,15 @@ class BeginRunRequest(_message.Message):
 
     @_builtins.property
     def context(self) -> Global___ContextOptions: ...
+    @_builtins.property
+    def answered_interrupt_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The tool calls waiting for approval that this run answers (AG-UI resume): taken by the
+        run in the transaction that admits it, so each is answered by one run only. One taken
+        by another run of the thread is INVALID_ARGUMENT (reason INTERRUPT_ANSWERED) naming
+        answered_interrupt_ids[i], and nothing is stored. Called again for the same run, its
+        own are taken already.
+        """
+
     def __init__(
         self,
         *,
@@ -369,10 +379,11 @@ class BeginRunRequest(_message.Message):
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
         lease_holder: _builtins.str = ...,
         lease_seconds: _builtins.float = ...,
+        answered_interrupt_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "profile", b"profile"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "input_messages", b"input_messages", "lease_holder", b"lease_holder", "lease_seconds", b"lease_seconds", "multitask_strategy", b"multitask_strategy", "profile", b"profile", "run_id", b"run_id", "runtime_mode", b"runtime_mode", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered_interrupt_ids", b"answered_interrupt_ids", "context", b"context", "input_messages", b"input_messages", "lease_holder", b"lease_holder", "lease_seconds", b"lease_seconds", "multitask_strategy", b"multitask_strategy", "profile", b"profile", "run_id", b"run_id", "runtime_mode", b"runtime_mode", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -416,6 +427,7 @@ class FinishRunRequest(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOOL_DENIALS_FIELD_NUMBER: _builtins.int
+    UNSTORED_USAGE_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     state: Global___RunState.ValueType
     error_code: _builtins.str
@@ -426,6 +438,13 @@ class FinishRunRequest(_message.Message):
     def tool_denials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolDenial]:
         """Tool calls the run refused (tool policy); stored in the same transaction."""
 
+    @_builtins.property
+    def unstored_usage(self) -> _message_pb2.Usage:
+        """The usage of model calls whose answer no output message carries: a turn cut short by
+        a cancel or a broken stream (what the model server reported, else agentmesh's count,
+        estimated). Added to the output messages' usage in the run's record and its ledger entry.
+        """
+
     def __init__(
         self,
         *,
@@ -435,10 +454,11 @@ class FinishRunRequest(_message.Message):
         error_code: _builtins.str = ...,
         error_message: _builtins.str = ...,
         tool_denials: _abc.Iterable[Global___ToolDenial] | None = ...,
+        unstored_usage: _message_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["unstored_usage", b"unstored_usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "output_messages", b"output_messages", "run_id", b"run_id", "state", b"state", "tool_denials", b"tool_denials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "output_messages", b"output_messages", "run_id", b"run_id", "state", b"state", "tool_denials", b"tool_denials", "unstored_usage", b"unstored_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -317,9 +317,10 @@ class HistoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetOwnerUsage(self, request, context):
-        """The caller's usage per UTC day, from the run records: every run (chat and automation)
-        counts on the UTC day it was created. The one source of the usage an owner or an admin
-        reads and of the tokens-per-day quota.
+        """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
+        when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
+        flight: every run (chat and automation) counts on the UTC day it was created. The one
+        source of the usage an owner or an admin reads and of the tokens-per-day quota.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -90,9 +90,10 @@ class HistoryServiceStub:
     after the retention period.
     """
     GetOwnerUsage: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]
-    """The caller's usage per UTC day, from the run records: every run (chat and automation)
-    counts on the UTC day it was created. The one source of the usage an owner or an admin
-    reads and of the tokens-per-day quota.
+    """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
+    when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
+    flight: every run (chat and automation) counts on the UTC day it was created. The one
+    source of the usage an owner or an admin reads and of the tokens-per-day quota.
     """
 
 @_typing.type_check_only
@@ -157,9 +158,10 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     after the retention period.
     """
     GetOwnerUsage: _aio.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]  # type: ignore[assignment]
-    """The caller's usage per UTC day, from the run records: every run (chat and automation)
-    counts on the UTC day it was created. The one source of the usage an owner or an admin
-    reads and of the tokens-per-day quota.
+    """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
+    when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
+    flight: every run (chat and automation) counts on the UTC day it was created. The one
+    source of the usage an owner or an admin reads and of the tokens-per-day quota.
     """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -359,9 +361,10 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _history_service_pb2.GetOwnerUsageRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_history_service_pb2.GetOwnerUsageResponse, _abc.Awaitable[_history_service_pb2.GetOwnerUsageResponse]]:
-        """The caller's usage per UTC day, from the run records: every run (chat and automation)
-        counts on the UTC day it was created. The one source of the usage an owner or an admin
-        reads and of the tokens-per-day quota.
+        """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
+        when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
+        flight: every run (chat and automation) counts on the UTC day it was created. The one
+        source of the usage an owner or an admin reads and of the tokens-per-day quota.
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -794,3 +794,208 @@ class AcknowledgeWebhookEventsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AcknowledgeWebhookEventsResponse: _TypeAlias = AcknowledgeWebhookEventsResponse  # noqa: Y015
+
+@_typing.final
+class ConversationMessage(_message.Message):
+    """One chat message of the conversation index."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.str
+    """The message's id in history (unique per owner)."""
+    thread_id: _builtins.str
+    role: _builtins.str
+    """"user" or "assistant"."""
+    text: _builtins.str
+    """The message's text (its text blocks), at most 20000 characters."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the message was written (history's created_at)."""
+
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.str = ...,
+        thread_id: _builtins.str = ...,
+        role: _builtins.str = ...,
+        text: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "message_id", b"message_id", "role", b"role", "text", b"text", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConversationMessage: _TypeAlias = ConversationMessage  # noqa: Y015
+
+@_typing.final
+class IndexConversationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationMessage]:
+        """At most 100 messages."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ConversationMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IndexConversationRequest: _TypeAlias = IndexConversationRequest  # noqa: Y015
+
+@_typing.final
+class IndexConversationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEXED_COUNT_FIELD_NUMBER: _builtins.int
+    indexed_count: _builtins.int
+    """How many of the messages were new to the index."""
+    def __init__(
+        self,
+        *,
+        indexed_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["indexed_count", b"indexed_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IndexConversationResponse: _TypeAlias = IndexConversationResponse  # noqa: Y015
+
+@_typing.final
+class SearchConversationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    EXCLUDE_MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """As SearchMemoriesRequest.query."""
+    page_size: _builtins.int
+    """Best matches first; 0 means 50, at most 1000."""
+    @_builtins.property
+    def exclude_message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Messages left out of the answer (e.g. those already in the asking run's context), at
+        most 1000 ids.
+        """
+
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        exclude_message_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exclude_message_ids", b"exclude_message_ids", "page_size", b"page_size", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchConversationRequest: _TypeAlias = SearchConversationRequest  # noqa: Y015
+
+@_typing.final
+class ConversationHit(_message.Message):
+    """A chat message found by SearchConversation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    score: _builtins.float
+    """As Memory.score: 0..1, higher is better; results are ordered by it."""
+    @_builtins.property
+    def message(self) -> Global___ConversationMessage: ...
+    def __init__(
+        self,
+        *,
+        message: Global___ConversationMessage | None = ...,
+        score: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "score", b"score"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConversationHit: _TypeAlias = ConversationHit  # noqa: Y015
+
+@_typing.final
+class SearchConversationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationHit]: ...
+    def __init__(
+        self,
+        *,
+        hits: _abc.Iterable[Global___ConversationHit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchConversationResponse: _TypeAlias = SearchConversationResponse  # noqa: Y015
+
+@_typing.final
+class DeleteConversationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    ALL_THREADS_FIELD_NUMBER: _builtins.int
+    thread_id: _builtins.str
+    """The deleted thread; empty with all_threads."""
+    all_threads: _builtins.bool
+    """Every thread of the caller (an owner deletion, once history deleted the owner's
+    messages: a run that ended after the memory step added its messages again).
+    """
+    def __init__(
+        self,
+        *,
+        thread_id: _builtins.str = ...,
+        all_threads: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_threads", b"all_threads", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteConversationRequest: _TypeAlias = DeleteConversationRequest  # noqa: Y015
+
+@_typing.final
+class DeleteConversationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_COUNT_FIELD_NUMBER: _builtins.int
+    deleted_count: _builtins.int
+    """How many indexed messages of the thread were removed."""
+    def __init__(
+        self,
+        *,
+        deleted_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_count", b"deleted_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteConversationResponse: _TypeAlias = DeleteConversationResponse  # noqa: Y015

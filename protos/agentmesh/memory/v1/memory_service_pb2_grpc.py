@@ -96,6 +96,21 @@ class MemoryServiceStub:
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
                 _registered_method=True)
+        self.IndexConversation = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/IndexConversation',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationResponse.FromString,
+                _registered_method=True)
+        self.SearchConversation = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/SearchConversation',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationResponse.FromString,
+                _registered_method=True)
+        self.DeleteConversation = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/DeleteConversation',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -190,6 +205,33 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IndexConversation(self, request, context):
+        """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
+        a model's context: chat user messages and agent replies) to the conversation index.
+        Idempotent per message id (a message indexed again keeps its first text).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchConversation(self, request, context):
+        """The caller's indexed chat messages best matching a query, ranked as SearchMemories
+        ranks memories (the same tokens, full-text index and fusion; vectors when an embedding
+        model is configured).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConversation(self, request, context):
+        """Removes one thread's messages from the caller's conversation index (the thread was
+        deleted). A message of the thread written before this call is not indexed afterwards
+        (an IndexConversation that arrives late); one written later is. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -252,6 +294,21 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.AcknowledgeWebhookEvents,
                     request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsRequest.FromString,
                     response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsResponse.SerializeToString,
+            ),
+            'IndexConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.IndexConversation,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationResponse.SerializeToString,
+            ),
+            'SearchConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchConversation,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationResponse.SerializeToString,
+            ),
+            'DeleteConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConversation,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -580,6 +637,87 @@ class MemoryService:
             '/agentmesh.memory.v1.MemoryService/AcknowledgeWebhookEvents',
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsRequest.SerializeToString,
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.AcknowledgeWebhookEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IndexConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/IndexConversation',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.IndexConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/SearchConversation',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.SearchConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/DeleteConversation',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.FromString,
             options,
             channel_credentials,
             insecure,

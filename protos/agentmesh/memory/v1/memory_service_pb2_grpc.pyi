@@ -67,6 +67,21 @@ class MemoryServiceStub:
     """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
     after the retention period.
     """
+    IndexConversation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.IndexConversationRequest, _memory_service_pb2.IndexConversationResponse]
+    """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
+    a model's context: chat user messages and agent replies) to the conversation index.
+    Idempotent per message id (a message indexed again keeps its first text).
+    """
+    SearchConversation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.SearchConversationRequest, _memory_service_pb2.SearchConversationResponse]
+    """The caller's indexed chat messages best matching a query, ranked as SearchMemories
+    ranks memories (the same tokens, full-text index and fusion; vectors when an embedding
+    model is configured).
+    """
+    DeleteConversation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteConversationRequest, _memory_service_pb2.DeleteConversationResponse]
+    """Removes one thread's messages from the caller's conversation index (the thread was
+    deleted). A message of the thread written before this call is not indexed afterwards
+    (an IndexConversation that arrives late); one written later is. Idempotent.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -106,6 +121,21 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     AcknowledgeWebhookEvents: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.AcknowledgeWebhookEventsRequest, _memory_service_pb2.AcknowledgeWebhookEventsResponse]  # type: ignore[assignment]
     """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
     after the retention period.
+    """
+    IndexConversation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.IndexConversationRequest, _memory_service_pb2.IndexConversationResponse]  # type: ignore[assignment]
+    """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
+    a model's context: chat user messages and agent replies) to the conversation index.
+    Idempotent per message id (a message indexed again keeps its first text).
+    """
+    SearchConversation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.SearchConversationRequest, _memory_service_pb2.SearchConversationResponse]  # type: ignore[assignment]
+    """The caller's indexed chat messages best matching a query, ranked as SearchMemories
+    ranks memories (the same tokens, full-text index and fusion; vectors when an embedding
+    model is configured).
+    """
+    DeleteConversation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteConversationRequest, _memory_service_pb2.DeleteConversationResponse]  # type: ignore[assignment]
+    """Removes one thread's messages from the caller's conversation index (the thread was
+    deleted). A message of the thread written before this call is not indexed afterwards
+    (an IndexConversation that arrives late); one written later is. Idempotent.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -215,6 +245,39 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.AcknowledgeWebhookEventsResponse, _abc.Awaitable[_memory_service_pb2.AcknowledgeWebhookEventsResponse]]:
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        """
+
+    @_abc_1.abstractmethod
+    def IndexConversation(
+        self,
+        request: _memory_service_pb2.IndexConversationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.IndexConversationResponse, _abc.Awaitable[_memory_service_pb2.IndexConversationResponse]]:
+        """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
+        a model's context: chat user messages and agent replies) to the conversation index.
+        Idempotent per message id (a message indexed again keeps its first text).
+        """
+
+    @_abc_1.abstractmethod
+    def SearchConversation(
+        self,
+        request: _memory_service_pb2.SearchConversationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.SearchConversationResponse, _abc.Awaitable[_memory_service_pb2.SearchConversationResponse]]:
+        """The caller's indexed chat messages best matching a query, ranked as SearchMemories
+        ranks memories (the same tokens, full-text index and fusion; vectors when an embedding
+        model is configured).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteConversation(
+        self,
+        request: _memory_service_pb2.DeleteConversationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.DeleteConversationResponse, _abc.Awaitable[_memory_service_pb2.DeleteConversationResponse]]:
+        """Removes one thread's messages from the caller's conversation index (the thread was
+        deleted). A message of the thread written before this call is not indexed afterwards
+        (an IndexConversation that arrives late); one written later is. Idempotent.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

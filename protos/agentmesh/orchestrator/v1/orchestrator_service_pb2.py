@@ -29,7 +29,7 @@ from agentmesh.type.v1 import run_event_pb2 as agentmesh_dot_type_dot_v1_dot_run
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n4agentmesh/orchestrator/v1/orchestrator_service.proto\x12\x19\x61gentmesh.orchestrator.v1\x1a agentmesh/type/v1/approval.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a!agentmesh/type/v1/run_event.proto\x1a\x1cgoogle/protobuf/struct.proto\"(\n\x10ListToolsRequest\x12\x14\n\x0cprofile_name\x18\x01 \x01(\t\"\x96\x01\n\x11ListToolsResponse\x12\x30\n\x05tools\x18\x01 \x03(\x0b\x32!.agentmesh.type.v1.RegisteredTool\x12\x14\n\x0cprofile_name\x18\x02 \x01(\t\x12\x1c\n\x14\x65\x66\x66\x65\x63tive_tool_names\x18\x03 \x03(\t\x12\x1b\n\x13\x61pproval_tool_names\x18\x04 \x03(\t\"\xee\x04\n\x0fStartRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x04 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12/\n\x07\x63ontext\x18\x05 \x03(\x0b\x32\x1e.agentmesh.type.v1.ContextItem\x12%\n\x05state\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12/\n\x0f\x66orwarded_props\x18\x07 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x06origin\x18\x08 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12\x14\n\x0cprofile_name\x18\t \x01(\t\x12\x34\n\x07profile\x18\n \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x11\n\ttime_zone\x18\x0b \x01(\t\x12\x15\n\rparent_run_id\x18\x0c \x01(\t\x12\x16\n\x0e\x64\x65\x63lared_tools\x18\r \x03(\t\x12H\n\x12multitask_strategy\x18\x0e \x01(\x0e\x32,.agentmesh.orchestrator.v1.MultitaskStrategy\x12\x14\n\x0c\x62\x61tch_events\x18\x0f \x01(\x08\x12\x37\n\x0etool_decisions\x18\x10 \x03(\x0b\x32\x1f.agentmesh.type.v1.ToolDecision\"k\n\x10StartRunResponse\x12*\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\x12+\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\":\n\x10StreamRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"?\n\x11StreamRunResponse\x12*\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\"\"\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"H\n\x11\x43\x61ncelRunResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\tthread_id\x18\x03 \x01(\t\")\n\x16\x44\x65leteRunEventsRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\"0\n\x17\x44\x65leteRunEventsResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\"\x18\n\x16\x44\x65leteOwnerDataRequest\"\xae\x01\n\x17\x44\x65leteOwnerDataResponse\x12]\n\x0e\x64\x65leted_counts\x18\x01 \x03(\x0b\x32\x45.agentmesh.orchestrator.v1.DeleteOwnerDataResponse.DeletedCountsEntry\x1a\x34\n\x12\x44\x65letedCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01*\xb9\x01\n\x11MultitaskStrategy\x12\"\n\x1eMULTITASK_STRATEGY_UNSPECIFIED\x10\x00\x12\x1d\n\x19MULTITASK_STRATEGY_REJECT\x10\x01\x12\x1e\n\x1aMULTITASK_STRATEGY_ENQUEUE\x10\x02\x12 \n\x1cMULTITASK_STRATEGY_INTERRUPT\x10\x03\x12\x1f\n\x1bMULTITASK_STRATEGY_ROLLBACK\x10\x04\x32\xaa\x05\n\x13OrchestratorService\x12\x65\n\x08StartRun\x12*.agentmesh.orchestrator.v1.StartRunRequest\x1a+.agentmesh.orchestrator.v1.StartRunResponse0\x01\x12h\n\tStreamRun\x12+.agentmesh.orchestrator.v1.StreamRunRequest\x1a,.agentmesh.orchestrator.v1.StreamRunResponse0\x01\x12\x66\n\tCancelRun\x12+.agentmesh.orchestrator.v1.CancelRunRequest\x1a,.agentmesh.orchestrator.v1.CancelRunResponse\x12\x66\n\tListTools\x12+.agentmesh.orchestrator.v1.ListToolsRequest\x1a,.agentmesh.orchestrator.v1.ListToolsResponse\x12x\n\x0f\x44\x65leteRunEvents\x12\x31.agentmesh.orchestrator.v1.DeleteRunEventsRequest\x1a\x32.agentmesh.orchestrator.v1.DeleteRunEventsResponse\x12x\n\x0f\x44\x65leteOwnerData\x12\x31.agentmesh.orchestrator.v1.DeleteOwnerDataRequest\x1a\x32.agentmesh.orchestrator.v1.DeleteOwnerDataResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n4agentmesh/orchestrator/v1/orchestrator_service.proto\x12\x19\x61gentmesh.orchestrator.v1\x1a agentmesh/type/v1/approval.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a!agentmesh/type/v1/run_event.proto\x1a\x1cgoogle/protobuf/struct.proto\"(\n\x10ListToolsRequest\x12\x14\n\x0cprofile_name\x18\x01 \x01(\t\"\xcc\x01\n\x11ListToolsResponse\x12\x30\n\x05tools\x18\x01 \x03(\x0b\x32!.agentmesh.type.v1.RegisteredTool\x12\x14\n\x0cprofile_name\x18\x02 \x01(\t\x12\x1c\n\x14\x65\x66\x66\x65\x63tive_tool_names\x18\x03 \x03(\t\x12\x1b\n\x13\x61pproval_tool_names\x18\x04 \x03(\t\x12\x34\n\x07sources\x18\x05 \x03(\x0b\x32#.agentmesh.type.v1.ToolSourceStatus\"\xee\x04\n\x0fStartRunRequest\x12\x11\n\tthread_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\x12*\n\x05tools\x18\x04 \x03(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12/\n\x07\x63ontext\x18\x05 \x03(\x0b\x32\x1e.agentmesh.type.v1.ContextItem\x12%\n\x05state\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12/\n\x0f\x66orwarded_props\x18\x07 \x01(\x0b\x32\x16.google.protobuf.Value\x12.\n\x06origin\x18\x08 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12\x14\n\x0cprofile_name\x18\t \x01(\t\x12\x34\n\x07profile\x18\n \x01(\x0b\x32#.agentmesh.type.v1.ExecutionProfile\x12\x11\n\ttime_zone\x18\x0b \x01(\t\x12\x15\n\rparent_run_id\x18\x0c \x01(\t\x12\x16\n\x0e\x64\x65\x63lared_tools\x18\r \x03(\t\x12H\n\x12multitask_strategy\x18\x0e \x01(\x0e\x32,.agentmesh.orchestrator.v1.MultitaskStrategy\x12\x14\n\x0c\x62\x61tch_events\x18\x0f \x01(\x08\x12\x37\n\x0etool_decisions\x18\x10 \x03(\x0b\x32\x1f.agentmesh.type.v1.ToolDecision\"k\n\x10StartRunResponse\x12*\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\x12+\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\":\n\x10StreamRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"?\n\x11StreamRunResponse\x12*\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.RunEvent\"\"\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"H\n\x11\x43\x61ncelRunResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\tthread_id\x18\x03 \x01(\t\")\n\x16\x44\x65leteRunEventsRequest\x12\x0f\n\x07run_ids\x18\x01 \x03(\t\"0\n\x17\x44\x65leteRunEventsResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\"\x18\n\x16\x44\x65leteOwnerDataRequest\"\xae\x01\n\x17\x44\x65leteOwnerDataResponse\x12]\n\x0e\x64\x65leted_counts\x18\x01 \x03(\x0b\x32\x45.agentmesh.orchestrator.v1.DeleteOwnerDataResponse.DeletedCountsEntry\x1a\x34\n\x12\x44\x65letedCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01*\xb9\x01\n\x11MultitaskStrategy\x12\"\n\x1eMULTITASK_STRATEGY_UNSPECIFIED\x10\x00\x12\x1d\n\x19MULTITASK_STRATEGY_REJECT\x10\x01\x12\x1e\n\x1aMULTITASK_STRATEGY_ENQUEUE\x10\x02\x12 \n\x1cMULTITASK_STRATEGY_INTERRUPT\x10\x03\x12\x1f\n\x1bMULTITASK_STRATEGY_ROLLBACK\x10\x04\x32\xaa\x05\n\x13OrchestratorService\x12\x65\n\x08StartRun\x12*.agentmesh.orchestrator.v1.StartRunRequest\x1a+.agentmesh.orchestrator.v1.StartRunResponse0\x01\x12h\n\tStreamRun\x12+.agentmesh.orchestrator.v1.StreamRunRequest\x1a,.agentmesh.orchestrator.v1.StreamRunResponse0\x01\x12\x66\n\tCancelRun\x12+.agentmesh.orchestrator.v1.CancelRunRequest\x1a,.agentmesh.orchestrator.v1.CancelRunResponse\x12\x66\n\tListTools\x12+.agentmesh.orchestrator.v1.ListToolsRequest\x1a,.agentmesh.orchestrator.v1.ListToolsResponse\x12x\n\x0f\x44\x65leteRunEvents\x12\x31.agentmesh.orchestrator.v1.DeleteRunEventsRequest\x1a\x32.agentmesh.orchestrator.v1.DeleteRunEventsResponse\x12x\n\x0f\x44\x65leteOwnerData\x12\x31.agentmesh.orchestrator.v1.DeleteOwnerDataRequest\x1a\x32.agentmesh.orchestrator.v1.DeleteOwnerDataResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,34 +38,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._loaded_options = None
   _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._serialized_options = b'8\001'
-  _globals['_MULTITASKSTRATEGY']._serialized_start=1719
-  _globals['_MULTITASKSTRATEGY']._serialized_end=1904
+  _globals['_MULTITASKSTRATEGY']._serialized_start=1773
+  _globals['_MULTITASKSTRATEGY']._serialized_end=1958
   _globals['_LISTTOOLSREQUEST']._serialized_start=258
   _globals['_LISTTOOLSREQUEST']._serialized_end=298
   _globals['_LISTTOOLSRESPONSE']._serialized_start=301
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=451
-  _globals['_STARTRUNREQUEST']._serialized_start=454
-  _globals['_STARTRUNREQUEST']._serialized_end=1076
-  _globals['_STARTRUNRESPONSE']._serialized_start=1078
-  _globals['_STARTRUNRESPONSE']._serialized_end=1185
-  _globals['_STREAMRUNREQUEST']._serialized_start=1187
-  _globals['_STREAMRUNREQUEST']._serialized_end=1245
-  _globals['_STREAMRUNRESPONSE']._serialized_start=1247
-  _globals['_STREAMRUNRESPONSE']._serialized_end=1310
-  _globals['_CANCELRUNREQUEST']._serialized_start=1312
-  _globals['_CANCELRUNREQUEST']._serialized_end=1346
-  _globals['_CANCELRUNRESPONSE']._serialized_start=1348
-  _globals['_CANCELRUNRESPONSE']._serialized_end=1420
-  _globals['_DELETERUNEVENTSREQUEST']._serialized_start=1422
-  _globals['_DELETERUNEVENTSREQUEST']._serialized_end=1463
-  _globals['_DELETERUNEVENTSRESPONSE']._serialized_start=1465
-  _globals['_DELETERUNEVENTSRESPONSE']._serialized_end=1513
-  _globals['_DELETEOWNERDATAREQUEST']._serialized_start=1515
-  _globals['_DELETEOWNERDATAREQUEST']._serialized_end=1539
-  _globals['_DELETEOWNERDATARESPONSE']._serialized_start=1542
-  _globals['_DELETEOWNERDATARESPONSE']._serialized_end=1716
-  _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._serialized_start=1664
-  _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._serialized_end=1716
-  _globals['_ORCHESTRATORSERVICE']._serialized_start=1907
-  _globals['_ORCHESTRATORSERVICE']._serialized_end=2589
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=505
+  _globals['_STARTRUNREQUEST']._serialized_start=508
+  _globals['_STARTRUNREQUEST']._serialized_end=1130
+  _globals['_STARTRUNRESPONSE']._serialized_start=1132
+  _globals['_STARTRUNRESPONSE']._serialized_end=1239
+  _globals['_STREAMRUNREQUEST']._serialized_start=1241
+  _globals['_STREAMRUNREQUEST']._serialized_end=1299
+  _globals['_STREAMRUNRESPONSE']._serialized_start=1301
+  _globals['_STREAMRUNRESPONSE']._serialized_end=1364
+  _globals['_CANCELRUNREQUEST']._serialized_start=1366
+  _globals['_CANCELRUNREQUEST']._serialized_end=1400
+  _globals['_CANCELRUNRESPONSE']._serialized_start=1402
+  _globals['_CANCELRUNRESPONSE']._serialized_end=1474
+  _globals['_DELETERUNEVENTSREQUEST']._serialized_start=1476
+  _globals['_DELETERUNEVENTSREQUEST']._serialized_end=1517
+  _globals['_DELETERUNEVENTSRESPONSE']._serialized_start=1519
+  _globals['_DELETERUNEVENTSRESPONSE']._serialized_end=1567
+  _globals['_DELETEOWNERDATAREQUEST']._serialized_start=1569
+  _globals['_DELETEOWNERDATAREQUEST']._serialized_end=1593
+  _globals['_DELETEOWNERDATARESPONSE']._serialized_start=1596
+  _globals['_DELETEOWNERDATARESPONSE']._serialized_end=1770
+  _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._serialized_start=1718
+  _globals['_DELETEOWNERDATARESPONSE_DELETEDCOUNTSENTRY']._serialized_end=1770
+  _globals['_ORCHESTRATORSERVICE']._serialized_start=1961
+  _globals['_ORCHESTRATORSERVICE']._serialized_end=2643
 # @@protoc_insertion_point(module_scope)

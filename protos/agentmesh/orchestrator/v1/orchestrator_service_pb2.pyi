@@ -74,6 +74,7 @@ class ListToolsResponse(_message.Message):
     PROFILE_NAME_FIELD_NUMBER: _builtins.int
     EFFECTIVE_TOOL_NAMES_FIELD_NUMBER: _builtins.int
     APPROVAL_TOOL_NAMES_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
     profile_name: _builtins.str
     """The profile the effective set is for."""
     @_builtins.property
@@ -88,6 +89,10 @@ class ListToolsResponse(_message.Message):
     def approval_tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Of those, the ones whose every call waits for a person's approval."""
 
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.ToolSourceStatus]:
+        """Every configured outside source (MCP servers, HTTP tools) and its state."""
+
     def __init__(
         self,
         *,
@@ -95,10 +100,11 @@ class ListToolsResponse(_message.Message):
         profile_name: _builtins.str = ...,
         effective_tool_names: _abc.Iterable[_builtins.str] | None = ...,
         approval_tool_names: _abc.Iterable[_builtins.str] | None = ...,
+        sources: _abc.Iterable[_message_pb2.ToolSourceStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_tool_names", b"approval_tool_names", "effective_tool_names", b"effective_tool_names", "profile_name", b"profile_name", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_tool_names", b"approval_tool_names", "effective_tool_names", b"effective_tool_names", "profile_name", b"profile_name", "sources", b"sources", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

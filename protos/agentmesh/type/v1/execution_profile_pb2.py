@@ -24,27 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)agentmesh/type/v1/execution_profile.proto\x12\x11\x61gentmesh.type.v1\"k\n\nToolPolicy\x12/\n\x04mode\x18\x01 \x01(\x0e\x32!.agentmesh.type.v1.ToolPolicyMode\x12\x11\n\tallowlist\x18\x02 \x03(\t\x12\x19\n\x11requires_approval\x18\x03 \x03(\t\"\x1f\n\rHistoryPolicy\x12\x0e\n\x06window\x18\x01 \x01(\t\"\xa8\x01\n\x0b\x41gentConfig\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x12\n\nmodel_card\x18\x02 \x01(\t\x12\x18\n\x0btemperature\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x05 \x01(\x03H\x02\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokens\"u\n\x0cMemoryPolicy\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1d.agentmesh.type.v1.MemoryMode\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x15\n\rmin_relevance\x18\x03 \x01(\x01\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\"\xb4\x02\n\x10\x45xecutionProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\renable_router\x18\x02 \x01(\x08\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x32\n\x0btool_policy\x18\x04 \x01(\x0b\x32\x1d.agentmesh.type.v1.ToolPolicy\x12\x38\n\x0ehistory_policy\x18\x05 \x01(\x0b\x32 .agentmesh.type.v1.HistoryPolicy\x12-\n\x05\x61gent\x18\x06 \x01(\x0b\x32\x1e.agentmesh.type.v1.AgentConfig\x12/\n\x06memory\x18\x07 \x01(\x0b\x32\x1f.agentmesh.type.v1.MemoryPolicy*N\n\x08\x45xecutor\x12\x18\n\x14\x45XECUTOR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45XECUTOR_WORKER\x10\x01\x12\x13\n\x0f\x45XECUTOR_MEMORY\x10\x02*U\n\x0eToolPolicyMode\x12 \n\x1cTOOL_POLICY_MODE_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_POLICY_MODE_INTERSECTION\x10\x01*V\n\nMemoryMode\x12\x1b\n\x17MEMORY_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMEMORY_MODE_OFF\x10\x01\x12\x16\n\x12MEMORY_MODE_RECALL\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)agentmesh/type/v1/execution_profile.proto\x12\x11\x61gentmesh.type.v1\"k\n\nToolPolicy\x12/\n\x04mode\x18\x01 \x01(\x0e\x32!.agentmesh.type.v1.ToolPolicyMode\x12\x11\n\tallowlist\x18\x02 \x03(\t\x12\x19\n\x11requires_approval\x18\x03 \x03(\t\"\x1f\n\rHistoryPolicy\x12\x0e\n\x06window\x18\x01 \x01(\t\"\xa8\x01\n\x0b\x41gentConfig\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x12\n\nmodel_card\x18\x02 \x01(\t\x12\x18\n\x0btemperature\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x05 \x01(\x03H\x02\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokens\"\x8b\x01\n\x0cMemoryPolicy\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1d.agentmesh.type.v1.MemoryMode\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x15\n\rmin_relevance\x18\x03 \x01(\x01\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x14\n\x0c\x63onversation\x18\x05 \x01(\x08\"\xb4\x02\n\x10\x45xecutionProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\renable_router\x18\x02 \x01(\x08\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x32\n\x0btool_policy\x18\x04 \x01(\x0b\x32\x1d.agentmesh.type.v1.ToolPolicy\x12\x38\n\x0ehistory_policy\x18\x05 \x01(\x0b\x32 .agentmesh.type.v1.HistoryPolicy\x12-\n\x05\x61gent\x18\x06 \x01(\x0b\x32\x1e.agentmesh.type.v1.AgentConfig\x12/\n\x06memory\x18\x07 \x01(\x0b\x32\x1f.agentmesh.type.v1.MemoryPolicy*N\n\x08\x45xecutor\x12\x18\n\x14\x45XECUTOR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45XECUTOR_WORKER\x10\x01\x12\x13\n\x0f\x45XECUTOR_MEMORY\x10\x02*U\n\x0eToolPolicyMode\x12 \n\x1cTOOL_POLICY_MODE_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_POLICY_MODE_INTERSECTION\x10\x01*V\n\nMemoryMode\x12\x1b\n\x17MEMORY_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMEMORY_MODE_OFF\x10\x01\x12\x16\n\x12MEMORY_MODE_RECALL\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.type.v1.execution_profile_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXECUTOR']._serialized_start=807
-  _globals['_EXECUTOR']._serialized_end=885
-  _globals['_TOOLPOLICYMODE']._serialized_start=887
-  _globals['_TOOLPOLICYMODE']._serialized_end=972
-  _globals['_MEMORYMODE']._serialized_start=974
-  _globals['_MEMORYMODE']._serialized_end=1060
+  _globals['_EXECUTOR']._serialized_start=830
+  _globals['_EXECUTOR']._serialized_end=908
+  _globals['_TOOLPOLICYMODE']._serialized_start=910
+  _globals['_TOOLPOLICYMODE']._serialized_end=995
+  _globals['_MEMORYMODE']._serialized_start=997
+  _globals['_MEMORYMODE']._serialized_end=1083
   _globals['_TOOLPOLICY']._serialized_start=64
   _globals['_TOOLPOLICY']._serialized_end=171
   _globals['_HISTORYPOLICY']._serialized_start=173
   _globals['_HISTORYPOLICY']._serialized_end=204
   _globals['_AGENTCONFIG']._serialized_start=207
   _globals['_AGENTCONFIG']._serialized_end=375
-  _globals['_MEMORYPOLICY']._serialized_start=377
-  _globals['_MEMORYPOLICY']._serialized_end=494
-  _globals['_EXECUTIONPROFILE']._serialized_start=497
-  _globals['_EXECUTIONPROFILE']._serialized_end=805
+  _globals['_MEMORYPOLICY']._serialized_start=378
+  _globals['_MEMORYPOLICY']._serialized_end=517
+  _globals['_EXECUTIONPROFILE']._serialized_start=520
+  _globals['_EXECUTIONPROFILE']._serialized_end=828
 # @@protoc_insertion_point(module_scope)

@@ -182,6 +182,7 @@ class MemoryPolicy(_message.Message):
     TOP_K_FIELD_NUMBER: _builtins.int
     MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
     mode: Global___MemoryMode.ValueType
     top_k: _builtins.int
     """At most this many memories (1 to 50; 0: the default, 5)."""
@@ -189,6 +190,10 @@ class MemoryPolicy(_message.Message):
     """Only results of at least this relevance (0 to 1, the search's score; 0 keeps all)."""
     max_tokens: _builtins.int
     """The block takes at most this many tokens of the context (0: the default, 400)."""
+    conversation: _builtins.bool
+    """Also recall from the owner's past chat messages (conversation recall: the memory
+    service's SearchConversation), within the same top_k and max_tokens.
+    """
     def __init__(
         self,
         *,
@@ -196,10 +201,11 @@ class MemoryPolicy(_message.Message):
         top_k: _builtins.int = ...,
         min_relevance: _builtins.float = ...,
         max_tokens: _builtins.int = ...,
+        conversation: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_tokens", b"max_tokens", "min_relevance", b"min_relevance", "mode", b"mode", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "max_tokens", b"max_tokens", "min_relevance", b"min_relevance", "mode", b"mode", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

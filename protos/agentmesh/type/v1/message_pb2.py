@@ -28,19 +28,21 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61gentmesh/type/v1/message.proto\x12\x11\x61gentmesh.type.v1\x1a\x1f\x61gentmesh/type/v1/content.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"G\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x11\n\testimated\x18\x03 \x01(\x08\"\xe6\x01\n\x0fMessageMetadata\x12\x18\n\x10hidden_from_user\x18\x01 \x01(\x08\x12.\n\x06origin\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x1e\n\x16\x65xecution_profile_name\x18\x04 \x01(\t\x12&\n\x05\x65xtra\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nextra_json\x18\x06 \x01(\t\"\xb8\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x17.agentmesh.type.v1.Role\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x30\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x1f.agentmesh.type.v1.ContentBlock\x12\x34\n\x08metadata\x18\x05 \x01(\x0b\x32\".agentmesh.type.v1.MessageMetadata\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05usage\x18\x07 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x17\n\x0f\x66inished_reason\x18\x08 \x01(\t\x12\x11\n\tthread_id\x18\t \x01(\t\x12\x0e\n\x06run_id\x18\n \x01(\t\x12,\n\x04kind\x18\x0b \x01(\x0e\x32\x1e.agentmesh.type.v1.MessageKind\x12\x17\n\x0fvisibility_mask\x18\x0c \x01(\r\x12\x10\n\x08position\x18\r \x01(\x03\x12\x16\n\x0eowner_sequence\x18\x0e \x01(\x03\"F\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"f\n\x0eRegisteredTool\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x19\n\x11requires_approval\x18\x03 \x01(\x08\"1\n\x0b\x43ontextItem\x12\x13\n\x0b\x64\x65scription\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t*P\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\x0f\n\x0bROLE_SYSTEM\x10\x03*_\n\x0bRuntimeMode\x12\x1c\n\x18RUNTIME_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUNTIME_MODE_CHAT\x10\x01\x12\x1b\n\x17RUNTIME_MODE_AUTOMATION\x10\x02*\xda\x01\n\x0bMessageKind\x12\x1c\n\x18MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19MESSAGE_KIND_USER_MESSAGE\x10\x01\x12\x1c\n\x18MESSAGE_KIND_AGENT_REPLY\x10\x02\x12\x1a\n\x16MESSAGE_KIND_TOOL_CALL\x10\x03\x12\x1c\n\x18MESSAGE_KIND_TOOL_RESULT\x10\x04\x12\x1e\n\x1aMESSAGE_KIND_MEMORY_RECALL\x10\x05\x12\x16\n\x12MESSAGE_KIND_ROUTE\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61gentmesh/type/v1/message.proto\x12\x11\x61gentmesh.type.v1\x1a\x1f\x61gentmesh/type/v1/content.proto\x1a)agentmesh/type/v1/execution_profile.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"G\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x11\n\testimated\x18\x03 \x01(\x08\"\xe6\x01\n\x0fMessageMetadata\x12\x18\n\x10hidden_from_user\x18\x01 \x01(\x08\x12.\n\x06origin\x18\x02 \x01(\x0e\x32\x1e.agentmesh.type.v1.RuntimeMode\x12-\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1b.agentmesh.type.v1.Executor\x12\x1e\n\x16\x65xecution_profile_name\x18\x04 \x01(\t\x12&\n\x05\x65xtra\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nextra_json\x18\x06 \x01(\t\"\xb8\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x17.agentmesh.type.v1.Role\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x30\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x1f.agentmesh.type.v1.ContentBlock\x12\x34\n\x08metadata\x18\x05 \x01(\x0b\x32\".agentmesh.type.v1.MessageMetadata\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x05usage\x18\x07 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x17\n\x0f\x66inished_reason\x18\x08 \x01(\t\x12\x11\n\tthread_id\x18\t \x01(\t\x12\x0e\n\x06run_id\x18\n \x01(\t\x12,\n\x04kind\x18\x0b \x01(\x0e\x32\x1e.agentmesh.type.v1.MessageKind\x12\x17\n\x0fvisibility_mask\x18\x0c \x01(\r\x12\x10\n\x08position\x18\r \x01(\x03\x12\x16\n\x0eowner_sequence\x18\x0e \x01(\x03\"F\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"f\n\x0eRegisteredTool\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.agentmesh.type.v1.ToolSpec\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x19\n\x11requires_approval\x18\x03 \x01(\x08\"\xbc\x02\n\x10ToolSourceStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x05state\x18\x02 \x01(\x0e\x32\".agentmesh.type.v1.ToolSourceState\x12\x12\n\ntool_count\x18\x03 \x01(\x05\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x33\n\x0flast_error_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_success_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11next_attempt_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14\x63onsecutive_failures\x18\x08 \x01(\x05\"1\n\x0b\x43ontextItem\x12\x13\n\x0b\x64\x65scription\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t*P\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x12\x0f\n\x0bROLE_SYSTEM\x10\x03*_\n\x0bRuntimeMode\x12\x1c\n\x18RUNTIME_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUNTIME_MODE_CHAT\x10\x01\x12\x1b\n\x17RUNTIME_MODE_AUTOMATION\x10\x02*\xda\x01\n\x0bMessageKind\x12\x1c\n\x18MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19MESSAGE_KIND_USER_MESSAGE\x10\x01\x12\x1c\n\x18MESSAGE_KIND_AGENT_REPLY\x10\x02\x12\x1a\n\x16MESSAGE_KIND_TOOL_CALL\x10\x03\x12\x1c\n\x18MESSAGE_KIND_TOOL_RESULT\x10\x04\x12\x1e\n\x1aMESSAGE_KIND_MEMORY_RECALL\x10\x05\x12\x16\n\x12MESSAGE_KIND_ROUTE\x10\x06*\x92\x01\n\x0fToolSourceState\x12!\n\x1dTOOL_SOURCE_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19TOOL_SOURCE_STATE_PENDING\x10\x01\x12\x1f\n\x1bTOOL_SOURCE_STATE_CONNECTED\x10\x02\x12\x1c\n\x18TOOL_SOURCE_STATE_FAILED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.type.v1.message_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=1169
-  _globals['_ROLE']._serialized_end=1249
-  _globals['_RUNTIMEMODE']._serialized_start=1251
-  _globals['_RUNTIMEMODE']._serialized_end=1346
-  _globals['_MESSAGEKIND']._serialized_start=1349
-  _globals['_MESSAGEKIND']._serialized_end=1567
+  _globals['_ROLE']._serialized_start=1488
+  _globals['_ROLE']._serialized_end=1568
+  _globals['_RUNTIMEMODE']._serialized_start=1570
+  _globals['_RUNTIMEMODE']._serialized_end=1665
+  _globals['_MESSAGEKIND']._serialized_start=1668
+  _globals['_MESSAGEKIND']._serialized_end=1886
+  _globals['_TOOLSOURCESTATE']._serialized_start=1889
+  _globals['_TOOLSOURCESTATE']._serialized_end=2035
   _globals['_USAGE']._serialized_start=193
   _globals['_USAGE']._serialized_end=264
   _globals['_MESSAGEMETADATA']._serialized_start=267
@@ -51,6 +53,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLSPEC']._serialized_end=1012
   _globals['_REGISTEREDTOOL']._serialized_start=1014
   _globals['_REGISTEREDTOOL']._serialized_end=1116
-  _globals['_CONTEXTITEM']._serialized_start=1118
-  _globals['_CONTEXTITEM']._serialized_end=1167
+  _globals['_TOOLSOURCESTATUS']._serialized_start=1119
+  _globals['_TOOLSOURCESTATUS']._serialized_end=1435
+  _globals['_CONTEXTITEM']._serialized_start=1437
+  _globals['_CONTEXTITEM']._serialized_end=1486
 # @@protoc_insertion_point(module_scope)

@@ -100,6 +100,32 @@ part of the run's (Run.usage sums the output messages').
 """
 Global___MessageKind: _TypeAlias = MessageKind  # noqa: Y015
 
+class _ToolSourceState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ToolSourceStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolSourceState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOOL_SOURCE_STATE_UNSPECIFIED: _ToolSourceState.ValueType  # 0
+    TOOL_SOURCE_STATE_PENDING: _ToolSourceState.ValueType  # 1
+    """Configured, not reached yet (an HTTP tool before its first call)."""
+    TOOL_SOURCE_STATE_CONNECTED: _ToolSourceState.ValueType  # 2
+    """The last attempt answered: an MCP server listed its tools, an HTTP tool's server answered."""
+    TOOL_SOURCE_STATE_FAILED: _ToolSourceState.ValueType  # 3
+    """The last attempt failed; an MCP server is tried again at next_attempt_time."""
+
+class ToolSourceState(_ToolSourceState, metaclass=_ToolSourceStateEnumTypeWrapper):
+    """Where an outside tool source stands (docs/tools.md, "Sources as operators see them")."""
+
+TOOL_SOURCE_STATE_UNSPECIFIED: ToolSourceState.ValueType  # 0
+TOOL_SOURCE_STATE_PENDING: ToolSourceState.ValueType  # 1
+"""Configured, not reached yet (an HTTP tool before its first call)."""
+TOOL_SOURCE_STATE_CONNECTED: ToolSourceState.ValueType  # 2
+"""The last attempt answered: an MCP server listed its tools, an HTTP tool's server answered."""
+TOOL_SOURCE_STATE_FAILED: ToolSourceState.ValueType  # 3
+"""The last attempt failed; an MCP server is tried again at next_attempt_time."""
+Global___ToolSourceState: _TypeAlias = ToolSourceState  # noqa: Y015
+
 @_typing.final
 class Usage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -292,6 +318,57 @@ class RegisteredTool(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisteredTool: _TypeAlias = RegisteredTool  # noqa: Y015
+
+@_typing.final
+class ToolSourceStatus(_message.Message):
+    """One configured outside tool source: an MCP server or an HTTP tool."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    TOOL_COUNT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_TIME_FIELD_NUMBER: _builtins.int
+    LAST_SUCCESS_TIME_FIELD_NUMBER: _builtins.int
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _builtins.int
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"mcp:<server>" or "http:<tool>"."""
+    state: Global___ToolSourceState.ValueType
+    tool_count: _builtins.int
+    """The tools it offers now."""
+    last_error: _builtins.str
+    """Why the last failed attempt failed (no call's arguments or results), and when."""
+    consecutive_failures: _builtins.int
+    """Failed attempts since the last success."""
+    @_builtins.property
+    def last_error_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_success_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def next_attempt_time(self) -> _timestamp_pb2.Timestamp:
+        """A failed MCP server: when it is tried again (backing off while it keeps failing)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        state: Global___ToolSourceState.ValueType = ...,
+        tool_count: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        last_error_time: _timestamp_pb2.Timestamp | None = ...,
+        last_success_time: _timestamp_pb2.Timestamp | None = ...,
+        next_attempt_time: _timestamp_pb2.Timestamp | None = ...,
+        consecutive_failures: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_error_time", b"last_error_time", "last_success_time", b"last_success_time", "next_attempt_time", b"next_attempt_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consecutive_failures", b"consecutive_failures", "last_error", b"last_error", "last_error_time", b"last_error_time", "last_success_time", b"last_success_time", "name", b"name", "next_attempt_time", b"next_attempt_time", "state", b"state", "tool_count", b"tool_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolSourceStatus: _TypeAlias = ToolSourceStatus  # noqa: Y015
 
 @_typing.final
 class ContextItem(_message.Message):

@@ -27,53 +27,53 @@ from agentmesh.type.v1 import message_pb2 as agentmesh_dot_type_dot_v1_dot_messa
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/type/v1/run_event.proto\x12\x11\x61gentmesh.type.v1\x1a agentmesh/type/v1/approval.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x0c\n\nRunStarted\"\xbc\x01\n\x0bRunFinished\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.agentmesh.type.v1.RunOutcome\x12\x1d\n\x15pending_tool_call_ids\x18\x02 \x03(\t\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x35\n\tapprovals\x18\x08 \x03(\x0b\x32\".agentmesh.type.v1.ApprovalRequest\")\n\x08RunError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\" \n\x0bStepStarted\x12\x11\n\tstep_name\x18\x01 \x01(\t\"!\n\x0cStepFinished\x12\x11\n\tstep_name\x18\x01 \x01(\t\"M\n\x10TextMessageStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x17.agentmesh.type.v1.Role\"7\n\x12TextMessageContent\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"$\n\x0eTextMessageEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"X\n\rToolCallStart\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x16\n\x0etool_call_name\x18\x02 \x01(\t\x12\x19\n\x11parent_message_id\x18\x03 \x01(\t\"3\n\x0cToolCallArgs\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"#\n\x0bToolCallEnd\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\"K\n\x0eToolCallResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"$\n\x0eReasoningStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"+\n\x15ReasoningMessageStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"<\n\x17ReasoningMessageContent\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\")\n\x13ReasoningMessageEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\"\n\x0cReasoningEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"@\n\x10MessagesSnapshot\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"=\n\x06\x43ustom\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\"\xf9\t\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x12\x34\n\x0brun_started\x18\n \x01(\x0b\x32\x1d.agentmesh.type.v1.RunStartedH\x00\x12\x36\n\x0crun_finished\x18\x0b \x01(\x0b\x32\x1e.agentmesh.type.v1.RunFinishedH\x00\x12\x30\n\trun_error\x18\x0c \x01(\x0b\x32\x1b.agentmesh.type.v1.RunErrorH\x00\x12\x36\n\x0cstep_started\x18\r \x01(\x0b\x32\x1e.agentmesh.type.v1.StepStartedH\x00\x12\x38\n\rstep_finished\x18\x0e \x01(\x0b\x32\x1f.agentmesh.type.v1.StepFinishedH\x00\x12\x41\n\x12text_message_start\x18\x0f \x01(\x0b\x32#.agentmesh.type.v1.TextMessageStartH\x00\x12\x45\n\x14text_message_content\x18\x10 \x01(\x0b\x32%.agentmesh.type.v1.TextMessageContentH\x00\x12=\n\x10text_message_end\x18\x11 \x01(\x0b\x32!.agentmesh.type.v1.TextMessageEndH\x00\x12;\n\x0ftool_call_start\x18\x12 \x01(\x0b\x32 .agentmesh.type.v1.ToolCallStartH\x00\x12\x39\n\x0etool_call_args\x18\x13 \x01(\x0b\x32\x1f.agentmesh.type.v1.ToolCallArgsH\x00\x12\x37\n\rtool_call_end\x18\x14 \x01(\x0b\x32\x1e.agentmesh.type.v1.ToolCallEndH\x00\x12=\n\x10tool_call_result\x18\x15 \x01(\x0b\x32!.agentmesh.type.v1.ToolCallResultH\x00\x12<\n\x0freasoning_start\x18\x16 \x01(\x0b\x32!.agentmesh.type.v1.ReasoningStartH\x00\x12K\n\x17reasoning_message_start\x18\x17 \x01(\x0b\x32(.agentmesh.type.v1.ReasoningMessageStartH\x00\x12O\n\x19reasoning_message_content\x18\x18 \x01(\x0b\x32*.agentmesh.type.v1.ReasoningMessageContentH\x00\x12G\n\x15reasoning_message_end\x18\x19 \x01(\x0b\x32&.agentmesh.type.v1.ReasoningMessageEndH\x00\x12\x38\n\rreasoning_end\x18\x1a \x01(\x0b\x32\x1f.agentmesh.type.v1.ReasoningEndH\x00\x12@\n\x11messages_snapshot\x18\x1b \x01(\x0b\x32#.agentmesh.type.v1.MessagesSnapshotH\x00\x12+\n\x06\x63ustom\x18\x1c \x01(\x0b\x32\x19.agentmesh.type.v1.CustomH\x00\x42\t\n\x07payload*x\n\nRunOutcome\x12\x1b\n\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n\x13RUN_OUTCOME_SUCCESS\x10\x01\x12\x19\n\x15RUN_OUTCOME_INTERRUPT\x10\x02\x12\x19\n\x15RUN_OUTCOME_CANCELLED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/type/v1/run_event.proto\x12\x11\x61gentmesh.type.v1\x1a agentmesh/type/v1/approval.proto\x1a\x1f\x61gentmesh/type/v1/message.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x0c\n\nRunStarted\"\xbc\x01\n\x0bRunFinished\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.agentmesh.type.v1.RunOutcome\x12\x1d\n\x15pending_tool_call_ids\x18\x02 \x03(\t\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\x12\x35\n\tapprovals\x18\x08 \x03(\x0b\x32\".agentmesh.type.v1.ApprovalRequest\"R\n\x08RunError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.agentmesh.type.v1.Usage\" \n\x0bStepStarted\x12\x11\n\tstep_name\x18\x01 \x01(\t\"!\n\x0cStepFinished\x12\x11\n\tstep_name\x18\x01 \x01(\t\"M\n\x10TextMessageStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x04role\x18\x02 \x01(\x0e\x32\x17.agentmesh.type.v1.Role\"7\n\x12TextMessageContent\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"$\n\x0eTextMessageEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"X\n\rToolCallStart\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x16\n\x0etool_call_name\x18\x02 \x01(\t\x12\x19\n\x11parent_message_id\x18\x03 \x01(\t\"3\n\x0cToolCallArgs\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"#\n\x0bToolCallEnd\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\"K\n\x0eToolCallResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"$\n\x0eReasoningStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"+\n\x15ReasoningMessageStart\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"<\n\x17ReasoningMessageContent\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\")\n\x13ReasoningMessageEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\"\n\x0cReasoningEnd\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"@\n\x10MessagesSnapshot\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agentmesh.type.v1.Message\"=\n\x06\x43ustom\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05value\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\"\xf9\t\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x12\x34\n\x0brun_started\x18\n \x01(\x0b\x32\x1d.agentmesh.type.v1.RunStartedH\x00\x12\x36\n\x0crun_finished\x18\x0b \x01(\x0b\x32\x1e.agentmesh.type.v1.RunFinishedH\x00\x12\x30\n\trun_error\x18\x0c \x01(\x0b\x32\x1b.agentmesh.type.v1.RunErrorH\x00\x12\x36\n\x0cstep_started\x18\r \x01(\x0b\x32\x1e.agentmesh.type.v1.StepStartedH\x00\x12\x38\n\rstep_finished\x18\x0e \x01(\x0b\x32\x1f.agentmesh.type.v1.StepFinishedH\x00\x12\x41\n\x12text_message_start\x18\x0f \x01(\x0b\x32#.agentmesh.type.v1.TextMessageStartH\x00\x12\x45\n\x14text_message_content\x18\x10 \x01(\x0b\x32%.agentmesh.type.v1.TextMessageContentH\x00\x12=\n\x10text_message_end\x18\x11 \x01(\x0b\x32!.agentmesh.type.v1.TextMessageEndH\x00\x12;\n\x0ftool_call_start\x18\x12 \x01(\x0b\x32 .agentmesh.type.v1.ToolCallStartH\x00\x12\x39\n\x0etool_call_args\x18\x13 \x01(\x0b\x32\x1f.agentmesh.type.v1.ToolCallArgsH\x00\x12\x37\n\rtool_call_end\x18\x14 \x01(\x0b\x32\x1e.agentmesh.type.v1.ToolCallEndH\x00\x12=\n\x10tool_call_result\x18\x15 \x01(\x0b\x32!.agentmesh.type.v1.ToolCallResultH\x00\x12<\n\x0freasoning_start\x18\x16 \x01(\x0b\x32!.agentmesh.type.v1.ReasoningStartH\x00\x12K\n\x17reasoning_message_start\x18\x17 \x01(\x0b\x32(.agentmesh.type.v1.ReasoningMessageStartH\x00\x12O\n\x19reasoning_message_content\x18\x18 \x01(\x0b\x32*.agentmesh.type.v1.ReasoningMessageContentH\x00\x12G\n\x15reasoning_message_end\x18\x19 \x01(\x0b\x32&.agentmesh.type.v1.ReasoningMessageEndH\x00\x12\x38\n\rreasoning_end\x18\x1a \x01(\x0b\x32\x1f.agentmesh.type.v1.ReasoningEndH\x00\x12@\n\x11messages_snapshot\x18\x1b \x01(\x0b\x32#.agentmesh.type.v1.MessagesSnapshotH\x00\x12+\n\x06\x63ustom\x18\x1c \x01(\x0b\x32\x19.agentmesh.type.v1.CustomH\x00\x42\t\n\x07payload*x\n\nRunOutcome\x12\x1b\n\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n\x13RUN_OUTCOME_SUCCESS\x10\x01\x12\x19\n\x15RUN_OUTCOME_INTERRUPT\x10\x02\x12\x19\n\x15RUN_OUTCOME_CANCELLED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.type.v1.run_event_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNOUTCOME']._serialized_start=2530
-  _globals['_RUNOUTCOME']._serialized_end=2650
+  _globals['_RUNOUTCOME']._serialized_start=2571
+  _globals['_RUNOUTCOME']._serialized_end=2691
   _globals['_RUNSTARTED']._serialized_start=153
   _globals['_RUNSTARTED']._serialized_end=165
   _globals['_RUNFINISHED']._serialized_start=168
   _globals['_RUNFINISHED']._serialized_end=356
   _globals['_RUNERROR']._serialized_start=358
-  _globals['_RUNERROR']._serialized_end=399
-  _globals['_STEPSTARTED']._serialized_start=401
-  _globals['_STEPSTARTED']._serialized_end=433
-  _globals['_STEPFINISHED']._serialized_start=435
-  _globals['_STEPFINISHED']._serialized_end=468
-  _globals['_TEXTMESSAGESTART']._serialized_start=470
-  _globals['_TEXTMESSAGESTART']._serialized_end=547
-  _globals['_TEXTMESSAGECONTENT']._serialized_start=549
-  _globals['_TEXTMESSAGECONTENT']._serialized_end=604
-  _globals['_TEXTMESSAGEEND']._serialized_start=606
-  _globals['_TEXTMESSAGEEND']._serialized_end=642
-  _globals['_TOOLCALLSTART']._serialized_start=644
-  _globals['_TOOLCALLSTART']._serialized_end=732
-  _globals['_TOOLCALLARGS']._serialized_start=734
-  _globals['_TOOLCALLARGS']._serialized_end=785
-  _globals['_TOOLCALLEND']._serialized_start=787
-  _globals['_TOOLCALLEND']._serialized_end=822
-  _globals['_TOOLCALLRESULT']._serialized_start=824
-  _globals['_TOOLCALLRESULT']._serialized_end=899
-  _globals['_REASONINGSTART']._serialized_start=901
-  _globals['_REASONINGSTART']._serialized_end=937
-  _globals['_REASONINGMESSAGESTART']._serialized_start=939
-  _globals['_REASONINGMESSAGESTART']._serialized_end=982
-  _globals['_REASONINGMESSAGECONTENT']._serialized_start=984
-  _globals['_REASONINGMESSAGECONTENT']._serialized_end=1044
-  _globals['_REASONINGMESSAGEEND']._serialized_start=1046
-  _globals['_REASONINGMESSAGEEND']._serialized_end=1087
-  _globals['_REASONINGEND']._serialized_start=1089
-  _globals['_REASONINGEND']._serialized_end=1123
-  _globals['_MESSAGESSNAPSHOT']._serialized_start=1125
-  _globals['_MESSAGESSNAPSHOT']._serialized_end=1189
-  _globals['_CUSTOM']._serialized_start=1191
-  _globals['_CUSTOM']._serialized_end=1252
-  _globals['_RUNEVENT']._serialized_start=1255
-  _globals['_RUNEVENT']._serialized_end=2528
+  _globals['_RUNERROR']._serialized_end=440
+  _globals['_STEPSTARTED']._serialized_start=442
+  _globals['_STEPSTARTED']._serialized_end=474
+  _globals['_STEPFINISHED']._serialized_start=476
+  _globals['_STEPFINISHED']._serialized_end=509
+  _globals['_TEXTMESSAGESTART']._serialized_start=511
+  _globals['_TEXTMESSAGESTART']._serialized_end=588
+  _globals['_TEXTMESSAGECONTENT']._serialized_start=590
+  _globals['_TEXTMESSAGECONTENT']._serialized_end=645
+  _globals['_TEXTMESSAGEEND']._serialized_start=647
+  _globals['_TEXTMESSAGEEND']._serialized_end=683
+  _globals['_TOOLCALLSTART']._serialized_start=685
+  _globals['_TOOLCALLSTART']._serialized_end=773
+  _globals['_TOOLCALLARGS']._serialized_start=775
+  _globals['_TOOLCALLARGS']._serialized_end=826
+  _globals['_TOOLCALLEND']._serialized_start=828
+  _globals['_TOOLCALLEND']._serialized_end=863
+  _globals['_TOOLCALLRESULT']._serialized_start=865
+  _globals['_TOOLCALLRESULT']._serialized_end=940
+  _globals['_REASONINGSTART']._serialized_start=942
+  _globals['_REASONINGSTART']._serialized_end=978
+  _globals['_REASONINGMESSAGESTART']._serialized_start=980
+  _globals['_REASONINGMESSAGESTART']._serialized_end=1023
+  _globals['_REASONINGMESSAGECONTENT']._serialized_start=1025
+  _globals['_REASONINGMESSAGECONTENT']._serialized_end=1085
+  _globals['_REASONINGMESSAGEEND']._serialized_start=1087
+  _globals['_REASONINGMESSAGEEND']._serialized_end=1128
+  _globals['_REASONINGEND']._serialized_start=1130
+  _globals['_REASONINGEND']._serialized_end=1164
+  _globals['_MESSAGESSNAPSHOT']._serialized_start=1166
+  _globals['_MESSAGESSNAPSHOT']._serialized_end=1230
+  _globals['_CUSTOM']._serialized_start=1232
+  _globals['_CUSTOM']._serialized_end=1293
+  _globals['_RUNEVENT']._serialized_start=1296
+  _globals['_RUNEVENT']._serialized_end=2569
 # @@protoc_insertion_point(module_scope)

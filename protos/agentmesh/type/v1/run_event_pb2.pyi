@@ -98,17 +98,25 @@ class RunError(_message.Message):
 
     MESSAGE_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     code: _builtins.str
+    @_builtins.property
+    def usage(self) -> _message_pb2.Usage:
+        """What the run used before it failed, as its record holds it (absent when it called no
+        model).
+        """
+
     def __init__(
         self,
         *,
         message: _builtins.str = ...,
         code: _builtins.str = ...,
+        usage: _message_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
