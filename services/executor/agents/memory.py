@@ -56,8 +56,10 @@ from services.executor.events import (
 from services.executor.memory_tools import (
     EXTRACTION_SCHEMA,
     Extraction,
+    MemoryForget,
     MemoryWrite,
     Watermark,
+    forgotten_count,
     parse_extraction,
 )
 from services.executor.toolcalls import ToolCallTracker
@@ -120,6 +122,7 @@ class _Progress:
     usage: Usage = field(default_factory=Usage)
     reasons: dict[str, DenialReason | None] = field(default_factory=dict)
     succeeded: list[str] = field(default_factory=list)  # names of the calls that ran well
+    forgotten: int = 0  # memories the forgets that ran removed (not the forgets run)
     checked: bool = False  # the watermark was read again before the first call
     taken: bool = False  # another run had moved it: these messages are that run's
 
@@ -296,8 +299,9 @@ class MemoryAgent:
             if not progress.succeeded:
                 raise unusable("none of the memories it gave could be saved or forgotten")
         saved = sum(1 for n in progress.succeeded if n == MemoryWrite.name)
-        forgot = len(progress.succeeded) - saved
-        summary = f"Saved {saved} {'memory' if saved == 1 else 'memories'}, forgot {forgot}."
+        summary = (
+            f"Saved {saved} {'memory' if saved == 1 else 'memories'}, forgot {progress.forgotten}."
+        )
         if unasked:
             summary += f" Ignored {unasked} forget request(s) no message of the user makes."
         async for item in _reply(new_id(), summary):
@@ -409,6 +413,8 @@ class MemoryAgent:
                 lifecycle.finish(result.state)
                 if result.state is ToolResultState.SUCCESS:
                     progress.succeeded.append(call.name)
+                    if call.name == MemoryForget.name:
+                        progress.forgotten += forgotten_count(result.text)
             results.append(result)
         async for item in self._results(results, tracker):
             yield item
