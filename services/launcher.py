@@ -51,6 +51,8 @@ from shared.settings import DEFAULT_PORTS, GRPC_SERVICES, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_SERVICES = (*GRPC_SERVICES, "gateway")
+# The local embedding model's default port (services/memory/embedding_server.py serves it).
+LOCAL_EMBEDDING_PORT = 50058
 _PR_SET_PDEATHSIG = 1
 
 
@@ -419,6 +421,8 @@ class LaunchOptions:
     shape: str
     # The local model server's port (--model local).
     model_port: int
+    # The local embedding model's port; None: no embedding model (lexical-only memory search).
+    embedding_port: int | None
 
 
 def _arguments(argv: list[str] | None) -> LaunchOptions:
@@ -451,6 +455,19 @@ def _arguments(argv: list[str] | None) -> LaunchOptions:
         default=LOCAL_MODEL_PORT,
         help=f"the local model server's port with --model local (default {LOCAL_MODEL_PORT})",
     )
+    parser.add_argument(
+        "--embedding-port",
+        type=int,
+        default=LOCAL_EMBEDDING_PORT,
+        help=f"the local embedding model's port (default {LOCAL_EMBEDDING_PORT}; memory search "
+        "is hybrid: words and meaning)",
+    )
+    parser.add_argument(
+        "--no-embedding",
+        action="store_true",
+        help="no local embedding model: memory search matches words only (lexical-only, a "
+        "degraded mode: a question in other words than the memory's finds nothing)",
+    )
     args = parser.parse_args(argv)
     try:
         ports = launch_ports(args.port, args.grpc_port_base)
@@ -462,7 +479,16 @@ def _arguments(argv: list[str] | None) -> LaunchOptions:
         taken = [name for name, port in ports.items() if port == args.model_port]
         if taken:
             parser.error(f"--model-port: {args.model_port} is the {taken[0]}'s port")
-    return LaunchOptions(ports, args.model, args.shape, args.model_port)
+    embedding_port = None if args.no_embedding else args.embedding_port
+    if embedding_port is not None:
+        if not 1 <= embedding_port <= 65535:
+            parser.error(f"--embedding-port: {embedding_port} is not a port (1-65535)")
+        taken = [n for n, p in ports.items() if p == embedding_port]
+        if args.model == "local" and args.model_port == embedding_port:
+            taken.append("local model server")
+        if taken:
+            parser.error(f"--embedding-port: {embedding_port} is the {taken[0]}'s port")
+    return LaunchOptions(ports, args.model, args.shape, args.model_port, embedding_port)
 
 
 # ---- the local model server ------------------------------------------------------------------
@@ -633,24 +659,51 @@ def console_url(gateway_url: str, token: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from services.memory.embedding_server import LocalEmbeddingServer
+
     options = _arguments(argv)
     settings = Settings()
+    logs = settings.data_dir / "logs"
     model_server: LocalModelServer | None = None
+    embedding_server: LocalEmbeddingServer | None = None
     env: dict[str, str] = {}
-    if options.model == "local":
-        model_server = LocalModelServer(
-            options.model_port, log_path=settings.data_dir / "logs" / "model-server.log"
+
+    def stop_servers(codes: dict[str, int | None]) -> None:
+        if model_server is not None:
+            codes["model-server"] = model_server.stop()
+        if embedding_server is not None:
+            codes["embedding-server"] = embedding_server.stop()
+
+    if options.embedding_port is not None:
+        embedding_server = LocalEmbeddingServer(
+            options.embedding_port, log_path=logs / "embedding-server.log"
         )
+        print(f"starting the local embedding model on {embedding_server.base_url}", flush=True)
+        try:
+            embedding_server.start()
+        except RuntimeError as err:
+            print(
+                f"error: the local embedding model: {err} (another port: --embedding-port / "
+                "make run EMBED_PORT=...; without it: --no-embedding / make run EMBED=off)",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(1)
+        env.update(embedding_server.env())
+    else:
+        # Not even one the environment names: --no-embedding is what the user asked for.
+        env["AGENTMESH_EMBEDDING_BASE_URL"] = ""
+    if options.model == "local":
+        model_server = LocalModelServer(options.model_port, log_path=logs / "model-server.log")
         print(f"starting the local model server on {model_server.base_url}", flush=True)
         try:
             model_server.start()
         except RuntimeError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
+            stop_servers({})
             sys.exit(1)
-        env = model_server.env()
-    suite = Suite(
-        ports=options.ports, log_dir=settings.data_dir / "logs", env=env, shape=options.shape
-    )
+        env.update(model_server.env())
+    suite = Suite(ports=options.ports, log_dir=logs, env=env, shape=options.shape)
     stop = False
 
     def _on_signal(_signum: int, _frame: object) -> None:
@@ -661,8 +714,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     processes = "one process" if len(suite.groups) == 1 else "one process each"
     print(
-        f"starting agentmesh ({', '.join(ALL_SERVICES)}; {processes}); "
-        f"logs in {settings.data_dir / 'logs'}",
+        f"starting agentmesh ({', '.join(ALL_SERVICES)}; {processes}); logs in {logs}",
         flush=True,
     )
     try:
@@ -670,8 +722,7 @@ def main(argv: list[str] | None = None) -> None:
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         suite.stop()
-        if model_server is not None:
-            model_server.stop()
+        stop_servers({})
         sys.exit(1)
     token = dev_token(settings)
     try:
@@ -679,9 +730,15 @@ def main(argv: list[str] | None = None) -> None:
     except (httpx.HTTPError, LookupError, ValueError) as err:
         job_line = f"  dev-user:  not registered ({err}); POST /api/v1/users registers it\n"
     model_line = f"  model:     {LOCAL_CARD} at {model_server.base_url}\n" if model_server else ""
+    memory_line = (
+        f"  memory:    hybrid search (local embedding model at {embedding_server.base_url})\n"
+        if embedding_server
+        else "  memory:    lexical-only search (--no-embedding: a degraded mode)\n"
+    )
     print(
         "\nagentmesh is running.\n"
         f"{model_line}"
+        f"{memory_line}"
         f"{job_line}"
         f"  console:   {console_url(suite.gateway_url, token)}\n"
         f"  gateway:   {suite.gateway_url}   (API docs: {suite.gateway_url}/docs)\n"
@@ -694,6 +751,7 @@ def main(argv: list[str] | None = None) -> None:
         "Ctrl-C stops everything.",
         flush=True,
     )
+    retry_at = 0.0  # when the embedding model may be started again after a failed start
     try:
         while not stop:
             for name, proc in suite.procs.items():
@@ -704,13 +762,36 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     stop = True
                     break
+            if embedding_server is not None and not stop and time.monotonic() >= retry_at:
+                if not supervise_embedding(embedding_server):
+                    retry_at = time.monotonic() + 5.0
             time.sleep(0.2)
     finally:
         print("stopping...", flush=True)
         codes = suite.stop(grace=settings.grace_seconds + 5)
-        if model_server is not None:
-            codes["model-server"] = model_server.stop()
+        stop_servers(codes)
         print("stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+
+
+def supervise_embedding(server: LocalModelServer) -> bool:
+    """Starts the embedding model again when it has exited: the memory service searches
+    lexically meanwhile (for each search that finds it gone) and embeds what it missed
+    once it is back; the rest of the suite never notices. False when it did not start
+    (the launcher tries again a few seconds later)."""
+    if server.proc is None or server.proc.poll() is None:
+        return True
+    print(
+        f"the local embedding model exited with code {server.proc.returncode}; starting it "
+        "again (memory search is lexical-only until it is back)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.start()
+    except RuntimeError as err:
+        print(f"the local embedding model did not start: {err}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 if __name__ == "__main__":

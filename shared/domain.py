@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from agentmesh.history.v1 import history_service_pb2
+from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.type.v1 import execution_profile_pb2, message_pb2
 
 from shared.errors import InvalidArgument
@@ -95,6 +96,13 @@ RUN_STATE_TO_PB = {
     RunState.INTERRUPTED: history_service_pb2.RUN_STATE_INTERRUPTED,
 }
 RUN_STATE_FROM_PB: dict[int, RunState] = {v: k for k, v in RUN_STATE_TO_PB.items()}
+
+# How a memory search ran (SearchMemoriesResponse.mode), as the API and the audit name it; a
+# memory service that does not say (older than the field) is absent from both.
+SEARCH_MODE_NAMES = {
+    memory_service_pb2.SEARCH_MODE_HYBRID: "hybrid",
+    memory_service_pb2.SEARCH_MODE_LEXICAL: "lexical",
+}
 
 
 def runtime_mode_from_pb(value: int, field: str) -> RuntimeMode:

@@ -19,10 +19,12 @@ The names and labels, one place to read them:
 | agentmesh_scheduler_due_backlog | | the scheduler: set_due_backlog |
 | agentmesh_scheduler_dispatch_lag_seconds | | the scheduler: observe_dispatch_lag |
 | agentmesh_tool_denials_total | reason | the executor: tool_denied |
+| agentmesh_memory_search_total | mode, reason | the memory service: memory_searched |
+| agentmesh_memory_query_embedding_seconds | | the memory service: query_embedded |
 
 Label values come from bounded sets (method names, status codes, event types, route
-templates, denial reasons); profile names are capped (PROFILE_LABEL_LIMIT, then "other")
-because a job may carry its own profile snapshot.
+templates, denial reasons, search modes and their reasons); profile names are capped
+(PROFILE_LABEL_LIMIT, then "other") because a job may carry its own profile snapshot.
 """
 
 from __future__ import annotations
@@ -103,6 +105,18 @@ TOOL_DENIALS = Counter(
     "agentmesh_tool_denials_total",
     "Tool calls refused before they ran, by reason.",
     ["reason"],
+)
+MEMORY_SEARCHES = Counter(
+    "agentmesh_memory_search_total",
+    "Memory searches, by mode (hybrid: words and meaning; lexical: words only) and, for "
+    "lexical, why (no_embedding_model, embedding_model_down, embedding_timeout, "
+    "embedding_failed; empty for hybrid).",
+    ["mode", "reason"],
+)
+QUERY_EMBEDDING = Histogram(
+    "agentmesh_memory_query_embedding_seconds",
+    "Embedding one search's query by the embedding model (answered in time or not).",
+    buckets=_LATENCY_BUCKETS,
 )
 
 RUN_FIRST_EVENT = Histogram(
@@ -245,3 +259,14 @@ def tool_denied(reason: str) -> None:
     """A tool call refused before it ran; `reason` e.g. "NOT_ALLOWED_BY_PROFILE"."""
     if _enabled:
         TOOL_DENIALS.labels(reason).inc()
+
+
+def memory_searched(mode: str, reason: str) -> None:
+    """A memory search ran in `mode` ("hybrid" / "lexical"), `reason` saying why lexical."""
+    if _enabled:
+        MEMORY_SEARCHES.labels(mode, reason).inc()
+
+
+def query_embedded(seconds: float) -> None:
+    if _enabled:
+        QUERY_EMBEDDING.observe(seconds)

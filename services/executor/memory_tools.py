@@ -98,9 +98,14 @@ class MemoryClient:
         return list(response.memories)
 
     async def search(self, owner: str, query: str, page_size: int = 10) -> list[pb.Memory]:
+        return list((await self.search_response(owner, query, page_size)).memories)
+
+    async def search_response(
+        self, owner: str, query: str, page_size: int = 10
+    ) -> pb.SearchMemoriesResponse:
+        """The memories found, and how the search ran (mode, mode_reason)."""
         request = pb.SearchMemoriesRequest(query=query, page_size=page_size)
-        response = await self._call(self._stub.SearchMemories, request, owner)
-        return list(response.memories)
+        return await self._call(self._stub.SearchMemories, request, owner)
 
     async def search_conversation(
         self, owner: str, query: str, page_size: int = 10, exclude: Sequence[str] = ()

@@ -7,7 +7,8 @@ for it. Of its results, best first, those of at least `min_relevance` are kept, 
 `top_k`, and no more than fit `max_tokens` and the room the call's context leaves
 (services.executor.context.recall_budget). The block is a system message: the prompt's
 {memories} placeholder holds it, else it follows the prompt. The step also yields it as a
-message of kind memory_recall with the ids and scores it used, which the run stores for
+message of kind memory_recall with the ids and scores it used and how the search ran
+(hybrid, or lexical and why: the model was late, down or absent), which the run stores for
 the audit only (never in /history, never in a later run's context: each run recalls
 afresh).
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from shared.domain import MessageKind
+from shared.domain import SEARCH_MODE_NAMES, MessageKind
 from shared.errors import DomainError, InvalidArgument
 from shared.messages import Msg, system
 from shared.model.tokens import text_tokens
@@ -71,7 +72,23 @@ class Recalled:
 
 
 class MemorySearch(Protocol):
-    async def search(self, owner: str, query: str, page_size: int = 10) -> list[Any]: ...
+    async def search_response(self, owner: str, query: str, page_size: int = 10) -> Any:
+        """SearchMemoriesResponse-like: memories, mode, mode_reason."""
+        ...
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What a step recalled, and how the searches ran: `mode` "hybrid" or "lexical" (any of
+    its searches ran by words only, `reason` saying why), "" when the memory service did
+    not say."""
+
+    memories: list[Recalled]
+    mode: str = ""
+    reason: str = ""
+
+
+NOTHING = Recall([])
 
 
 @runtime_checkable
@@ -140,13 +157,15 @@ def merge(results: Sequence[Sequence[Recalled]]) -> list[Recalled]:
 
 async def search(
     memories: MemorySearch, owner: str, queries: Sequence[str], policy: MemoryPolicy
-) -> list[Recalled] | None:
-    """The owner's memories for `queries`, ranked; None when the memory service failed."""
+) -> Recall | None:
+    """The owner's memories for `queries`, ranked, and how the searches ran (lexical when
+    one of them was, with its reason); None when the memory service failed."""
     texts = [q.strip()[:MAX_QUERY_CHARS] for q in queries if q.strip()][-MAX_QUERIES:]
     results: list[list[Recalled]] = []
+    mode = reason = ""
     for text in texts:
         try:
-            found = await memories.search(owner, text, policy.top_k)
+            answer = await memories.search_response(owner, text, policy.top_k)
         except DomainError as err:
             if isinstance(err, InvalidArgument):
                 continue  # e.g. only punctuation: nothing to search with
@@ -155,10 +174,14 @@ async def search(
                 extra={"fields": {"error": err.reason}},
             )
             return None
+        found = answer.memories
         results.append(
             [Recalled(m.id, m.content, m.kind, float(getattr(m, "score", 0.0))) for m in found]
         )
-    return merge(results)
+        ran = SEARCH_MODE_NAMES.get(answer.mode, "")
+        if ran and mode != "lexical":
+            mode, reason = ran, answer.mode_reason
+    return Recall(merge(results), mode, reason)
 
 
 async def search_conversation(
@@ -202,27 +225,38 @@ async def recall(
     queries: Sequence[str],
     room: int,
     in_context: Sequence[str] = (),
-) -> list[Recalled]:
+) -> Recall:
     """The memories (and with the policy's `conversation`, the past chat messages, none of
     `in_context`) a step recalls by its policy, within `room` tokens (none when the policy
-    is off or the memory service failed)."""
+    is off or the memory service failed), and how its memory searches ran."""
     if policy.mode != "recall" or memories is None or room <= 0:
-        return []
-    searches = [search(memories, owner, queries, policy)]
+        return NOTHING
+    said: list[Recalled] | None = None
     if policy.conversation and isinstance(memories, ConversationSearch):
         # Side by side: the run waits for the slower of the two, not their sum.
-        searches.append(search_conversation(memories, owner, queries, policy, in_context))
-    found = merge([hits or [] for hits in await asyncio.gather(*searches)])
-    return choose(found, policy, min(room, policy.max_tokens))
+        found, said = await asyncio.gather(
+            search(memories, owner, queries, policy),
+            search_conversation(memories, owner, queries, policy, in_context),
+        )
+    else:
+        found = await search(memories, owner, queries, policy)
+    ranked = merge([[] if found is None else found.memories, said or []])
+    chosen = choose(ranked, policy, min(room, policy.max_tokens))
+    if found is None:  # the memory search failed: its mode is unknown
+        return Recall(chosen)
+    return Recall(chosen, found.mode, found.reason)
 
 
-def recall_message(memories: Sequence[Recalled], message_id: str) -> Msg:
-    """The audit record of the block: its text, and the ids and scores it used."""
+def recall_message(recalled: Recall, message_id: str) -> Msg:
+    """The audit record of the block: its text, the ids and scores it used, and how the
+    search ran (memory_search: mode, and for lexical its reason)."""
+    memories = recalled.memories
+    metadata: dict[str, Any] = {"memory_recall": [_audited(m) for m in memories]}
+    if recalled.mode:
+        how = {"mode": recalled.mode, **({"reason": recalled.reason} if recalled.reason else {})}
+        metadata["memory_search"] = how
     return system(
-        block_text(memories),
-        id=message_id,
-        kind=MessageKind.MEMORY_RECALL,
-        metadata={"memory_recall": [_audited(m) for m in memories]},
+        block_text(memories), id=message_id, kind=MessageKind.MEMORY_RECALL, metadata=metadata
     )
 
 

@@ -201,7 +201,7 @@ def _health_routes(app: FastAPI) -> None:
 
     @app.get(
         "/readyz",
-        summary="Every service the gateway needs answers SERVING",
+        summary="Every service the gateway needs answers SERVING; how memory search works now",
         tags=["health"],
         responses={
             503: {
@@ -220,7 +220,9 @@ def _health_routes(app: FastAPI) -> None:
                 "not ready: " + "; ".join(f"{name} {why}" for name, why in down.items()),
                 violations=list(down.items()),
             ).response()
-        return JSONResponse({"status": "ready"})
+        # Memory search without its embedding model still serves (lexical-only, degraded):
+        # said here, never a 503.
+        return JSONResponse({"status": "ready", "memorySearch": await clients.memory_search()})
 
 
 async def _metrics() -> Response:

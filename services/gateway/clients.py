@@ -18,7 +18,7 @@ from services.gateway.errors import from_rpc
 from shared.clients import open_channel
 from shared.identity import call_metadata
 from shared.logs import request_id_var
-from shared.server import DATABASE, EVENT_LOG
+from shared.server import DATABASE, EMBEDDING_MODEL, EVENT_LOG
 from shared.settings import Settings
 
 # The services /readyz checks.
@@ -80,6 +80,33 @@ class Clients:
         down = {n: r for n, r in zip(names, reasons, strict=True) if r is not None}
         down.update({n: "is not configured" for n in PEERS if n not in self.channels})
         return down
+
+    async def memory_search(self) -> dict[str, str]:
+        """How the memory service searches now, for /readyz: hybrid while its embedding
+        model answers (its health entry EMBEDDING_MODEL), lexical-only (degraded) without
+        one or while it does not answer."""
+        if "memory" not in self.channels:
+            return {"status": "degraded", "mode": "lexical", "reason": "no memory service"}
+        stub = health_pb2_grpc.HealthStub(self.channels["memory"])
+        try:
+            # types-grpcio-health-checking declares HealthStub without its methods.
+            reply = await stub.Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=EMBEDDING_MODEL),
+                timeout=HEALTH_TIMEOUT_SECONDS,
+            )
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                why = "no embedding model is configured (AGENTMESH_EMBEDDING_BASE_URL)"
+            else:
+                why = "the memory service does not answer"
+            return {"status": "degraded", "mode": "lexical", "reason": why}
+        if reply.status == SERVING:
+            return {"status": "ready", "mode": "hybrid"}
+        if reply.status == NOT_SERVING:
+            why = "the embedding model does not answer"
+        else:
+            why = "the embedding model has not been checked yet"
+        return {"status": "degraded", "mode": "lexical", "reason": why}
 
     async def close(self) -> None:
         for ch in self.channels.values():

@@ -17,7 +17,7 @@ from agentmesh.memory.v1 import memory_service_pb2
 from agentmesh.type.v1 import content_pb2, execution_profile_pb2, message_pb2
 from google.protobuf import timestamp_pb2
 
-from shared.domain import RUN_STATE_FROM_PB
+from shared.domain import RUN_STATE_FROM_PB, SEARCH_MODE_NAMES
 from shared.messages import tool_result_message_id
 from shared.profiles import MemoryPolicy, memory_from_pb
 from shared.timestamps import rfc3339
@@ -193,6 +193,11 @@ def message_json(m: message_pb2.Message, *, audit: bool = False) -> list[dict[st
     if m.kind == message_pb2.MESSAGE_KIND_MEMORY_RECALL:
         # The memories the run recalled into its context: their ids and scores.
         extras["metadata"]["memoryRecall"] = _extra(m.metadata).get("memory_recall", [])
+        # How its search ran (hybrid, or lexical and why), as GET /api/v1/memories?q= says.
+        how = _extra(m.metadata).get("memory_search")
+        if isinstance(how, dict) and how.get("mode"):
+            reason = {"modeReason": how["reason"]} if how.get("reason") else {}
+            extras["metadata"]["memorySearch"] = {"mode": how["mode"], **reason}
     if m.kind == message_pb2.MESSAGE_KIND_ROUTE:
         # The router's decision a model made, and that call's usage (part of the run's).
         route = dict(_extra(m.metadata).get("route", {}))
@@ -306,6 +311,14 @@ def memory_json(m: memory_service_pb2.Memory, *, scored: bool = False) -> dict[s
     if m.HasField("update_time"):
         out["updateTime"] = timestamp(m.update_time)
     return out
+
+
+def search_mode_json(reply: memory_service_pb2.SearchMemoriesResponse) -> dict[str, str]:
+    """How a memory search ran: `mode` hybrid or lexical, and for lexical `modeReason`."""
+    mode = SEARCH_MODE_NAMES.get(reply.mode)
+    if mode is None:
+        return {}
+    return {"mode": mode, **({"modeReason": reply.mode_reason} if reply.mode_reason else {})}
 
 
 def memory_change_json(c: memory_service_pb2.MemoryChange) -> dict[str, Any]:

@@ -99,7 +99,10 @@ async def list_memories(
             # The service names its field query; the caller may have called it q.
             renames={"query": "q"} if q else None,
         )
-        return {"memories": [convert.memory_json(m, scored=True) for m in found.memories]}
+        return {
+            "memories": [convert.memory_json(m, scored=True) for m in found.memories],
+            **convert.search_mode_json(found),
+        }
     reply = await _memory(
         request,
         who,

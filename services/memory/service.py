@@ -15,7 +15,7 @@ from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingConfi
 from services.memory.servicer import MemoryServicer
 from shared import db
 from shared.pagination import PageTokens
-from shared.server import ServiceParts
+from shared.server import EMBEDDING_MODEL, ServiceParts
 from shared.settings import Settings
 
 SERVICE = "memory"
@@ -64,4 +64,7 @@ async def build(settings: Settings) -> ServiceParts:
         on_stop=on_stop,
         background=background,
         dependencies=db.health_checks(settings, SERVICE),
+        # Search is hybrid while the model answers, lexical-only (degraded) otherwise: the
+        # gateway's /readyz says which.
+        features={} if embedder is None else {EMBEDDING_MODEL: embedder.client.check},
     )

@@ -7,7 +7,6 @@ from a request field.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import grpc
@@ -17,17 +16,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.memory import conversation, conversation_store, convert, core, store, tables
 from services.memory.conversation_tasks import ConversationEmbedder
-from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingUnavailable
-from shared import outbox, pagination
+from services.memory.embeddings import NO_EMBEDDING_MODEL, Embedder, QueryVector
+from shared import metrics, outbox, pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# After a query could not be embedded, searches skip the model this long (lexical only), so
-# a hung endpoint costs one timeout per interval, not one per search.
-_VECTORS_PAUSE_SECONDS = 5.0
+
+def _searched(found: list[core.Memory], vector: QueryVector) -> pb.SearchMemoriesResponse:
+    """The answer of a search, saying how it ran (and counted so, by mode and reason)."""
+    mode = "lexical" if vector.lexical_reason else "hybrid"
+    metrics.memory_searched(mode, vector.lexical_reason)
+    return pb.SearchMemoriesResponse(
+        memories=[convert.memory_to_pb(m) for m in found],
+        mode=pb.SEARCH_MODE_LEXICAL if vector.lexical_reason else pb.SEARCH_MODE_HYBRID,
+        mode_reason=vector.lexical_reason,
+    )
 
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
@@ -44,7 +50,6 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         # (embeds queries). None: search is lexical only.
         self.embedder = embedder
         self.conversation_embedder = conversation_embedder
-        self._vectors_paused_until = 0.0
 
     async def WriteMemory(
         self, request: pb.WriteMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -161,29 +166,21 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         # The page size rule of every listing (docs/protocols/agent/api-endpoints.md).
         limit = pagination.page_size(request.page_size)
-        if self.embedder is not None:
-            # Nothing to recall is answered before the query is embedded (a model call).
+        if self.embedder is None:
+            vector = QueryVector(None, "", NO_EMBEDDING_MODEL)
+        else:
+            # Nothing to recall is answered before the query is embedded (a model call),
+            # as hybrid search would answer it.
             async with self.engine.connect() as conn:
                 if not await store.has_memories(conn, owner):
-                    return pb.SearchMemoriesResponse()
-        embedding, model = await self._embed_query(query)
+                    return _searched([], QueryVector(None, ""))
+            # Late or failed: this search is lexical (and says so), the next asks again.
+            vector = await self.embedder.client.embed_query(query)
         async with self.engine.connect() as conn:
-            found = await store.search(conn, owner, query, limit, embedding=embedding, model=model)
-        return pb.SearchMemoriesResponse(memories=[convert.memory_to_pb(m) for m in found])
-
-    async def _embed_query(self, query: str) -> tuple[list[float] | None, str]:
-        """The query's vector and model; (None, "") without a model or while it fails (the
-        search is then lexical only, never an error)."""
-        if self.embedder is None or time.monotonic() < self._vectors_paused_until:
-            return None, ""
-        client: EmbeddingClient = self.embedder.client
-        try:
-            [vector] = await client.embed([query], query=True)
-        except EmbeddingUnavailable as err:
-            self._vectors_paused_until = time.monotonic() + _VECTORS_PAUSE_SECONDS
-            log.warning("memory search without vectors for %.0f s: %s", _VECTORS_PAUSE_SECONDS, err)
-            return None, ""
-        return vector, client.config.model
+            found = await store.search(
+                conn, owner, query, limit, embedding=vector.vector, model=vector.model
+            )
+        return _searched(found, vector)
 
     async def ListMemories(
         self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -262,16 +259,17 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         query = core.validate_query("query", request.query)
         limit = pagination.page_size(request.page_size)
         exclude = conversation.validate_excluded(request.exclude_message_ids)
-        embedding, model = None, ""
-        if self.conversation_embedder is not None:
+        vector = QueryVector(None, "", NO_EMBEDDING_MODEL)
+        if self.embedder is not None and self.conversation_embedder is not None:
             # Nothing to recall is answered before the query is embedded (a model call).
             async with self.engine.connect() as conn:
                 if not await conversation_store.has_messages(conn, owner):
                     return pb.SearchConversationResponse()
-            embedding, model = await self._embed_query(query)
+            # Late or failed: this search is lexical, the next asks again (as SearchMemories).
+            vector = await self.embedder.client.embed_query(query)
         async with self.engine.connect() as conn:
             found = await conversation_store.search(
-                conn, owner, query, limit, exclude, embedding=embedding, model=model
+                conn, owner, query, limit, exclude, embedding=vector.vector, model=vector.model
             )
         hits = [convert.conversation_hit_to_pb(m) for m in found]
         return pb.SearchConversationResponse(hits=hits)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -105,10 +107,23 @@ def test_make_run_refuses_ports_out_of_range_or_shared(
         launch_ports(gateway, grpc_base)
 
 
-def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
-    tmp_path: Path,
+def test_the_embedding_port_may_not_be_one_of_the_suites(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    gateway, base = free_port(), free_ports(6)[0]
+    with pytest.raises(SystemExit):
+        _arguments(["--embedding-port", str(DEFAULT_PORTS["memory"])])
+    assert "--embedding-port: 50054 is the memory's port" in capsys.readouterr().err
+    assert _arguments([]).embedding_port == 50058
+    assert _arguments(["--no-embedding"]).embedding_port is None
+
+
+@pytest.mark.parametrize("embedding", [True, False], ids=["default", "no-embedding"])
+def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
+    tmp_path: Path, embedding: bool
+) -> None:
+    """By default with the local embedding model beside the suite, on its own port, and
+    memory search hybrid (as /readyz says); --no-embedding: lexical-only, degraded."""
+    gateway, base, embedding_port = free_port(), free_ports(6)[0], free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update(AGENTMESH_DATA_DIR=str(tmp_path), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}")
     proc = subprocess.Popen(
@@ -120,6 +135,7 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             str(gateway),
             "--grpc-port-base",
             str(base),
+            *(["--embedding-port", str(embedding_port)] if embedding else ["--no-embedding"]),
         ],
         cwd=ROOT,
         env=env,
@@ -134,7 +150,21 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
             if "console:" in lines[-1] or proc.poll() is not None:
                 break
         assert any("agentmesh is running" in line for line in lines), "".join(lines)
-        assert httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).status_code == 200
+        ready = httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5)
+        assert ready.status_code == 200
+        search = ready.json()["memorySearch"]
+        if embedding:
+            # The memory service checks its model within its first health probe.
+            deadline = time.monotonic() + 10
+            while search["mode"] != "hybrid" and time.monotonic() < deadline:
+                time.sleep(0.2)
+                search = httpx.get(f"http://127.0.0.1:{gateway}/readyz", timeout=5).json()
+                search = search["memorySearch"]
+            assert search == {"status": "ready", "mode": "hybrid"}
+            assert port_in_use(embedding_port)
+        else:
+            assert (search["status"], search["mode"]) == ("degraded", "lexical")
+            assert not port_in_use(embedding_port)
         # The console's link signs in the development user: its page, and its token's fragment.
         url = lines[-1].split("console:", 1)[1].strip()
         page, _, fragment = url.partition("#token=")
@@ -162,6 +192,32 @@ def test_the_launcher_serves_the_gateway_and_the_services_on_the_ports_given(
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 0, out
+    assert not port_in_use(embedding_port), "the embedding model outlived the launcher"
+
+
+def test_the_launcher_starts_the_embedding_model_again_when_it_dies() -> None:
+    """make run's loop: memory search is lexical-only while the model is gone, hybrid again
+    once it is back, without restarting the suite."""
+    from services.launcher import supervise_embedding
+    from services.memory.embedding_server import LocalEmbeddingServer
+
+    server = LocalEmbeddingServer()
+    server.start()
+    try:
+        assert supervise_embedding(server)  # alive: left alone
+        first = server.proc
+        server.kill()
+        assert not server.is_ready()
+        assert supervise_embedding(server)
+        assert server.proc is not first and server.is_ready()
+        # Its port taken meanwhile: it cannot start; the launcher is told, to try later.
+        server.kill()
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", server.port))
+            squatter.listen()
+            assert not supervise_embedding(server)
+    finally:
+        server.stop()
 
 
 # ---- why a process exited while starting; the local model server's environment and port -------

@@ -51,6 +51,11 @@ def make_suite(tmp: Path, prefix: str, *, shape: str = "", **env: str) -> Suite:
         "AGENTMESH_QUOTA_RUNS_PER_MINUTE": "0",
         "AGENTMESH_QUOTA_CONCURRENT_RUNS": "0",
         "AGENTMESH_QUOTA_TOKENS_PER_DAY": "0",
+        # Memory search is lexical here (a degraded mode): the suite is shared by every test,
+        # most of which check words a memory holds, and the embedding model's background work
+        # would load the CI's two cores throughout. Hybrid search end to end is what
+        # `make run` starts, tested through the launcher (test_memory_recall.py).
+        "AGENTMESH_EMBEDDING_BASE_URL": "",
     }
     values.update(env)
     return Suite(

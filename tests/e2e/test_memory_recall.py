@@ -1,14 +1,21 @@
 """Memory that reaches chat, end to end on the real processes and the scripted model: a fact
 told in one thread, saved by a memory run, is in the context of a new thread's run (and in
 its audit, never in its history); each memory job has its own watermark; the memory API
-creates, edits, deletes, searches and exports, and every change is on record."""
+creates, edits, deletes, searches and exports, and every change is on record. The shared
+suite searches by words only (conftest.make_suite); `make run` as it is (the launcher with
+its local embedding model) recalls a memory asked for in other words."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import grpc
 import httpx
@@ -17,11 +24,11 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orch_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc as orch_grpc
 from agentmesh.type.v1 import message_pb2, run_event_pb2
 
-from services.launcher import Suite
+from services.launcher import ROOT, Suite, free_port, free_ports
 from shared.identity import call_metadata
 from shared.messages import msg_to_pb, user
 from shared.profiles import AUTOMATION_MEMORY_DEFAULT, profile_to_pb
-from tests.e2e.conftest import parse_sse, run_body
+from tests.e2e.conftest import SECRET, parse_sse, run_body
 from tests.e2e.test_memory_agent import JOB_PROMPT, _auth, _owner, memories
 
 
@@ -114,6 +121,11 @@ def test_a_fact_told_in_one_thread_is_in_the_context_of_a_new_thread(
     assert "User likes green tea" in recalled["content"]
     [used] = recalled["metadata"]["memoryRecall"]
     assert used["id"] == memory["id"] and 0 <= used["score"] <= 1
+    # How its search ran: this suite has no embedding model (conftest.make_suite).
+    assert recalled["metadata"]["memorySearch"] == {
+        "mode": "lexical",
+        "modeReason": "no_embedding_model",
+    }
     # Never shown to the user, never in a later run's context.
     assert recalled["id"] not in {m["id"] for m in history(suite, owner, thread)}
     assert all(m["role"] != "system" for m in history(suite, owner, thread))
@@ -228,6 +240,7 @@ def test_a_search_answers_each_memorys_relevance_and_a_listing_none(suite: Suite
 
     found = httpx.get(url, params={"q": "green tea"}, headers=_auth(owner))
     assert found.status_code == 200, found.text
+    assert (found.json()["mode"], found.json()["modeReason"]) == ("lexical", "no_embedding_model")
     hits = found.json()["memories"]
     assert hits[0]["id"] == ids["I like green tea"]
     assert ids["I drink tea at night"] in [m["id"] for m in hits]
@@ -351,3 +364,79 @@ def test_the_pears_scenario_of_issue_19_through_the_api(suite: Suite) -> None:
     # The default job may forget: the request is still there for it.
     assert trigger_and_wait(suite, owner, default["id"])["state"] == "succeeded"
     assert memories(suite, owner) == {}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The suite `make run` starts (python -m services.launcher), as these helpers reach it."""
+
+    gateway_url: str
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    """`make run` as it is by default (embedded backend, one process, the local embedding
+    model beside it), on free ports."""
+    tmp = tmp_path_factory.mktemp("launched")
+    gateway, embedding, base = free_port(), free_port(), free_ports(6)[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update(
+        PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'protos'}",
+        AGENTMESH_DATA_DIR=str(tmp / "data"),
+        AGENTMESH_JWT_SECRET=SECRET,
+        AGENTMESH_QUOTA_RUNS_PER_MINUTE="0",
+    )
+    command = [sys.executable, "-m", "services.launcher", "--port", str(gateway)]
+    command += ["--grpc-port-base", str(base), "--embedding-port", str(embedding)]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        said.append(line.decode())
+        if "console:" in said[-1] or proc.poll() is not None:
+            break
+    try:
+        assert any("agentmesh is running" in line for line in said), "".join(said)
+        yield Launched(f"http://127.0.0.1:{gateway}")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+
+
+def test_make_run_recalls_a_memory_asked_for_in_other_words(launched: Launched) -> None:
+    """Issue 31: with `make run` as it is, "What is my favourite drink?" recalls that the
+    user loves jasmine green tea (no word in common: found by meaning, hybrid search)."""
+    suite = cast(Suite, launched)
+    owner = _owner("drink")
+    registered = httpx.post(
+        f"{launched.gateway_url}/api/v1/users", json={}, headers=_auth(owner), timeout=10
+    )
+    assert registered.status_code == 200, registered.text
+    [job] = [j for j in registered.json()["jobs"] if j["defaultJob"]]
+    chat(suite, owner, f"a-{owner}", "I love jasmine green tea")
+    assert trigger_and_wait(suite, owner, job["id"])["state"] == "succeeded"
+    assert set(memories(suite, owner)) == {"User likes jasmine green tea"}
+
+    question = "What is my favourite drink?"
+    # The memory service embeds a new memory in the background: until then search finds
+    # it by its words only (and this question has none of them).
+    deadline = time.monotonic() + 30
+    while True:
+        found = httpx.get(
+            f"{launched.gateway_url}/api/v1/memories",
+            params={"q": question},
+            headers=_auth(owner),
+            timeout=10,
+        ).json()
+        assert found["mode"] == "hybrid", found
+        if found["memories"]:
+            break
+        assert time.monotonic() < deadline, "the memory was never found by meaning"
+        time.sleep(0.3)
+    assert found["memories"][0]["content"] == "User likes jasmine green tea"
+
+    thread = f"b-{owner}"
+    run_id, _ = chat(suite, owner, thread, question)
+    [recalled] = recalls(audit(suite, owner, thread), run_id)
+    assert "User likes jasmine green tea" in recalled["content"]
+    assert recalled["metadata"]["memorySearch"] == {"mode": "hybrid"}

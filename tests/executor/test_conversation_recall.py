@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 
@@ -19,7 +18,7 @@ from shared.errors import Unavailable
 from shared.messages import Msg, assistant, user
 from shared.profiles import MemoryPolicy
 from tests.executor.models import TurnsModel, text
-from tests.executor.test_recall import TEA, Found, run, step, systems, worker
+from tests.executor.test_recall import TEA, Answer, Found, run, step, systems, worker
 
 SAID = datetime(2026, 3, 9, 8, 30, tzinfo=UTC)
 
@@ -47,8 +46,8 @@ class Service:
         self.fail = fail
         self.asked: list[tuple[str, str, int, tuple[str, ...]]] = []
 
-    async def search(self, owner: str, query: str, page_size: int = 10) -> list[Any]:
-        return self.memories.get(query, [])
+    async def search_response(self, owner: str, query: str, page_size: int = 10) -> Answer:
+        return Answer(self.memories.get(query, []), pb.SEARCH_MODE_HYBRID, "")
 
     async def search_conversation(
         self, owner: str, query: str, page_size: int = 10, exclude: Sequence[str] = ()
@@ -102,13 +101,13 @@ async def test_memories_and_messages_share_top_k_by_score() -> None:
     service = Service({"green tea?": [TEA]}, {"green tea?": [LOCKER, weak]})
     policy = MemoryPolicy(mode="recall", conversation=True, top_k=2)
     found = await recall.recall(service, "alice", policy, ["green tea?"], 1000)
-    assert [r.id for r in found] == ["m-old", "mem-1"]
+    assert [r.id for r in found.memories] == ["m-old", "mem-1"]
 
 
 async def test_a_long_message_is_shown_by_its_beginning() -> None:
     long = hit("m-long", "word " * 400, 0.9)
     service = Service({}, {"green tea?": [long]})
-    [found] = await recall.recall(service, "alice", CONVERSING, ["green tea?"], 100_000)
+    [found] = (await recall.recall(service, "alice", CONVERSING, ["green tea?"], 100_000)).memories
     line = recall.block_text([found]).splitlines()[1]
     assert len(line) < recall.MAX_EXCERPT_CHARS + 40 and line.endswith("…")
 
@@ -116,7 +115,7 @@ async def test_a_long_message_is_shown_by_its_beginning() -> None:
 async def test_a_failed_conversation_search_leaves_the_memories() -> None:
     service = Service({"green tea?": [TEA]}, {}, fail=Unavailable("memory is down"))
     found = await recall.recall(service, "alice", CONVERSING, ["green tea?"], 1000)
-    assert [r.id for r in found] == ["mem-1"]
+    assert [r.id for r in found.memories] == ["mem-1"]
 
 
 class Client:

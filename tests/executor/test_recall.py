@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentmesh.memory.v1 import memory_service_pb2 as pb
+
 from services.executor import context, core, recall
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
@@ -33,19 +35,35 @@ class Found:
     score: float = 0.0
 
 
-class Memories:
-    """A memory service's search: given results per query, records what it was asked."""
+@dataclass
+class Answer:
+    memories: list[Found]
+    mode: int
+    mode_reason: str
 
-    def __init__(self, results: dict[str, list[Found]], *, fail: Exception | None = None) -> None:
+
+class Memories:
+    """A memory service's search: given results per query, records what it was asked;
+    every search ran in `modes[query]` (default hybrid: a mode and its reason)."""
+
+    def __init__(
+        self,
+        results: dict[str, list[Found]],
+        *,
+        fail: Exception | None = None,
+        modes: dict[str, tuple[int, str]] | None = None,
+    ) -> None:
         self.results = results
         self.fail = fail
+        self.modes = modes or {}
         self.asked: list[tuple[str, str, int]] = []
 
-    async def search(self, owner: str, query: str, page_size: int = 10) -> list[Any]:
+    async def search_response(self, owner: str, query: str, page_size: int = 10) -> Answer:
         self.asked.append((owner, query, page_size))
         if self.fail is not None:
             raise self.fail
-        return self.results.get(query, [])
+        mode, reason = self.modes.get(query, (pb.SEARCH_MODE_HYBRID, ""))
+        return Answer(self.results.get(query, []), mode, reason)
 
 
 TEA = Found("mem-1", "User likes green tea", "preference", 0.9)
@@ -98,6 +116,24 @@ async def test_the_owners_recalled_memories_lead_the_models_context() -> None:
         {"id": "mem-1", "score": 0.9},
         {"id": "mem-2", "score": 0.4},
     ]
+
+
+async def test_the_recall_record_says_the_search_was_hybrid() -> None:
+    items = await run(worker(TurnsModel([text("ok")]), Memories({"green tea?": [TEA]})), step())
+    assert items[0].metadata["memory_search"] == {"mode": "hybrid"}
+
+
+async def test_the_recall_record_says_the_search_fell_back_to_words_and_why() -> None:
+    memories = Memories(
+        {"green tea?": [TEA]},
+        modes={"green tea?": (pb.SEARCH_MODE_LEXICAL, "embedding_timeout")},
+    )
+    items = await run(worker(TurnsModel([text("ok")]), memories), step())
+    assert items[0].kind is MessageKind.MEMORY_RECALL
+    assert items[0].metadata["memory_search"] == {
+        "mode": "lexical",
+        "reason": "embedding_timeout",
+    }
 
 
 async def test_a_policy_that_is_off_searches_nothing() -> None:

@@ -312,7 +312,12 @@ class FakeMemory(memory_service_pb2_grpc.MemoryServiceServicer):
         _record(self.calls, request, context)
         mine = self.memories.get(owner_id(context), {})
         hits = [m for m in mine.values() if request.query.lower() in m.content.lower()]
-        return memory_service_pb2.SearchMemoriesResponse(memories=hits)
+        # As a memory service without an embedding model answers.
+        return memory_service_pb2.SearchMemoriesResponse(
+            memories=hits,
+            mode=memory_service_pb2.SEARCH_MODE_LEXICAL,
+            mode_reason="no_embedding_model",
+        )
 
     # A double (as above).
     async def ForgetMemory(self, request, context):  # type: ignore[no-untyped-def]

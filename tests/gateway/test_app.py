@@ -14,7 +14,7 @@ from services.gateway.app import create_app
 from services.gateway.clients import Clients, open_clients
 from services.launcher import free_port
 from shared import db
-from shared.server import DATABASE, GrpcServer, ServiceParts
+from shared.server import DATABASE, EMBEDDING_MODEL, GrpcServer, ServiceParts
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, bearer, gateway_settings, serve_app
 
@@ -113,7 +113,53 @@ async def test_healthz_is_200(http: httpx.AsyncClient) -> None:
 
 async def test_readyz_is_200_when_every_service_is_serving(http: httpx.AsyncClient) -> None:
     resp = await http.get("/readyz")
-    assert resp.status_code == 200 and resp.json() == {"status": "ready"}
+    assert resp.status_code == 200 and resp.json()["status"] == "ready"
+
+
+async def test_readyz_says_memory_search_is_lexical_only_without_an_embedding_model(
+    http: httpx.AsyncClient,
+) -> None:
+    """A memory service without an embedding model serves, degraded: /readyz says so."""
+    resp = await http.get("/readyz")
+    assert resp.status_code == 200
+    assert resp.json()["memorySearch"] == {
+        "status": "degraded",
+        "mode": "lexical",
+        "reason": "no embedding model is configured (AGENTMESH_EMBEDDING_BASE_URL)",
+    }
+
+
+@pytest.mark.parametrize("answers", [True, False])
+async def test_readyz_says_whether_memory_search_is_hybrid_by_the_embedding_model(
+    gw_settings: Settings, answers: bool
+) -> None:
+    """The memory service's health entry of its embedding model: hybrid while it answers,
+    lexical-only (degraded, still 200: memory still serves) while it does not."""
+
+    async def check() -> None:
+        if not answers:
+            raise ConnectionError("the embedding model is down")
+
+    parts = ServiceParts(
+        register=lambda _server: None, service_names=[], features={EMBEDDING_MODEL: check}
+    )
+    memory = GrpcServer("memory", parts, grace_seconds=1)
+    port = await memory.start("127.0.0.1", 0)
+    try:
+        await memory.check_features()
+        async with gateway_with(gw_settings, memory=f"127.0.0.1:{port}") as c:
+            resp = await c.get("/readyz")
+    finally:
+        await memory.stop()
+    assert resp.status_code == 200, resp.text
+    if answers:
+        assert resp.json()["memorySearch"] == {"status": "ready", "mode": "hybrid"}
+    else:
+        assert resp.json()["memorySearch"] == {
+            "status": "degraded",
+            "mode": "lexical",
+            "reason": "the embedding model does not answer",
+        }
 
 
 async def test_readyz_is_503_listing_the_services_not_serving(gw_settings: Settings) -> None:

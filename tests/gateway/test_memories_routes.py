@@ -51,6 +51,19 @@ async def test_query_searches_memories(
     assert (req.query, req.page_size) == ("tea", 5)
 
 
+async def test_a_search_says_how_it_ran_and_a_listing_does_not(
+    http: httpx.AsyncClient,
+    gw_settings: Settings,
+    seeded: Peers,
+) -> None:
+    found = await http.get("/api/v1/memories?q=tea", headers=bearer(gw_settings, "lin"))
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert (body["mode"], body["modeReason"]) == ("lexical", "no_embedding_model")
+    listed = (await http.get("/api/v1/memories", headers=bearer(gw_settings, "lin"))).json()
+    assert "mode" not in listed and "modeReason" not in listed
+
+
 async def test_search_with_a_page_token_is_400(
     http: httpx.AsyncClient,
     gw_settings: Settings,

@@ -49,6 +49,11 @@ class Client:
         )
         return list(response.memories)
 
+    async def search_response(self, query: str, page_size: int = 0) -> pb.SearchMemoriesResponse:
+        return await self.stub.SearchMemories(
+            pb.SearchMemoriesRequest(query=query, page_size=page_size), metadata=self._md()
+        )
+
     async def list(self, page_size: int = 0, page_token: str = "") -> pb.ListMemoriesResponse:
         return await self.stub.ListMemories(
             pb.ListMemoriesRequest(page_size=page_size, page_token=page_token),

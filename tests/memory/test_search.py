@@ -6,12 +6,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
+from agentmesh.memory.v1 import memory_service_pb2 as pb
 
 from services.memory import core, store
 from services.memory.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
 from tests.memory.conftest import rpc_error
+
+
+async def test_a_search_without_an_embedding_model_says_it_was_lexical_and_why(client) -> None:
+    alice = client("alice")
+    await alice.write("I love green tea")
+    found = await alice.search_response("green tea")
+    assert [m.content for m in found.memories] == ["I love green tea"]
+    assert (found.mode, found.mode_reason) == (pb.SEARCH_MODE_LEXICAL, "no_embedding_model")
 
 
 async def test_english_query_finds_memories_with_its_words(client) -> None:

@@ -201,9 +201,9 @@ class MemoryAgent:
             limit,
             in_context=[m.id for m in step.context],
         )
-        if recalled:
+        if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
-        block = recall.block_text(recalled)
+        block = recall.block_text(recalled.memories)
         prompt, placed = model_call.prompt_with(block)
         # The profile's prompt replaces the built-in one; with tool calls the NO_MEMORIES
         # answer stays part of the contract (without it an empty extraction could not be

@@ -153,9 +153,9 @@ class WorkerAgent:
             # The thread's messages the step sends are in its context already.
             in_context=[m.id for m in (*step.context, step.input)],
         )
-        if recalled:
+        if recalled.memories:
             yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
-        block = recall.block_text(recalled)
+        block = recall.block_text(recalled.memories)
         prompt, placed = model_call.prompt_with(block)
         # The profile's prompt and the recalled memories lead the context (the budget keeps
         # leading system messages).

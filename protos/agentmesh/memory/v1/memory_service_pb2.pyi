@@ -9,6 +9,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -19,6 +20,28 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _SearchMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SEARCH_MODE_UNSPECIFIED: _SearchMode.ValueType  # 0
+    SEARCH_MODE_HYBRID: _SearchMode.ValueType  # 1
+    """The words of the query and its meaning (the embedding model's vector), fused."""
+    SEARCH_MODE_LEXICAL: _SearchMode.ValueType  # 2
+    """The words of the query only (no embedding model, or it failed for this query)."""
+
+class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
+    """How a search ranked the memories."""
+
+SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
+SEARCH_MODE_HYBRID: SearchMode.ValueType  # 1
+"""The words of the query and its meaning (the embedding model's vector), fused."""
+SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 2
+"""The words of the query only (no embedding model, or it failed for this query)."""
+Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 
 @_typing.final
 class Memory(_message.Message):
@@ -231,16 +254,29 @@ class SearchMemoriesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORIES_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    MODE_REASON_FIELD_NUMBER: _builtins.int
+    mode: Global___SearchMode.ValueType
+    """How this search ran: hybrid (words and meaning) or lexical (words only)."""
+    mode_reason: _builtins.str
+    """With SEARCH_MODE_LEXICAL, why (empty with hybrid), one of: "no_embedding_model" (none
+    configured), "embedding_model_down" (its last health probe failed: searches do not wait
+    for it until a probe succeeds again), "embedding_timeout" (the query was not embedded
+    within the query deadline), "embedding_failed" (the model refused the query or answered
+    unusably). Each is about this search only.
+    """
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___Memory]: ...
     def __init__(
         self,
         *,
         memories: _abc.Iterable[Global___Memory] | None = ...,
+        mode: Global___SearchMode.ValueType = ...,
+        mode_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories", "mode", b"mode", "mode_reason", b"mode_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
