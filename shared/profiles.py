@@ -186,7 +186,9 @@ CHAT_DEFAULT = ExecutionProfile(
     enable_router=True,
     executor=ExecutorKind.WORKER,
     tool_policy=ToolPolicy(allowlist=("memory_search",)),
-    memory=MemoryPolicy(mode="recall"),
+    # The owner's memories and, for what was said but never extracted, their past chat
+    # messages (the conversation index), ranked together.
+    memory=MemoryPolicy(mode="recall", conversation=True),
 )
 AUTOMATION_MEMORY_DEFAULT = ExecutionProfile(
     name="automation_memory_default",

@@ -119,8 +119,12 @@ def test_a_fact_told_in_one_thread_is_in_the_context_of_a_new_thread(
     [recalled] = recalls(audit(suite, owner, thread), run_id)
     assert recalled["kind"] == "memory_recall"
     assert "User likes green tea" in recalled["content"]
-    [used] = recalled["metadata"]["memoryRecall"]
+    used_all = recalled["metadata"]["memoryRecall"]
+    [used] = [u for u in used_all if u.get("source") != "conversation"]
     assert used["id"] == memory["id"] and 0 <= used["score"] <= 1
+    # chat_default recalls the conversation too: the message that said it, in thread a.
+    said = [u for u in used_all if u.get("source") == "conversation"]
+    assert f"a-{owner}" in {u["threadId"] for u in said}, used_all
     # How its search ran: this suite has no embedding model (conftest.make_suite).
     assert recalled["metadata"]["memorySearch"] == {
         "mode": "lexical",

@@ -47,8 +47,12 @@ def test_a_policy_set_by_a_caller_round_trips() -> None:
     assert profile_from_pb(profile_to_pb(profile)).memory == profile.memory
 
 
-def test_conversation_recall_is_off_unless_asked_and_survives_the_trip() -> None:
-    assert not CHAT_DEFAULT.memory.conversation
+def test_conversation_recall_is_on_in_chat_default_off_unless_asked_and_survives_the_trip() -> None:
+    # Chat remembers what was said but never extracted; the memory job reads its own window.
+    assert CHAT_DEFAULT.memory.conversation
+    assert not AUTOMATION_MEMORY_DEFAULT.memory.conversation
+    data = {"enable_router": False, "executor": "worker", "memory": {"mode": "recall"}}
+    assert not parse_profile(data).memory.conversation
     data = {
         "enable_router": False,
         "executor": "worker",
