@@ -361,14 +361,16 @@ async def search(
     tokens = core.query_tokens(query)
     if embedding is None:
         found = await _lexical(conn, owner, core.any_of(tokens), limit)
-        return core.fuse([[(m, core.token_coverage(tokens, m.content)) for m in found]], limit)
+        return core.fuse(
+            [[(m, core.token_coverage(tokens, m.content)) for m in found]], limit, query
+        )
     # Only hits with MIN_FUSED_COVERAGE of the tokens take part: asked for as such, the
     # index does not rank every memory that shares one common word with the question.
     found = await _lexical(conn, owner, core.enough_of(tokens), limit)
     lexical = [(m, core.token_coverage(tokens, m.content)) for m in found]
     lexical = [(m, c) for m, c in lexical if c >= core.MIN_FUSED_COVERAGE]
     nearest = await _nearest(conn, owner, embedding, model, limit)
-    return core.fuse([lexical, [(m, 1.0) for m in nearest]], limit)
+    return core.fuse([lexical, [(m, 1.0) for m in nearest]], limit, query)
 
 
 async def _lexical(
