@@ -54,7 +54,7 @@ import random
 import tempfile
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -368,6 +368,46 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def headroom(facts: Sequence[dict[str, Any]], size: int) -> dict[str, Any]:
+    """The vector half alone, exact cosine over each owner's cached vectors (no database):
+    recall at depths up to 100 per language (how many candidates a reranking stage would
+    need), and what is first when the fact is not (filler, another fact, a distractor)."""
+    cache = CachedClient(_NoModel())  # type: ignore[arg-type]  # reads, never embeds
+    out: dict[str, Any] = {}
+    for owner, held in owners_at(facts, size).items():
+        texts = texts_of(owner, held, size)
+        kinds = {d["text"]: "distractor" for f in held for d in f["distractors"]}
+        kinds |= {f["fact"]: "fact" for f in held}
+        matrix = np.asarray([cache.cache[f"p:{t}"] for t in texts])
+        ranks, first = [], Counter[str]()
+        for fact in held:
+            for question in fact["questions"]:
+                order = np.argsort(-(matrix @ np.asarray(cache.cache[f"q:{question}"])))
+                rank = int(np.flatnonzero(order == texts.index(fact["fact"]))[0]) + 1
+                ranks.append(rank)
+                if rank > 1:
+                    first[kinds.get(texts[order[0]], "filler")] += 1
+        lang = out.setdefault(held[0]["lang"], {"ranks": [], "first_when_missed": Counter()})
+        lang["ranks"] += ranks
+        lang["first_when_missed"] += first
+    return {
+        lang: {
+            **{
+                f"recall_at_{k}": round(sum(r <= k for r in v["ranks"]) / len(v["ranks"]), 3)
+                for k in (1, 5, 10, 50, 100)
+            },
+            "first_when_missed": dict(v["first_when_missed"]),
+        }
+        for lang, v in out.items()
+    }
+
+
+class _NoModel:
+    """The cache alone: headroom reads vectors the bench has embedded already."""
+
+    config = None
+
+
 # --- ranking options tried (issue 31: "report every option tried") ----------------------
 
 _search = store.search
@@ -609,7 +649,16 @@ def main() -> None:
     parser.add_argument(
         "--build-data", action="store_true", help="rebuild facts.jsonl from the sources, then stop"
     )
+    parser.add_argument(
+        "--headroom",
+        action="store_true",
+        help="the vector half alone at each size, from the cached vectors, then stop",
+    )
     args = parser.parse_args()
+    if args.headroom:
+        report = {str(size): headroom(load_facts(), size) for size in args.sizes}
+        print(json.dumps(report, indent=1))
+        return
     if args.build_data:
         with FACTS.open("w", encoding="utf-8") as f:
             f.writelines(json.dumps(x, ensure_ascii=False) + "\n" for x in build_facts())
