@@ -156,6 +156,7 @@ bench: install bench-peer pgvector
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
+	$(BIN)/python -m bench.memory_quality $(MEMORY_QUALITY_ARGS)
 
 ## Memory search alone: recall@5 / MRR, lexical vs hybrid; latency at 100,000 memories.
 bench-memory: install pgvector

@@ -172,7 +172,9 @@ async def search(
     nearest = None
     if embedding is not None:
         nearest = await _nearest(conn, owner, embedding, model, limit, exclude)
-    ranked = core.fused(core.rankings(tokens, found, nearest, lambda m: m.text), limit)
+    ranked = core.fused(
+        core.rankings(tokens, found, nearest, lambda m: m.text), limit, query, lambda m: m.text
+    )
     return [Message(m.id, m.thread_id, m.role, m.text, m.create_time, score) for m, score in ranked]
 
 

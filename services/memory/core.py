@@ -31,7 +31,10 @@ Search (SearchMemories) is ranked retrieval, not that rule:
     hits across word boundaries, which the ranking and the vector half push down.
   - vectors, when an embedding model is configured: nearest memories by cosine similarity;
   - `fuse`: reciprocal rank fusion of the lists that ran, each lexical hit weighted by its
-    share of the query tokens (with vectors, only hits with at least half of them).
+    share of the query tokens (with vectors, only hits with at least half of them), then
+    the structured hints: a memory about another person than the query names, or negated
+    where the query is not, is demoted (`hint_weight`, `polarity_weight`; measured by
+    bench/memory_quality.py, docs/benchmarks/memory-quality.md).
 """
 
 from __future__ import annotations
@@ -293,17 +296,28 @@ class Ranked(Protocol):
 _R = TypeVar("_R", bound=Ranked)
 
 
-def fuse(rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int) -> list[Memory]:
+def fuse(
+    rankings: Sequence[Sequence[tuple[Memory, float]]], limit: int, query: str = ""
+) -> list[Memory]:
     """`fused` memories, each with its score set."""
-    return [dataclasses.replace(m, score=score) for m, score in fused(rankings, limit)]
+    ranked = fused(rankings, limit, query, lambda m: m.content)
+    return [dataclasses.replace(m, score=score) for m, score in ranked]
 
 
-def fused(rankings: Sequence[Sequence[tuple[_R, float]]], limit: int) -> list[tuple[_R, float]]:
+def fused(
+    rankings: Sequence[Sequence[tuple[_R, float]]],
+    limit: int,
+    query: str = "",
+    text: Callable[[_R], str] | None = None,
+) -> list[tuple[_R, float]]:
     """Weighted reciprocal rank fusion of best-first rankings (each a list that ran, possibly
     empty), each hit with its weight in 0..1 (lexical: its token coverage; vector: 1); ties
-    by newest update, then id. Each result's score is its fused value over the best
-    possible one (first with weight 1 in every ranking): 1 is "first everywhere", and a
-    hit that one of two rankings found scores at most 0.5."""
+    by newest update, then id. With the `query` and each hit's `text`, each hit's fused value
+    is then weighed by its structured hints (`hint_weight`, `polarity_weight`: HINT_DEMOTION
+    for a text about a person the query does not name, and for a negated one the query does
+    not negate). Each result's score is its value over the best possible one (first with
+    weight 1 in every ranking): 1 is "first everywhere", and a hit that one of two rankings
+    found scores at most 0.5."""
     if not rankings:
         return []
     scores: dict[str, float] = {}
@@ -312,6 +326,10 @@ def fused(rankings: Sequence[Sequence[tuple[_R, float]]], limit: int) -> list[tu
         for rank, (hit, weight) in enumerate(ranking, start=1):
             scores[hit.id] = scores.get(hit.id, 0.0) + weight / (RRF_K + rank)
             first.setdefault(hit.id, hit)
+    if query and text is not None:
+        for hit in first.values():
+            said = text(hit)
+            scores[hit.id] *= hint_weight(query, said) * polarity_weight(query, said)
     best = len(rankings) / (RRF_K + 1)
     ordered = sorted(
         first.values(), key=lambda h: (-scores[h.id], -h.update_time.timestamp(), h.id)
@@ -533,3 +551,106 @@ def parse_page_position(position: object) -> tuple[datetime, str]:
     time, memory_id = pagination.position_list(position, 2)
     when, memory_id = pagination.position_time(time), pagination.position_str(memory_id)
     return when, memory_id
+
+
+# Structured hints (issue 31): a memory about someone else of the user's circle, or one
+# that says the opposite, reads much like the fact a question asks for (the vectors of
+# "User's wife is allergic to shellfish" and "User is allergic to shellfish" are nearly
+# one). By rule: the person a memory is about (the relation right after "User's" /
+# "用户的", or "My" / "我的" in the user's own words) and whether it is negated, against
+# the people the query names and its own polarity. A memory about a person the query does
+# not name is demoted, and so is a negated one when the query is not negated.
+# Each class: its English words (whole words) and Chinese ones (substrings); a query that
+# names a class in `_COVERS` names its members too ("my kids" covers son and daughter).
+_PEOPLE: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    name: (frozenset(en.split()), tuple(zh.split()))
+    for name, en, zh in (
+        ("spouse", "wife husband spouse partner girlfriend boyfriend ex",
+         "妻子 丈夫 老伴 老婆 老公 爱人 对象 另一半 太太 女朋友 男朋友 前妻 前夫"),
+        ("mother", "mother mum mom mama", "母亲 妈"),
+        ("father", "father dad daddy stepfather", "父亲 爸 继父"),
+        ("parents", "parents", "父母 爸妈"),
+        ("brother", "brother brothers", "哥哥 弟弟 兄弟 哥 弟"),
+        ("sister", "sister sisters twin", "姐姐 妹妹 姐 妹"),
+        ("sibling", "sibling siblings", "兄弟姐妹 手足"),
+        ("son", "son boy", "儿子 男孩"),
+        ("daughter", "daughter girl", "女儿 闺女"),
+        ("child", "child children kid kids baby infant", "孩子 小孩 宝宝 婴儿"),
+        ("grandparent", "grandmother grandma granny grandfather grandad grandparents",
+         "奶奶 外婆 爷爷 外公 姥姥 祖父母"),
+        ("grandchild", "grandchild grandchildren grandkids granddaughter grandson",
+         "孙辈 孙女 孙子 外孙"),
+        ("relative", "niece nephew cousin uncle aunt relative", "侄女 外甥 表哥 表弟 表姐 表妹 "
+         "叔叔 舅舅 姑姑 姨妈 亲戚"),
+        ("in_law", "law", "婆婆 岳父 岳母 公公"),
+        ("friend", "friend mate roommate", "朋友 哥们 闺蜜 室友"),
+        ("colleague", "colleague coworker", "同事"),
+        ("neighbour", "neighbour neighbor", "邻居"),
+        ("boss", "boss manager mentor", "上司 领导 老板 导师"),
+    )
+}  # fmt: skip
+_COVERS = {
+    "parents": {"mother", "father", "in_law"},
+    "mother": {"parents"},
+    "father": {"parents"},
+    "sibling": {"brother", "sister"},
+    "brother": {"sibling"},
+    "sister": {"sibling"},
+    "child": {"son", "daughter"},
+    "son": {"child"},
+    "daughter": {"child"},
+    "spouse": {"in_law"},
+    "relative": {"in_law"},
+}
+_NEGATION_WORDS = frozenset("not never no cannot nothing nobody t".split())
+# 无, 未, 别 are left out: mostly inside words that negate nothing (无线, 未来, 别人).
+_NEGATION_ZH = ("不", "没")
+# A-not-A and fixed words that hold 不/没 but do not negate ("吃不吃", "没错").
+_NOT_NEGATION_ZH = re.compile(r"(.)[不没]\1|不错|没错|不管|要不|差不多|不久|不同|不断")
+HINT_DEMOTION = 0.5
+
+
+def _people(text: str, *, lead_only: bool) -> set[str]:
+    """The person classes `text` names; `lead_only`: only the one a memory is about, the
+    person named first after "User's" / "My" / "用户(的)" / "我(的)" ("User's friend's
+    wife": friend)."""
+    key = content_key(text).replace("\u2019", "'")
+    if not lead_only:
+        words = frozenset(_TERM_RE.findall(key))
+        named = {n for n, (en, zh) in _PEOPLE.items() if words & en or any(w in key for w in zh)}
+        for name in list(named):
+            named |= _COVERS.get(name, set())
+        return named
+    lead = next((key[len(p) :] for p in ("user's ", "my ") if key.startswith(p)), None)
+    if lead is not None:
+        for word in lead.replace("'s", " ").split()[:2]:
+            for name, (en, _) in _PEOPLE.items():
+                if word in en:
+                    return {name}
+        return set()
+    if key.startswith(("用户", "我")):
+        lead = key.removeprefix("用户").removeprefix("我").removeprefix("的")
+        found = [(len(w), n) for n, (_, zh) in _PEOPLE.items() for w in zh if lead.startswith(w)]
+        return {max(found)[1]} if found else set()
+    return set()
+
+
+def negated(text: str) -> bool:
+    """Whether `text` says something is not so (by its words: not, never, 不, 没...)."""
+    key = content_key(text)
+    if frozenset(_TERM_RE.findall(key)) & _NEGATION_WORDS:
+        return True
+    return any(n in _NOT_NEGATION_ZH.sub("", key) for n in _NEGATION_ZH)
+
+
+def hint_weight(query: str, content: str) -> float:
+    """1, or HINT_DEMOTION for a memory about a person the query does not name."""
+    about = _people(content, lead_only=True)
+    if about and not about & _people(query, lead_only=False):
+        return HINT_DEMOTION
+    return 1.0
+
+
+def polarity_weight(query: str, content: str) -> float:
+    """1, or HINT_DEMOTION for a negated memory when the query is not negated."""
+    return HINT_DEMOTION if negated(content) and not negated(query) else 1.0

@@ -366,7 +366,7 @@ async def search(
     nearest = None
     if embedding is not None:
         nearest = await _nearest(conn, owner, embedding, model, limit)
-    return core.fuse(core.rankings(tokens, found, nearest, lambda m: m.content), limit)
+    return core.fuse(core.rankings(tokens, found, nearest, lambda m: m.content), limit, query)
 
 
 async def _lexical(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -165,6 +166,66 @@ def test_fusion_weighs_each_hit() -> None:
 def test_equal_fused_ranks_fall_back_to_newest_update() -> None:
     a, b = _memory("a", 1), _memory("b", 2)
     assert [m.id for m in core.fuse([_ranked(a), _ranked(b)], limit=2)] == ["b", "a"]
+
+
+def _said(content: str, minutes: int) -> core.Memory:
+    return dataclasses.replace(_memory(content, minutes), content=content)
+
+
+# Structured hints: each pair is (the user's own fact, a memory that reads much like it).
+# The look-alike is ranked first by the rankings (newer, and first in the list), as the
+# vectors of the two are nearly one.
+@pytest.mark.parametrize(
+    ("query", "fact", "look_alike"),
+    [
+        ("Can I eat crab cakes?", "User is allergic to shellfish",
+         "User's wife is allergic to shellfish"),
+        ("螃蟹我能吃吗？", "用户对海鲜过敏", "用户的老伴对海鲜过敏"),
+        ("Can I eat crab cakes?", "I am allergic to shellfish", "My wife is allergic to shellfish"),
+        ("When is my wife turning a year older?", "User's wife Laura was born on 14 March",
+         "User's friend's wife Sophie was born on 2 May"),
+        ("我老婆哪天过生日？", "用户的妻子劳拉生日是三月十四日", "用户朋友的妻子生日是五月二日"),
+        ("What is my favourite drink?", "User's favourite drink is jasmine green tea",
+         "User does not drink black coffee"),
+        ("我吃不吃肉？", "用户吃素", "用户不吃猪肉"),
+    ],
+)  # fmt: skip
+def test_a_look_alike_about_someone_else_or_negated_ranks_below_the_fact(
+    query: str, fact: str, look_alike: str
+) -> None:
+    mine, other = _said(fact, 1), _said(look_alike, 2)
+    fused = core.fuse([_ranked(other, mine), _ranked(other, mine)], limit=2, query=query)
+    assert [m.content for m in fused] == [fact, look_alike]
+    # Without the query (no hints), the rankings alone decide.
+    assert core.fuse([_ranked(other, mine)], limit=2)[0].content == look_alike
+
+
+@pytest.mark.parametrize(
+    ("query", "memory"),
+    [
+        ("Can my wife eat prawns?", "User's wife is allergic to shellfish"),
+        ("我老婆能吃虾吗？", "用户的妻子对贝类海鲜过敏"),
+        ("What food must I keep from my boy?", "用户的儿子利奥对鸡蛋过敏"),
+        ("Where are my mother and father?", "用户的父母住在成都"),
+        ("Do my kids go to school?", "User's daughter Mia started school in September"),
+        ("Is there a meat I do not eat?", "User does not eat pork"),
+    ],
+)
+def test_a_memory_about_the_person_or_negation_the_query_names_keeps_its_rank(
+    query: str, memory: str
+) -> None:
+    named, plain = _said(memory, 2), _said("User likes green tea", 1)
+    fused = core.fuse([_ranked(named, plain)], limit=2, query=query)
+    assert fused[0].content == memory
+    assert core.hint_weight(query, memory) == core.polarity_weight(query, memory) == 1.0
+
+
+def test_the_user_as_subject_is_not_another_person() -> None:
+    # Relations later in the sentence say what the user has, not whom the memory is about.
+    for memory in ("用户有个弟弟叫萨姆，住在多伦多", "User has two children, Mia and Leo"):
+        assert core.hint_weight("Do I have any siblings?", memory) == 1.0
+    # A question in the A-not-A form asks, it does not negate.
+    assert not core.negated("我吃不吃肉？") and core.negated("用户对阿司匹林不过敏")
 
 
 def test_search_tokens_split_chinese_into_characters_and_bigrams() -> None:

@@ -131,6 +131,31 @@ async def test_query_without_words_finds_nothing_and_is_no_error(client) -> None
     assert await alice.search("$") == []
 
 
+async def test_the_users_own_fact_ranks_above_the_same_of_someone_else_or_negated(
+    client,
+) -> None:
+    # The look-alikes are shorter and newer: the full-text rank alone put them first.
+    alice = client("alice")
+    await alice.write("User is allergic to shellfish and carries an EpiPen")
+    await alice.write("User's wife is allergic to shellfish")
+    hits = [m.content for m in await alice.search("Am I allergic to shellfish?")]
+    assert hits == [
+        "User is allergic to shellfish and carries an EpiPen",
+        "User's wife is allergic to shellfish",
+    ]
+    # Asked about the wife, her memory is first.
+    hits = [m.content for m in await alice.search("Is my wife allergic to shellfish?")]
+    assert hits[0] == "User's wife is allergic to shellfish"
+    await alice.write("用户对海鲜过敏，随身带着肾上腺素笔")
+    await alice.write("用户的老伴对海鲜过敏")
+    hits = [m.content for m in await alice.search("海鲜我能吃吗？")]
+    assert hits == ["用户对海鲜过敏，随身带着肾上腺素笔", "用户的老伴对海鲜过敏"]
+    await alice.write("User eats pork buns every Sunday morning")
+    await alice.write("User does not eat pork")
+    hits = [m.content for m in await alice.search("Do I eat pork?")]
+    assert hits == ["User eats pork buns every Sunday morning", "User does not eat pork"]
+
+
 async def test_results_carry_a_relevance_score_between_0_and_1(client) -> None:
     alice = client("alice")
     await alice.write("I love green tea")
