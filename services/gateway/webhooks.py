@@ -8,7 +8,12 @@ renewed every poll, so any number of gateway replicas deliver each event once pe
 (at least once: a delivery whose answer was lost is sent again, with the same webhook-id).
 A pass: for each service (history, memory, scheduler), list its unacknowledged events,
 record one delivery per matching endpoint (unique per endpoint and event), acknowledge the
-events; then send the deliveries that are due, concurrently, and record each attempt.
+events; then start sending the deliveries that are due and record each attempt. The pass
+does not wait for its sends: each endpoint has its own sends in flight (at most
+AGENTMESH_WEBHOOK_ENDPOINT_CONCURRENCY, and none claimed for it while any is), so an endpoint
+that hangs delays only its own deliveries. Each endpoint has a circuit breaker in the store
+(EndpointHealth, shared by the replicas): after AGENTMESH_WEBHOOK_BREAKER_FAILURES failed
+attempts in a row it is paused for a growing interval, then one delivery probes it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import secrets
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -42,6 +49,7 @@ from services.gateway.webhook_store import (
     SUCCEEDED,
     Delivery,
     Endpoint,
+    EndpointHealth,
     WebhookStore,
     new_delivery_id,
 )
@@ -250,6 +258,49 @@ def after_attempt(
     return PENDING, now_ms + retry_delay_ms(attempts, settings)
 
 
+def pause_ms(pauses: int, settings: Settings) -> int:
+    """How long an endpoint's breaker pauses it after `pauses` pauses in a row: the first
+    pause, doubled each time, capped."""
+    pause = settings.webhook_breaker_pause_seconds * 2 ** min(pauses, 32)
+    return int(min(pause, settings.webhook_breaker_max_pause_seconds) * 1000)
+
+
+def after_failure(
+    health: EndpointHealth, error: str, now_ms: int, settings: Settings
+) -> EndpointHealth:
+    """An endpoint's health after a failed attempt. The failure that makes
+    AGENTMESH_WEBHOOK_BREAKER_FAILURES in a row pauses it, as does a failed probe (the first
+    attempt after a pause); failures of sends that were in flight when it paused do not
+    lengthen the pause."""
+    failures = health.consecutive_failures + 1
+    failed = replace(
+        health, consecutive_failures=failures, last_error=error, last_failure_ms=now_ms
+    )
+    paused = health.paused_until_ms is not None and health.paused_until_ms > now_ms
+    if paused or failures < settings.webhook_breaker_failures:
+        return failed
+    return replace(
+        failed,
+        pauses=health.pauses + 1,
+        paused_until_ms=now_ms + pause_ms(health.pauses, settings),
+    )
+
+
+ACTIVE, PAUSED, PROBING = "active", "paused", "probing"
+
+
+def endpoint_state(health: EndpointHealth | None, now_ms: int, settings: Settings) -> str:
+    """`paused` (nothing is sent to it until paused_until_ms), `probing` (the pause is over:
+    one delivery is tried before the others) or `active`."""
+    if health is None:
+        return ACTIVE
+    if health.paused_until_ms is not None and health.paused_until_ms > now_ms:
+        return PAUSED
+    if health.consecutive_failures >= settings.webhook_breaker_failures:
+        return PROBING
+    return ACTIVE
+
+
 def signed_headers(secret: str, event_id: str, payload: str, at: datetime) -> dict[str, str]:
     """The Standard Webhooks headers of one attempt (its timestamp is the attempt's)."""
     return {
@@ -291,8 +342,11 @@ class Deliverer:
         settings: Settings,
         *,
         http: httpx.AsyncClient | None = None,
+        sources: Sequence[str] = SOURCES,
     ) -> None:
         self._clients = clients
+        # The services whose outboxes are collected (a test of sending alone has none).
+        self._sources = tuple(sources)
         self._store = store
         self._settings = settings
         self._deployment = {e.id: e for e in deployment_endpoints(settings)}
@@ -302,6 +356,8 @@ class Deliverer:
         self._own_http = http is None
         self.holder = uuid.uuid4().hex
         self._pruned_ms = 0
+        # The sends in flight, by endpoint id.
+        self._sending: dict[str, set[asyncio.Task[None]]] = {}
 
     @property
     def _http(self) -> httpx.AsyncClient:
@@ -314,6 +370,12 @@ class Deliverer:
         return self._client
 
     async def aclose(self) -> None:
+        """Stop the sends in flight (their deliveries are claimed again once their claim
+        expires), then close the HTTP client."""
+        sends = [t for tasks in self._sending.values() for t in tasks]
+        for task in sends:
+            task.cancel()
+        await asyncio.gather(*sends, return_exceptions=True)
         if self._own_http and self._client is not None:
             await self._client.aclose()
 
@@ -333,14 +395,14 @@ class Deliverer:
         until = now + int(self._settings.webhook_lease_seconds * 1000)
         if not await self._store.take_lease(LEASE, self.holder, now, until):
             return False
-        for service in SOURCES:
+        for service in self._sources:
             try:
                 for _ in range(COLLECT_PAGES):
                     if await self.collect(service) < COLLECT_PAGE:
                         break
             except ApiError as err:  # the service is away: its events wait in its outbox
                 log.warning("webhook events of %s not collected: %s", service, err.code)
-        await self.send_due()
+        await self.start_due()
         retention_ms = self._settings.webhook_delivery_retention_seconds * 1000
         if retention_ms and now - self._pruned_ms >= PRUNE_EVERY_MS:
             self._pruned_ms = now
@@ -376,21 +438,50 @@ class Deliverer:
         )
         return len(events)
 
-    async def send_due(self) -> int:
-        """Send the deliveries due now (at most a few rounds of the concurrency); how many."""
+    async def start_due(self) -> list[asyncio.Task[None]]:
+        """Start sending the deliveries due now, as many as there are free slots (without
+        waiting for them): none of an endpoint that has sends in flight or is paused, at
+        most AGENTMESH_WEBHOOK_ENDPOINT_CONCURRENCY of one endpoint, one of an endpoint
+        being probed. The sends started."""
         s = self._settings
+        free = s.webhook_concurrency - sum(len(tasks) for tasks in self._sending.values())
+        if free <= 0:
+            return []
         now = outbox.now_ms()
-        # Claimed for longer than a send can take, so no other deliverer sends it meanwhile.
+        # Claimed for longer than a send can take, so no other deliverer sends it meanwhile
+        # (each is sent at once: only free slots are claimed).
         until = now + int((s.webhook_timeout_seconds * 2 + s.webhook_lease_seconds) * 1000)
-        due = await self._store.claim_due(now, until, s.webhook_concurrency * 4)
-        slots = asyncio.Semaphore(s.webhook_concurrency)
+        due = await self._store.claim_due(
+            now,
+            until,
+            free,
+            per_endpoint=s.webhook_endpoint_concurrency,
+            probe_after=s.webhook_breaker_failures,
+            busy=sorted(self._sending),
+        )
+        started = []
+        for d in due:
+            task = asyncio.create_task(self._send(d))
+            self._sending.setdefault(d.endpoint_id, set()).add(task)
+            task.add_done_callback(partial(self._sent, d))
+            started.append(task)
+        return started
 
-        async def one(d: Delivery) -> None:
-            async with slots:
-                await self._send(d)
+    def _sent(self, d: Delivery, task: asyncio.Task[None]) -> None:
+        tasks = self._sending.get(d.endpoint_id, set())
+        tasks.discard(task)
+        if not tasks:
+            self._sending.pop(d.endpoint_id, None)
+        if not task.cancelled() and (err := task.exception()) is not None:
+            # The store failed: the delivery is sent again once its claim expires.
+            log.error("webhook delivery %s not recorded", d.id, exc_info=err)
 
-        await asyncio.gather(*(one(d) for d in due))
-        return len(due)
+    async def send_due(self) -> int:
+        """Send the deliveries due now and wait for those sends (start_due, then wait: a
+        pass does not wait); how many."""
+        started = await self.start_due()
+        await asyncio.gather(*started)
+        return len(started)
 
     async def _endpoint(self, d: Delivery) -> Endpoint | None:
         if not d.endpoint_owner_id:
@@ -450,14 +541,38 @@ class Deliverer:
             error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         now = outbox.now_ms()
         state, next_ms = after_attempt(d.attempts + 1, not error, now, self._settings)
+        error = error[:MAX_ERROR_CHARS]
         await self._store.record_attempt(
             d.id,
             state=state,
             next_attempt_ms=next_ms,
             at_ms=now,
             status_code=code,
-            error=error[:MAX_ERROR_CHARS],
+            error=error,
         )
+        if error:
+            paused: list[EndpointHealth] = []
+
+            def change(before: EndpointHealth) -> EndpointHealth:
+                after = after_failure(before, error, now, self._settings)
+                if after.pauses > before.pauses:
+                    paused.append(after)
+                return after
+
+            await self._store.record_failure(endpoint.owner_id, endpoint.id, change)
+            for health in paused:
+                log.warning(
+                    "webhook endpoint paused",
+                    extra={
+                        "fields": {
+                            "endpoint_id": endpoint.id,
+                            "failures": health.consecutive_failures,
+                            "paused_until_ms": health.paused_until_ms,
+                        }
+                    },
+                )
+        else:
+            await self._store.record_success(endpoint.id)
         log.info(
             "webhook attempt",
             extra={

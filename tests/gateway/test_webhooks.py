@@ -6,23 +6,29 @@ the delivery log and replay."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from services.gateway import webhooks
 from services.gateway.store import GatewayStore
-from services.gateway.webhook_store import Endpoint, WebhookStore
+from services.gateway.webhook_store import Endpoint, EndpointHealth, WebhookStore
 from services.launcher import free_port
 from shared import outbox
 from shared.settings import Settings
+from tests.gateway.conftest import bearer
 from tests.webhook_receiver import Receiver
+
+ENDPOINTS = "/api/v1/webhooks/endpoints"
 
 
 @pytest.mark.parametrize(
@@ -257,7 +263,8 @@ def _deliverer(store: WebhookStore, **settings: Any) -> webhooks.Deliverer:
 
 
 async def _one_delivery(store: WebhookStore, endpoint: Endpoint) -> str:
-    [d] = webhooks.deliveries_for([_event()], [endpoint], outbox.now_ms() - 1)
+    event = _event(endpoint.owner_id or "alice")
+    [d] = webhooks.deliveries_for([event], [endpoint], outbox.now_ms() - 1)
     await store.insert_deliveries([d])
     return d.id
 
@@ -431,3 +438,204 @@ async def test_a_deployment_endpoint_may_be_local(store: WebhookStore, receiver:
     finally:
         await deliverer.aclose()
     assert len(receiver.at("/ops")) == 1
+
+
+class _Hanging:
+    """An HTTP server that takes every request and never answers it (a dead receiver
+    whose connections stay open)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.requests = 0
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/hook"
+
+    async def stop(self) -> None:
+        for writer in self._writers:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def _received(receiver: Receiver, path: str, count: int, within: float) -> float:
+    """Seconds until `receiver` has `count` requests at `path` (fails after `within`)."""
+    started = time.monotonic()
+    while len(receiver.at(path)) < count:
+        assert time.monotonic() - started < within, f"{path}: {len(receiver.at(path))} received"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def test_a_hanging_endpoint_does_not_delay_another_owners_deliveries(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    """Issue 33: the deliverer's pass waited for every send it had claimed, so one endpoint
+    that never answers held every other owner's deliveries for about the timeout (8 s),
+    every pass."""
+    hanging = _Hanging()
+    dead = Endpoint("whe_dead", "mallory", await hanging.start(), webhooks.new_secret())
+    alive = Endpoint("whe_alive", "alice", receiver.url("/alive"), webhooks.new_secret())
+    receiver.secrets["/alive"] = alive.secret
+    for e in (dead, alive):
+        await store.insert_endpoint(e)
+    for _ in range(6):
+        await _one_delivery(store, dead)
+    deliverer = webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(
+            webhook_allow_private_addresses=True,
+            webhook_timeout_seconds=8,
+            webhook_poll_seconds=0.05,
+            # The dead endpoint's deliveries are due again at once: every pass meets them.
+            webhook_retry_initial_seconds=0.1,
+        ),
+        sources=(),
+    )
+    delivering = asyncio.create_task(deliverer.run_forever())
+    try:
+        while hanging.requests == 0:
+            await asyncio.sleep(0.02)
+        latencies = []
+        for n in range(1, 4):
+            await _one_delivery(store, alive)
+            latencies.append(await _received(receiver, "/alive", n, within=20))
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
+        await deliverer.aclose()
+        await hanging.stop()
+    assert max(latencies) < 2, latencies
+
+
+def _breaker(**settings: Any) -> Settings:
+    return Settings(
+        **{
+            "webhook_breaker_failures": 3,
+            "webhook_breaker_pause_seconds": 10,
+            "webhook_breaker_max_pause_seconds": 35,
+            **settings,
+        }
+    )
+
+
+def test_an_endpoint_is_paused_after_failures_in_a_row_for_a_growing_interval() -> None:
+    s = _breaker()
+    health = EndpointHealth("whe_1")
+    for now in (1000, 2000):
+        health = webhooks.after_failure(health, "HTTP 500", now, s)
+        assert webhooks.endpoint_state(health, now, s) == "active"
+    health = webhooks.after_failure(health, "HTTP 503", 3000, s)
+    assert (health.consecutive_failures, health.pauses, health.paused_until_ms) == (3, 1, 13_000)
+    assert (health.last_error, health.last_failure_ms) == ("HTTP 503", 3000)
+    assert webhooks.endpoint_state(health, 12_999, s) == "paused"
+    # A send that was in flight fails while paused: the pause is not lengthened.
+    health = webhooks.after_failure(health, "HTTP 500", 4000, s)
+    assert (health.pauses, health.paused_until_ms) == (1, 13_000)
+    # After the pause, one delivery probes; its failure pauses twice as long, then capped.
+    assert webhooks.endpoint_state(health, 13_000, s) == "probing"
+    health = webhooks.after_failure(health, "HTTP 500", 13_000, s)
+    assert (health.pauses, health.paused_until_ms) == (2, 33_000)
+    health = webhooks.after_failure(health, "HTTP 500", 33_000, s)
+    assert (health.pauses, health.paused_until_ms) == (3, 68_000)
+    assert webhooks.endpoint_state(None, 0, s) == "active"
+
+
+async def test_a_dead_endpoint_is_paused_then_probed_with_one_delivery_then_resumed(
+    store: WebhookStore,
+) -> None:
+    port = free_port()  # nothing listens yet: every attempt is refused at once
+    endpoint = Endpoint("whe_1", "alice", f"http://127.0.0.1:{port}/a", webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    for _ in range(6):
+        await _one_delivery(store, endpoint)
+    deliverer = _deliverer(
+        store,
+        webhook_endpoint_concurrency=4,
+        webhook_retry_initial_seconds=0.01,
+        webhook_breaker_failures=3,
+        webhook_breaker_pause_seconds=1,
+    )
+    receiver = Receiver(port)
+    try:
+        # At most 4 at once to one endpoint; all fail: the third failure paused it.
+        assert await deliverer.send_due() == 4
+        [health] = (await store.health_of("alice", ["whe_1"])).values()
+        assert (health.consecutive_failures, health.pauses) == (4, 1)
+        assert "ConnectError" in health.last_error
+        assert health.paused_until_ms is not None
+        assert health.paused_until_ms > outbox.now_ms()
+        # Paused: none of its six due deliveries is sent.
+        assert await deliverer.send_due() == 0
+        await asyncio.sleep(1)
+        # The pause is over: one delivery probes, fails, and the next pause is longer.
+        assert await deliverer.send_due() == 1
+        [health] = (await store.health_of("alice", ["whe_1"])).values()
+        assert (health.consecutive_failures, health.pauses) == (5, 2)
+        assert await deliverer.send_due() == 0
+        receiver.secrets["/a"] = endpoint.secret
+        receiver.start()
+        await asyncio.sleep(2)
+        # The probe succeeds: the breaker closes and the others are sent.
+        assert await deliverer.send_due() == 1
+        assert await store.health_of("alice", ["whe_1"]) == {
+            "whe_1": EndpointHealth("whe_1", 0, 0, None, health.last_error, health.last_failure_ms)
+        }
+        assert await deliverer.send_due() == 4
+        assert await deliverer.send_due() == 1
+        assert len(receiver.at("/a")) == 6
+        assert len({r.headers["webhook-id"] for r in receiver.at("/a")}) == 6
+    finally:
+        await deliverer.aclose()
+        receiver.stop()
+
+
+async def test_an_endpoints_status_says_whether_it_is_paused(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    auth = bearer(gw_settings, owner)
+    made = await http.post(ENDPOINTS, json={"url": "https://example.com/h"}, headers=auth)
+    assert made.status_code == 201, made.text
+    assert (made.json()["state"], made.json()["consecutiveFailures"]) == ("active", 0)
+    endpoint_id = made.json()["id"]
+    gateway = await GatewayStore.open(gw_settings)
+    try:
+        store = WebhookStore(gateway.engine)
+        for _ in range(gw_settings.webhook_breaker_failures):
+            await store.record_failure(
+                owner,
+                endpoint_id,
+                lambda h: webhooks.after_failure(h, "HTTP 502: bad", outbox.now_ms(), gw_settings),
+            )
+        got = (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).json()
+        assert got["state"] == "paused"
+        assert got["consecutiveFailures"] == gw_settings.webhook_breaker_failures
+        assert got["lastError"] == "HTTP 502: bad" and "lastFailureTime" in got
+        paused_until = datetime.fromisoformat(got["pausedUntil"].replace("Z", "+00:00"))
+        assert 0 < (paused_until - datetime.now(UTC)).total_seconds() <= 30
+        [listed] = (await http.get(ENDPOINTS, headers=auth)).json()["endpoints"]
+        assert listed == got
+        # Another owner sees nothing of it.
+        other = bearer(gw_settings, f"o-{uuid.uuid4().hex[:8]}")
+        assert (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=other)).status_code == 404
+        await store.record_success(endpoint_id)
+        got = (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).json()
+        assert (got["state"], got["consecutiveFailures"]) == ("active", 0)
+        assert "pausedUntil" not in got and got["lastError"] == "HTTP 502: bad"
+        # Deleting the endpoint (or its owner) deletes its status.
+        assert (await http.delete(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).status_code == 204
+        assert await store.health_of(owner, [endpoint_id]) == {}
+    finally:
+        await gateway.close()
