@@ -31,7 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
@@ -104,32 +104,92 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# IPv6 prefixes whose last 32 bits are an IPv4 address a connection ends up at: NAT64's
+# well-known prefix and the deprecated IPv4-compatible addresses (:: and ::1 among them).
+_EMBEDDING = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
+# NAT64 prefixes for local use (RFC 8215): what they reach is the deployment's business.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def canonical_host(url: str) -> Address | str:
+    """The host of `url` as the deliverer's connection reads it: an IP address however it
+    is spelled (IPv4 in every form the resolver takes as a number: 2130706433, 127.1,
+    0x7f000001, 017700000001; IPv6 in any form, without its zone id), or a host name in
+    lower case and IDNA A-labels. Trailing dots are dropped: `localhost.` and `127.0.0.1.`
+    are the hosts without them. ValueError when the URL or its host is not one."""
+    import httpx
+
+    try:
+        # httpx's parser, the deliverer's: its host in lower case and A-labels.
+        host = httpx.URL(url).raw_host.decode("ascii")
+    except httpx.InvalidURL as err:
+        raise ValueError(str(err)) from None
+    if ":" in host:  # an IPv6 literal; a zone id is written %25 in a URL (RFC 6874)
+        return ipaddress.IPv6Address(unquote(host).split("%", 1)[0])
+    name = host.rstrip(".")
+    if not name:
+        raise ValueError("no host")
+    try:
+        # The resolver's own reading of a numeric host (no lookup is made): the address
+        # a connection to `name` would reach.
+        infos = socket.getaddrinfo(name, None, family=socket.AF_INET, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        return name
+    return ipaddress.IPv4Address(infos[0][4][0])
+
+
+def is_public(address: Address) -> bool:
+    """Whether `address` is a public unicast address: not loopback, private, link-local,
+    shared, reserved, unspecified or multicast, and for an IPv6 address that carries an IPv4
+    one (mapped, compatible, NAT64, 6to4), that IPv4 address is public too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _LOCAL_NAT64:
+            return False
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and any(address in net for net in _EMBEDDING):
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            return is_public(embedded)
+    return address.is_global and not address.is_multicast
+
+
+def _local_name(name: str) -> bool:
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def private_host_problem(url: str) -> str | None:
     """Why an owner may not use `url` when private addresses are not allowed: its host is
-    an IP address that is not public, or localhost. (Names are checked when sending.)"""
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return "must not be a local address"
+    an address that is not public (canonical_host, is_public) or a localhost name. Other
+    names are resolved, and every answer checked, at each attempt (private_address_problem)."""
     try:
-        return None if _public(host) else "must not be a private or local address"
+        host = canonical_host(url)
     except ValueError:
-        return None  # a name: resolved and checked at each attempt
+        return "must have a valid host name or IP address"
+    if isinstance(host, str):
+        return "must not be a local address" if _local_name(host) else None
+    return None if is_public(host) else "must not be a private or local address"
 
 
-async def resolves_to_private(url: str) -> bool:
-    """Whether the host of `url` resolves to any address that is not public."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return any(not _public(str(info[4][0])) for info in infos)
+async def private_address_problem(url: str) -> str | None:
+    """Why an attempt to `url` is not made when private addresses are not allowed: the
+    registration's check (private_host_problem), then every address the host resolves to
+    now, asked of the resolver exactly as the connection asks (`8.8.8.8.` is a name to
+    it). OSError when it does not resolve."""
+    if private_host_problem(url) is not None:
+        return "the endpoint's host is a private or local address"
+    import httpx
+
+    parsed = httpx.URL(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        parsed.raw_host.decode("ascii"), port, type=socket.SOCK_STREAM
+    )
+    answers = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    if not all(is_public(a) for a in answers):
+        return "the endpoint's host resolves to a private or local address"
+    return None
 
 
 def event_types_problem(types: Sequence[str]) -> str | None:
@@ -506,12 +566,10 @@ class Deliverer:
         code: int | None = None
         error = ""
         try:
-            if (
-                endpoint.owner_id
-                and not self._settings.webhook_allow_private_addresses
-                and await resolves_to_private(endpoint.url)
-            ):
-                raise _Refused("the endpoint's host resolves to a private or local address")
+            if endpoint.owner_id and not self._settings.webhook_allow_private_addresses:
+                refused = await private_address_problem(endpoint.url)
+                if refused is not None:
+                    raise _Refused(refused)
             # One deadline for the whole attempt: httpx's timeout is per read, so a
             # receiver trickling its answer byte by byte would hold the pass forever. Of
             # the answer only the status counts, and of a failure the body's start.

@@ -639,3 +639,106 @@ async def test_an_endpoints_status_says_whether_it_is_paused(
         assert await store.health_of(owner, [endpoint_id]) == {}
     finally:
         await gateway.close()
+
+
+# Issue 33: every spelling of a loopback, private, link-local or reserved address that the
+# deliverer's connection would reach (inet_aton's IPv4 forms, IPv6 forms and zone ids,
+# trailing dots) is refused when the endpoint is registered, not only when sending.
+NOT_PUBLIC_SPELLINGS = [
+    "http://2130706433:8080/",
+    "http://127.1/",
+    "http://127.0.1/",
+    "http://0x7f000001/",
+    "http://0x7F.1/",
+    "http://017700000001/",
+    "http://0/",
+    "http://127.0.0.1./",
+    "http://2130706433./",
+    "http://0xa9fea9fe/latest/meta-data",
+    "http://2852039166/",
+    "http://167772161/",
+    "http://user@127.0.0.1/",
+    "http://localhost./",
+    "http://LOCALHOST../",
+    "http://api.localhost./",
+    "http://[::1]/",
+    "http://[0:0:0:0:0:0:0:1]/",
+    "http://[::1%25lo]/",
+    "http://[fe80::1%25eth0]/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:7f00:1]/",
+    "http://[::ffff:10.0.0.1]/",
+    "http://[::127.0.0.1]/",
+    "http://[::]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://[64:ff9b:1::1]/",
+    "http://[2002:a00:1::1]/",
+    "http://[fc00::1]/",
+    "http://[ff02::1]/",
+    "http://100.64.0.1/",
+    "http://240.0.0.1/",
+]
+PUBLIC_SPELLINGS = [
+    "https://example.com/h",
+    "https://example.com./h",
+    "http://Bücher.example/",
+    "http://8.8.8.8/",
+    "http://134744072/",
+    "http://8.8.8.8./",
+    "http://[2606:4700::1]/",
+    "http://[::ffff:8.8.8.8]/",
+    "http://[64:ff9b::808:808]/",
+]
+
+
+@pytest.mark.parametrize("url", NOT_PUBLIC_SPELLINGS)
+def test_every_spelling_of_a_local_or_private_address_is_refused_for_owners(url: str) -> None:
+    assert webhooks.private_host_problem(url) is not None
+
+
+@pytest.mark.parametrize("url", PUBLIC_SPELLINGS)
+def test_public_addresses_in_any_spelling_pass_the_creation_check(url: str) -> None:
+    assert webhooks.url_problem(url) is None
+    assert webhooks.private_host_problem(url) is None
+
+
+async def test_registration_refuses_every_local_spelling_and_stores_none(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    auth = bearer(gw_settings, owner)
+    refused = {}
+    for url in NOT_PUBLIC_SPELLINGS:
+        resp = await http.post(ENDPOINTS, json={"url": url}, headers=auth)
+        if resp.status_code != 400 or resp.json()["error"]["details"][0]["field"] != "url":
+            refused[url] = resp.status_code
+    assert refused == {}
+    assert (await http.get(ENDPOINTS, headers=auth)).json() == {"endpoints": []}
+    for url in PUBLIC_SPELLINGS:
+        resp = await http.post(ENDPOINTS, json={"url": url}, headers=auth)
+        assert resp.status_code == 201, (url, resp.text)
+
+
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f000001", "017700000001", "0x7F.1"])
+async def test_a_stored_endpoint_spelling_a_local_address_is_not_called(
+    store: WebhookStore, receiver: Receiver, host: str
+) -> None:
+    """An endpoint stored before its spelling was refused at registration: the same check
+    refuses each attempt (and the spelling does reach the receiver when allowed)."""
+    endpoint = Endpoint("whe_1", "alice", f"http://{host}:{receiver.port}/a", "whsec_AAAA")
+    receiver.secrets["/a"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    refused_id = await _one_delivery(store, endpoint)
+    for allowed in (False, True):
+        deliverer = _deliverer(store, webhook_allow_private_addresses=allowed)
+        try:
+            await deliverer.send_due()
+        finally:
+            await deliverer.aclose()
+        if not allowed:
+            sent = await store.delivery(refused_id, "alice")
+            assert sent is not None and sent.state == "pending"
+            assert sent.last_error == "the endpoint's host is a private or local address"
+            assert receiver.at("/a") == []
+            await store.replay(refused_id, outbox.now_ms() - 1)
+    assert len(receiver.at("/a")) == 1
