@@ -190,6 +190,12 @@ _PUT_HEALTH = text(
     "UPDATE webhook_endpoint_health SET consecutive_failures = :failures, pauses = :pauses, "
     "paused_until_ms = :until, last_error = :error, last_failure_ms = :at WHERE endpoint_id = :id"
 )
+# A pause of an endpoint moves its pending deliveries' next attempt to the pause's end: the
+# due deliveries the deliverer reads are only those it may send.
+_POSTPONE = text(
+    "UPDATE webhook_deliveries SET next_attempt_ms = :until WHERE endpoint_id = :id "
+    "AND state = 'pending' AND next_attempt_ms < :until"
+)
 # A success closes the breaker (the last error stays, as the endpoint's history).
 _HEALTHY = text(
     "UPDATE webhook_endpoint_health SET consecutive_failures = 0, pauses = 0, "
@@ -309,12 +315,16 @@ class WebhookStore:
         self, owner: str, endpoint_id: str, change: Callable[[EndpointHealth], EndpointHealth]
     ) -> EndpointHealth:
         """The endpoint's health after a failed attempt: `change` of the stored one, read and
-        written under the row's lock (replicas whose sends overlap count every failure)."""
+        written under the row's lock (replicas whose sends overlap count every failure). A
+        change that pauses the endpoint postpones its pending deliveries to the pause's end."""
         lock = " FOR UPDATE" if is_postgres(self.engine) else ""  # SQLite: BEGIN IMMEDIATE
         async with self.engine.begin() as conn:
             await conn.execute(_INSERT_HEALTH, {"id": endpoint_id, "owner": owner})
             row = (await conn.execute(text(_GET_HEALTH + lock), {"id": endpoint_id})).one()
-            after = change(_health(row))
+            before = _health(row)
+            after = change(before)
+            if after.paused_until_ms is not None and after.pauses > before.pauses:
+                await conn.execute(_POSTPONE, {"id": endpoint_id, "until": after.paused_until_ms})
             await conn.execute(
                 _PUT_HEALTH,
                 {

@@ -76,6 +76,8 @@ SECRET_PREFIX = "whsec_"
 # Events taken from a service per page, and the most pages per pass (the sends wait).
 COLLECT_PAGE = 100
 COLLECT_PAGES = 10
+# How long the deliverer waits, after a send finished, for others before claiming more.
+WAKE_BATCH_SECONDS = 0.01
 # How often the deliverer prunes the delivery log (AGENTMESH_WEBHOOK_DELIVERY_RETENTION_SECONDS).
 PRUNE_EVERY_MS = 60_000
 
@@ -416,8 +418,11 @@ class Deliverer:
         self._own_http = http is None
         self.holder = uuid.uuid4().hex
         self._pruned_ms = 0
-        # The sends in flight, by endpoint id.
+        # The sends in flight, by endpoint id; set when one finishes.
         self._sending: dict[str, set[asyncio.Task[None]]] = {}
+        self._finished = asyncio.Event()
+        # Whether the last pass held the lease (sends are started between passes too).
+        self._holding = False
 
     @property
     def _http(self) -> httpx.AsyncClient:
@@ -447,13 +452,32 @@ class Deliverer:
                 raise
             except Exception:
                 log.exception("webhook delivery pass failed")
-            await asyncio.sleep(self._settings.webhook_poll_seconds)
+            await self._between_passes(self._settings.webhook_poll_seconds)
+
+    async def _between_passes(self, seconds: float) -> None:
+        """Until the next pass: each time sends finish, start the deliveries due (an
+        endpoint's next ones go as soon as it answered, not one batch per poll)."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                await asyncio.wait_for(self._finished.wait(), left)
+            except TimeoutError:
+                return
+            await asyncio.sleep(WAKE_BATCH_SECONDS)  # sends finishing together: one claim
+            # Cleared before the claim: a send that finishes meanwhile wakes the next one.
+            self._finished.clear()
+            if self._holding:
+                try:
+                    await self.start_due()
+                except Exception:
+                    log.exception("webhook deliveries not started")
 
     async def pass_once(self) -> bool:
         """One pass if this replica holds (or takes) the lease; whether it did."""
         now = outbox.now_ms()
         until = now + int(self._settings.webhook_lease_seconds * 1000)
-        if not await self._store.take_lease(LEASE, self.holder, now, until):
+        self._holding = await self._store.take_lease(LEASE, self.holder, now, until)
+        if not self._holding:
             return False
         for service in self._sources:
             try:
@@ -532,6 +556,7 @@ class Deliverer:
         tasks.discard(task)
         if not tasks:
             self._sending.pop(d.endpoint_id, None)
+        self._finished.set()
         if not task.cancelled() and (err := task.exception()) is not None:
             # The store failed: the delivery is sent again once its claim expires.
             log.error("webhook delivery %s not recorded", d.id, exc_info=err)

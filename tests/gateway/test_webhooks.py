@@ -742,3 +742,34 @@ async def test_a_stored_endpoint_spelling_a_local_address_is_not_called(
             assert receiver.at("/a") == []
             await store.replay(refused_id, outbox.now_ms() - 1)
     assert len(receiver.at("/a")) == 1
+
+
+async def test_an_endpoints_backlog_is_sent_as_fast_as_it_answers_not_one_batch_a_poll(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    endpoint = Endpoint("whe_1", "alice", receiver.url("/busy"), webhooks.new_secret())
+    receiver.secrets["/busy"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    for _ in range(20):
+        await _one_delivery(store, endpoint)
+    deliverer = webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(
+            webhook_allow_private_addresses=True,
+            webhook_poll_seconds=10,
+            webhook_endpoint_concurrency=4,
+        ),
+        sources=(),
+    )
+    delivering = asyncio.create_task(deliverer.run_forever())
+    try:
+        # 20 at 4 at once: five batches, each claimed when the one before is answered
+        # (it was one batch a poll: 40 s).
+        took = await _received(receiver, "/busy", 20, within=15)
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
+        await deliverer.aclose()
+    assert took < 5, took
