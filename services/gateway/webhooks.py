@@ -73,7 +73,7 @@ MAX_ERROR_CHARS = 500
 # How much of a failed attempt's answer is read, for its lastError.
 ERROR_BODY_BYTES = 200
 SECRET_PREFIX = "whsec_"
-# Events taken from a service per page, and the most pages per pass (the sends wait).
+# Events taken from a service per page, and the most pages per pass.
 COLLECT_PAGE = 100
 COLLECT_PAGES = 10
 # How long the deliverer waits, after a send finished, for others before claiming more.
@@ -591,25 +591,24 @@ class Deliverer:
         code: int | None = None
         error = ""
         try:
-            if endpoint.owner_id and not self._settings.webhook_allow_private_addresses:
-                refused = await private_address_problem(endpoint.url)
-                if refused is not None:
-                    raise _Refused(refused)
-            # One deadline for the whole attempt: httpx's timeout is per read, so a
-            # receiver trickling its answer byte by byte would hold the pass forever. Of
-            # the answer only the status counts, and of a failure the body's start.
-            async with (
-                asyncio.timeout(self._settings.webhook_timeout_seconds),
-                self._http.stream(
+            # One deadline for the whole attempt, the resolver's answer of the address check
+            # included: httpx's timeout is per read, so a receiver trickling its answer byte
+            # by byte would hold its sends forever. Of the answer only the status counts,
+            # and of a failure the body's start.
+            async with asyncio.timeout(self._settings.webhook_timeout_seconds):
+                if endpoint.owner_id and not self._settings.webhook_allow_private_addresses:
+                    refused = await private_address_problem(endpoint.url)
+                    if refused is not None:
+                        raise _Refused(refused)
+                async with self._http.stream(
                     "POST",
                     endpoint.url,
                     content=d.payload.encode(),
                     headers=signed_headers(endpoint.secret, d.event_id, d.payload, at),
-                ) as reply,
-            ):
-                code = reply.status_code
-                if not 200 <= code < 300:
-                    error = f"HTTP {code}: {await _start_of(reply, ERROR_BODY_BYTES)}"
+                ) as reply:
+                    code = reply.status_code
+                    if not 200 <= code < 300:
+                        error = f"HTTP {code}: {await _start_of(reply, ERROR_BODY_BYTES)}"
         except TimeoutError:
             error = (
                 f"TimeoutError: no answer within {self._settings.webhook_timeout_seconds:g} s"

@@ -773,3 +773,28 @@ async def test_an_endpoints_backlog_is_sent_as_fast_as_it_answers_not_one_batch_
             await delivering
         await deliverer.aclose()
     assert took < 5, took
+
+
+async def test_a_resolver_that_does_not_answer_is_a_timed_out_attempt(
+    store: WebhookStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The address check's lookup is inside the attempt's deadline (a resolver that hangs
+    held the endpoint's sends for as long as it hung)."""
+
+    async def no_answer(*_args: Any, **_kwargs: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_answer)
+    endpoint = Endpoint("whe_1", "alice", "https://hooks.example/h", webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(
+        store, webhook_allow_private_addresses=False, webhook_timeout_seconds=0.3
+    )
+    try:
+        await asyncio.wait_for(deliverer.send_due(), 5)
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.state == "pending" and sent.attempts == 1
+    assert sent.last_error.startswith("TimeoutError")
