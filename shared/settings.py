@@ -69,8 +69,16 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(default=10, ge=1, le=100)
     # One delivery's HTTP deadline.
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    # Deliveries sent at once.
-    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    # Deliveries sent at once by the deliverer, and to one endpoint at once: an endpoint
+    # that hangs holds at most its own share, never another endpoint's sends.
+    webhook_concurrency: int = Field(default=64, ge=1, le=1024)
+    webhook_endpoint_concurrency: int = Field(default=4, ge=1, le=256)
+    # The circuit breaker of an endpoint: after this many failed attempts in a row it is
+    # paused (none of its deliveries is sent) for pause_seconds, doubled at each pause in a
+    # row up to max_pause_seconds; then one delivery is tried (the probe) before the others.
+    webhook_breaker_failures: int = Field(default=5, ge=1, le=1000)
+    webhook_breaker_pause_seconds: float = Field(default=30.0, gt=0, le=86400)
+    webhook_breaker_max_pause_seconds: float = Field(default=3600.0, gt=0, le=86400)
     # Whether an owner's endpoint may be on a loopback, private, link-local or otherwise
     # non-public address (the deployment's endpoints always may). Off: an owner cannot make
     # the gateway call into the deployment's own network.

@@ -24,10 +24,12 @@ from services.gateway.webhook_store import (
     STATES,
     Delivery,
     Endpoint,
+    EndpointHealth,
     WebhookStore,
     new_endpoint_id,
 )
 from services.gateway.webhooks import (
+    endpoint_state,
     event_types_problem,
     new_secret,
     private_host_problem,
@@ -76,6 +78,29 @@ def endpoint_json(e: Endpoint) -> dict[str, Any]:
     if e.description:
         out["description"] = e.description
     return out
+
+
+def health_json(health: EndpointHealth | None, settings: Settings) -> dict[str, Any]:
+    """An endpoint's delivery status: its circuit breaker's state (webhooks.endpoint_state),
+    failed attempts in a row, and the last failure."""
+    now_ms = int(time.time() * 1000)
+    state = endpoint_state(health, now_ms, settings)
+    out: dict[str, Any] = {
+        "state": state,
+        "consecutiveFailures": health.consecutive_failures if health else 0,
+    }
+    if health is not None and state == "paused" and health.paused_until_ms is not None:
+        out["pausedUntil"] = convert.millis_time(health.paused_until_ms)
+    if health is not None and health.last_failure_ms is not None:
+        out["lastError"] = health.last_error
+        out["lastFailureTime"] = convert.millis_time(health.last_failure_ms)
+    return out
+
+
+async def _with_health(request: Request, owner: str, found: list[Endpoint]) -> list[dict[str, Any]]:
+    settings: Settings = request.app.state.settings
+    health = await _store(request).health_of(owner, [e.id for e in found])
+    return [endpoint_json(e) | health_json(health.get(e.id), settings) for e in found]
 
 
 def delivery_json(d: Delivery) -> dict[str, Any]:
@@ -145,7 +170,7 @@ async def create_endpoint(
         create_time_ms=int(time.time() * 1000),
     )
     await store.insert_endpoint(endpoint)
-    return endpoint_json(endpoint) | {"secret": endpoint.secret}
+    return endpoint_json(endpoint) | health_json(None, settings) | {"secret": endpoint.secret}
 
 
 @router.get(
@@ -157,12 +182,12 @@ async def list_endpoints(
     request: Request, who: Annotated[Caller, Depends(caller)]
 ) -> dict[str, Any]:
     found = await _store(request).endpoints(who.owner, MAX_ENDPOINTS)
-    return {"endpoints": [endpoint_json(e) for e in found]}
+    return {"endpoints": await _with_health(request, who.owner, found)}
 
 
 @router.get(
     "/api/v1/webhooks/endpoints/{endpoint_id}",
-    summary="One of the caller's webhook endpoints",
+    summary="One of the caller's webhook endpoints, with its delivery status",
     responses=errors(404),
     dependencies=[Depends(only_params())],
 )
@@ -172,7 +197,8 @@ async def get_endpoint(
     found = await _store(request).endpoint(who.owner, endpoint_id)
     if found is None:
         raise ApiError(404, "NOT_FOUND", "no such webhook endpoint")
-    return endpoint_json(found)
+    [shown] = await _with_health(request, who.owner, [found])
+    return shown
 
 
 @router.delete(

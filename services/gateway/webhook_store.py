@@ -1,5 +1,6 @@
-"""The gateway's webhook tables (migration 0002_webhooks): owners' endpoints, deliveries
-(the delivery log) and the deliverer's lease. On the gateway's engine (store.GatewayStore).
+"""The gateway's webhook tables (migrations 0002_webhooks, 0003_webhook_endpoint_health):
+owners' endpoints, deliveries (the delivery log), the deliverer's lease and each endpoint's
+health (its circuit breaker). On the gateway's engine (store.GatewayStore).
 
 Every read and write of an endpoint is keyed by its owner; a delivery is read by its
 endpoint's owner (`endpoint_owner`) or, with None, by an admin. The deliverer's statements
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shared.db import is_postgres
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,19 @@ class Delivery:
     last_status_code: int | None
     last_error: str
     create_time_ms: int
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    """An endpoint's circuit breaker (webhooks.after_failure, webhooks.endpoint_state)."""
+
+    endpoint_id: str
+    consecutive_failures: int = 0
+    # Pauses in a row: the next is twice as long.
+    pauses: int = 0
+    paused_until_ms: int | None = None
+    last_error: str = ""
+    last_failure_ms: int | None = None
 
 
 PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
@@ -95,11 +111,22 @@ _INSERT_DELIVERY = text(
     ":next_attempt_ms, NULL, NULL, '', :create_time_ms) "
     "ON CONFLICT (endpoint_id, event_id) DO NOTHING"
 )
-# Pending deliveries due by :now, oldest due first.
+# Pending deliveries due by :now, oldest due first, at most :per_endpoint of each endpoint
+# and one of an endpoint whose pause is over (:probe_after failures in a row: the probe),
+# none of an endpoint paused at :now or in :busy (the deliverer's sends to it are in flight).
 _DUE = text(
-    f"SELECT {_DELIVERY_COLUMNS} FROM webhook_deliveries WHERE state = 'pending' "
-    "AND next_attempt_ms <= :now ORDER BY next_attempt_ms, id LIMIT :limit"
-)
+    f"SELECT {_DELIVERY_COLUMNS} FROM (SELECT "
+    + ", ".join(f"d.{c.strip()}" for c in _DELIVERY_COLUMNS.split(","))
+    + ", ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_ms, d.id) "
+    "AS nth, COALESCE(h.consecutive_failures, 0) AS failures "
+    "FROM webhook_deliveries d LEFT JOIN webhook_endpoint_health h "
+    "ON h.endpoint_id = d.endpoint_id "
+    "WHERE d.state = 'pending' AND d.next_attempt_ms <= :now "
+    "AND (h.paused_until_ms IS NULL OR h.paused_until_ms <= :now) "
+    "AND d.endpoint_id NOT IN :busy) due "
+    "WHERE nth <= CASE WHEN failures >= :probe_after THEN 1 ELSE :per_endpoint END "
+    "ORDER BY next_attempt_ms, id LIMIT :limit"
+).bindparams(sa.bindparam("busy", expanding=True, type_=sa.String))
 # The claim of a due delivery: nobody else sends it before :until (one deliverer holds the
 # lease; this covers a lease that changed hands mid-send).
 _CLAIM = text(
@@ -140,6 +167,40 @@ _DELETE_OWNER_DELIVERIES = text(
     "DELETE FROM webhook_deliveries WHERE owner_id = :owner OR endpoint_owner_id = :owner"
 )
 _DELETE_OWNER_ENDPOINTS = text("DELETE FROM webhook_endpoints WHERE owner_id = :owner")
+_DELETE_OWNER_HEALTH = text("DELETE FROM webhook_endpoint_health WHERE endpoint_owner_id = :owner")
+_DELETE_HEALTH = text(
+    "DELETE FROM webhook_endpoint_health WHERE endpoint_owner_id = :owner AND endpoint_id = :id"
+)
+_HEALTH_COLUMNS = (
+    "endpoint_id, consecutive_failures, pauses, paused_until_ms, last_error, last_failure_ms"
+)
+# The health of several endpoints of one owner ('' for the deployment's).
+_HEALTH_OF = text(
+    f"SELECT {_HEALTH_COLUMNS} FROM webhook_endpoint_health "
+    "WHERE endpoint_owner_id = :owner AND endpoint_id IN :ids"
+).bindparams(sa.bindparam("ids", expanding=True))
+# The row an endpoint's first failure updates (then read under a lock and written back).
+_INSERT_HEALTH = text(
+    "INSERT INTO webhook_endpoint_health (endpoint_id, endpoint_owner_id, "
+    "consecutive_failures, pauses, paused_until_ms, last_error, last_failure_ms) "
+    "VALUES (:id, :owner, 0, 0, NULL, '', NULL) ON CONFLICT (endpoint_id) DO NOTHING"
+)
+_GET_HEALTH = f"SELECT {_HEALTH_COLUMNS} FROM webhook_endpoint_health WHERE endpoint_id = :id"
+_PUT_HEALTH = text(
+    "UPDATE webhook_endpoint_health SET consecutive_failures = :failures, pauses = :pauses, "
+    "paused_until_ms = :until, last_error = :error, last_failure_ms = :at WHERE endpoint_id = :id"
+)
+# A pause of an endpoint moves its pending deliveries' next attempt to the pause's end: the
+# due deliveries the deliverer reads are only those it may send.
+_POSTPONE = text(
+    "UPDATE webhook_deliveries SET next_attempt_ms = :until WHERE endpoint_id = :id "
+    "AND state = 'pending' AND next_attempt_ms < :until"
+)
+# A success closes the breaker (the last error stays, as the endpoint's history).
+_HEALTHY = text(
+    "UPDATE webhook_endpoint_health SET consecutive_failures = 0, pauses = 0, "
+    "paused_until_ms = NULL WHERE endpoint_id = :id AND consecutive_failures > 0"
+)
 # Take or keep the lease: free, expired, or already :holder's. SQLite and PostgreSQL share
 # the upsert with a WHERE on its update.
 _TAKE_LEASE = text(
@@ -165,6 +226,17 @@ def _endpoint(row: Any) -> Endpoint:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _health(row: Any) -> EndpointHealth:
+    return EndpointHealth(
+        endpoint_id=row[0],
+        consecutive_failures=int(row[1]),
+        pauses=int(row[2]),
+        paused_until_ms=_optional_int(row[3]),
+        last_error=row[4],
+        last_failure_ms=_optional_int(row[5]),
+    )
 
 
 def _delivery(row: Any) -> Delivery:
@@ -227,7 +299,49 @@ class WebhookStore:
     async def delete_endpoint(self, owner: str, endpoint_id: str) -> bool:
         async with self.engine.begin() as conn:
             result = await conn.execute(_DELETE_ENDPOINT, {"owner": owner, "id": endpoint_id})
+            await conn.execute(_DELETE_HEALTH, {"owner": owner, "id": endpoint_id})
         return bool(result.rowcount)
+
+    async def health_of(self, owner: str, endpoint_ids: Sequence[str]) -> dict[str, EndpointHealth]:
+        """The health of `owner`'s endpoints (`owner` '' for the deployment's) that ever
+        failed; an endpoint missing from the answer never did."""
+        if not endpoint_ids:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(_HEALTH_OF, {"owner": owner, "ids": list(endpoint_ids)})
+            return {h.endpoint_id: h for h in map(_health, rows)}
+
+    async def record_failure(
+        self, owner: str, endpoint_id: str, change: Callable[[EndpointHealth], EndpointHealth]
+    ) -> EndpointHealth:
+        """The endpoint's health after a failed attempt: `change` of the stored one, read and
+        written under the row's lock (replicas whose sends overlap count every failure). A
+        change that pauses the endpoint postpones its pending deliveries to the pause's end."""
+        lock = " FOR UPDATE" if is_postgres(self.engine) else ""  # SQLite: BEGIN IMMEDIATE
+        async with self.engine.begin() as conn:
+            await conn.execute(_INSERT_HEALTH, {"id": endpoint_id, "owner": owner})
+            row = (await conn.execute(text(_GET_HEALTH + lock), {"id": endpoint_id})).one()
+            before = _health(row)
+            after = change(before)
+            if after.paused_until_ms is not None and after.pauses > before.pauses:
+                await conn.execute(_POSTPONE, {"id": endpoint_id, "until": after.paused_until_ms})
+            await conn.execute(
+                _PUT_HEALTH,
+                {
+                    "id": endpoint_id,
+                    "failures": after.consecutive_failures,
+                    "pauses": after.pauses,
+                    "until": after.paused_until_ms,
+                    "error": after.last_error,
+                    "at": after.last_failure_ms,
+                },
+            )
+        return after
+
+    async def record_success(self, endpoint_id: str) -> None:
+        """The endpoint answered: its failures in a row and pauses are over."""
+        async with self.engine.begin() as conn:
+            await conn.execute(_HEALTHY, {"id": endpoint_id})
 
     async def insert_deliveries(self, deliveries: Sequence[Delivery]) -> None:
         if not deliveries:
@@ -252,10 +366,28 @@ class WebhookStore:
                 ],
             )
 
-    async def claim_due(self, now_ms: int, until_ms: int, limit: int) -> list[Delivery]:
-        """The pending deliveries due by `now_ms`, each claimed until `until_ms`."""
+    async def claim_due(
+        self,
+        now_ms: int,
+        until_ms: int,
+        limit: int,
+        *,
+        per_endpoint: int | None = None,
+        probe_after: int | None = None,
+        busy: Sequence[str] = (),
+    ) -> list[Delivery]:
+        """The pending deliveries due by `now_ms`, each claimed until `until_ms`: at most
+        `per_endpoint` of one endpoint, one of an endpoint with `probe_after` failures in a
+        row, none of a paused endpoint or of the endpoints in `busy`."""
+        params = {
+            "now": now_ms,
+            "limit": limit,
+            "per_endpoint": per_endpoint or limit,
+            "probe_after": probe_after or 2**31 - 1,
+            "busy": list(busy),
+        }
         async with self.engine.begin() as conn:
-            rows = (await conn.execute(_DUE, {"now": now_ms, "limit": limit})).all()
+            rows = (await conn.execute(_DUE, params)).all()
             claimed = []
             for row in rows:
                 d = _delivery(row)
@@ -341,6 +473,8 @@ class WebhookStore:
         async with self.engine.begin() as conn:
             deliveries = await conn.execute(_DELETE_OWNER_DELIVERIES, {"owner": owner})
             endpoints = await conn.execute(_DELETE_OWNER_ENDPOINTS, {"owner": owner})
+            # Part of its endpoints (counted with them).
+            await conn.execute(_DELETE_OWNER_HEALTH, {"owner": owner})
         return {
             "webhookEndpoints": int(endpoints.rowcount or 0),
             "webhookDeliveries": int(deliveries.rowcount or 0),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,7 +59,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Itera
         AGENTMESH_WEBHOOK_RETRY_INITIAL_SECONDS="0.3",
         AGENTMESH_WEBHOOK_RETRY_MAX_SECONDS="1",
         AGENTMESH_WEBHOOK_MAX_ATTEMPTS="40",
-        AGENTMESH_WEBHOOK_TIMEOUT_SECONDS="3",
+        # A hanging endpoint holds an attempt this long (test_a_hanging_endpoint_...).
+        AGENTMESH_WEBHOOK_TIMEOUT_SECONDS="8",
+        AGENTMESH_WEBHOOK_BREAKER_FAILURES="3",
         AGENTMESH_WEBHOOK_ENDPOINTS=json.dumps(deployment),
         AGENTMESH_LIFECYCLE_SWEEP_SECONDS="1",
     )
@@ -398,3 +401,52 @@ def test_two_gateway_replicas_deliver_once_and_one_carries_on_alone(
             suite.wait_ready("gateway", time.monotonic() + 60)
     finally:
         other.stop()
+
+
+def test_a_hanging_endpoint_does_not_delay_another_owners_deliveries_and_is_paused(
+    suite: Suite, receiver: Receiver
+) -> None:
+    """Issue 33: one endpoint that never answers delayed every owner's deliveries by about
+    the timeout (8 s here), every pass. Another owner's delivery latency stays that of an
+    idle deliverer; the hanging endpoint is paused and says so."""
+    with socket.socket() as hanging:
+        # Connections are taken by the kernel and never answered.
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen(64)
+        dead_owner = _owner("mal")
+        dead = _call(
+            suite,
+            "POST",
+            "/api/v1/webhooks/endpoints",
+            dead_owner,
+            json={"url": f"http://127.0.0.1:{hanging.getsockname()[1]}/hook"},
+        )
+        assert dead.status_code == 201, dead.text
+        for _ in range(3):
+            _chat(suite, dead_owner)
+        _wait(
+            lambda: any(d["attempts"] == 0 for d in _deliveries(suite, dead_owner)),
+            what="the hanging endpoint's deliveries",
+        )
+        time.sleep(0.5)  # its attempts are under way
+        owner = _owner("nia")
+        path = f"/{owner}"
+        _endpoint(suite, receiver, owner, path, eventTypes=["run.succeeded"])
+        latencies = []
+        for n in range(1, 4):
+            _chat(suite, owner)
+            finished = time.monotonic()
+            _wait(lambda n=n: len(receiver.at(path)) >= n, within=20, what=f"delivery {n}")
+            latencies.append(round(time.monotonic() - finished, 3))
+        assert max(latencies) < 2, latencies
+        endpoint = f"/api/v1/webhooks/endpoints/{dead.json()['id']}"
+        paused = _wait(
+            lambda: (
+                (got := _call(suite, "GET", endpoint, dead_owner).json())["state"] == "paused"
+                and got
+            ),
+            within=30,
+            what="the hanging endpoint paused",
+        )
+        assert paused["consecutiveFailures"] >= 3
+        assert paused["lastError"].startswith("TimeoutError") and "pausedUntil" in paused

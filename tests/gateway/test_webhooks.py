@@ -6,23 +6,29 @@ the delivery log and replay."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from services.gateway import webhooks
 from services.gateway.store import GatewayStore
-from services.gateway.webhook_store import Endpoint, WebhookStore
+from services.gateway.webhook_store import Endpoint, EndpointHealth, WebhookStore
 from services.launcher import free_port
 from shared import outbox
 from shared.settings import Settings
+from tests.gateway.conftest import bearer
 from tests.webhook_receiver import Receiver
+
+ENDPOINTS = "/api/v1/webhooks/endpoints"
 
 
 @pytest.mark.parametrize(
@@ -257,7 +263,8 @@ def _deliverer(store: WebhookStore, **settings: Any) -> webhooks.Deliverer:
 
 
 async def _one_delivery(store: WebhookStore, endpoint: Endpoint) -> str:
-    [d] = webhooks.deliveries_for([_event()], [endpoint], outbox.now_ms() - 1)
+    event = _event(endpoint.owner_id or "alice")
+    [d] = webhooks.deliveries_for([event], [endpoint], outbox.now_ms() - 1)
     await store.insert_deliveries([d])
     return d.id
 
@@ -431,3 +438,363 @@ async def test_a_deployment_endpoint_may_be_local(store: WebhookStore, receiver:
     finally:
         await deliverer.aclose()
     assert len(receiver.at("/ops")) == 1
+
+
+class _Hanging:
+    """An HTTP server that takes every request and never answers it (a dead receiver
+    whose connections stay open)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.requests = 0
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/hook"
+
+    async def stop(self) -> None:
+        for writer in self._writers:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def _received(receiver: Receiver, path: str, count: int, within: float) -> float:
+    """Seconds until `receiver` has `count` requests at `path` (fails after `within`)."""
+    started = time.monotonic()
+    while len(receiver.at(path)) < count:
+        assert time.monotonic() - started < within, f"{path}: {len(receiver.at(path))} received"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def test_a_hanging_endpoint_does_not_delay_another_owners_deliveries(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    """Issue 33: the deliverer's pass waited for every send it had claimed, so one endpoint
+    that never answers held every other owner's deliveries for about the timeout (8 s),
+    every pass."""
+    hanging = _Hanging()
+    dead = Endpoint("whe_dead", "mallory", await hanging.start(), webhooks.new_secret())
+    alive = Endpoint("whe_alive", "alice", receiver.url("/alive"), webhooks.new_secret())
+    receiver.secrets["/alive"] = alive.secret
+    for e in (dead, alive):
+        await store.insert_endpoint(e)
+    for _ in range(6):
+        await _one_delivery(store, dead)
+    deliverer = webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(
+            webhook_allow_private_addresses=True,
+            webhook_timeout_seconds=8,
+            webhook_poll_seconds=0.05,
+            # The dead endpoint's deliveries are due again at once: every pass meets them.
+            webhook_retry_initial_seconds=0.1,
+        ),
+        sources=(),
+    )
+    delivering = asyncio.create_task(deliverer.run_forever())
+    try:
+        while hanging.requests == 0:
+            await asyncio.sleep(0.02)
+        latencies = []
+        for n in range(1, 4):
+            await _one_delivery(store, alive)
+            latencies.append(await _received(receiver, "/alive", n, within=20))
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
+        await deliverer.aclose()
+        await hanging.stop()
+    assert max(latencies) < 2, latencies
+
+
+def _breaker(**settings: Any) -> Settings:
+    return Settings(
+        **{
+            "webhook_breaker_failures": 3,
+            "webhook_breaker_pause_seconds": 10,
+            "webhook_breaker_max_pause_seconds": 35,
+            **settings,
+        }
+    )
+
+
+def test_an_endpoint_is_paused_after_failures_in_a_row_for_a_growing_interval() -> None:
+    s = _breaker()
+    health = EndpointHealth("whe_1")
+    for now in (1000, 2000):
+        health = webhooks.after_failure(health, "HTTP 500", now, s)
+        assert webhooks.endpoint_state(health, now, s) == "active"
+    health = webhooks.after_failure(health, "HTTP 503", 3000, s)
+    assert (health.consecutive_failures, health.pauses, health.paused_until_ms) == (3, 1, 13_000)
+    assert (health.last_error, health.last_failure_ms) == ("HTTP 503", 3000)
+    assert webhooks.endpoint_state(health, 12_999, s) == "paused"
+    # A send that was in flight fails while paused: the pause is not lengthened.
+    health = webhooks.after_failure(health, "HTTP 500", 4000, s)
+    assert (health.pauses, health.paused_until_ms) == (1, 13_000)
+    # After the pause, one delivery probes; its failure pauses twice as long, then capped.
+    assert webhooks.endpoint_state(health, 13_000, s) == "probing"
+    health = webhooks.after_failure(health, "HTTP 500", 13_000, s)
+    assert (health.pauses, health.paused_until_ms) == (2, 33_000)
+    health = webhooks.after_failure(health, "HTTP 500", 33_000, s)
+    assert (health.pauses, health.paused_until_ms) == (3, 68_000)
+    assert webhooks.endpoint_state(None, 0, s) == "active"
+
+
+async def test_a_dead_endpoint_is_paused_then_probed_with_one_delivery_then_resumed(
+    store: WebhookStore,
+) -> None:
+    port = free_port()  # nothing listens yet: every attempt is refused at once
+    endpoint = Endpoint("whe_1", "alice", f"http://127.0.0.1:{port}/a", webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    for _ in range(6):
+        await _one_delivery(store, endpoint)
+    deliverer = _deliverer(
+        store,
+        webhook_endpoint_concurrency=4,
+        webhook_retry_initial_seconds=0.01,
+        webhook_breaker_failures=3,
+        webhook_breaker_pause_seconds=1,
+    )
+    receiver = Receiver(port)
+    try:
+        # At most 4 at once to one endpoint; all fail: the third failure paused it.
+        assert await deliverer.send_due() == 4
+        [health] = (await store.health_of("alice", ["whe_1"])).values()
+        assert (health.consecutive_failures, health.pauses) == (4, 1)
+        assert "ConnectError" in health.last_error
+        assert health.paused_until_ms is not None
+        assert health.paused_until_ms > outbox.now_ms()
+        # Paused: none of its six due deliveries is sent.
+        assert await deliverer.send_due() == 0
+        await asyncio.sleep(1)
+        # The pause is over: one delivery probes, fails, and the next pause is longer.
+        assert await deliverer.send_due() == 1
+        [health] = (await store.health_of("alice", ["whe_1"])).values()
+        assert (health.consecutive_failures, health.pauses) == (5, 2)
+        assert await deliverer.send_due() == 0
+        receiver.secrets["/a"] = endpoint.secret
+        receiver.start()
+        await asyncio.sleep(2)
+        # The probe succeeds: the breaker closes and the others are sent.
+        assert await deliverer.send_due() == 1
+        assert await store.health_of("alice", ["whe_1"]) == {
+            "whe_1": EndpointHealth("whe_1", 0, 0, None, health.last_error, health.last_failure_ms)
+        }
+        assert await deliverer.send_due() == 4
+        assert await deliverer.send_due() == 1
+        assert len(receiver.at("/a")) == 6
+        assert len({r.headers["webhook-id"] for r in receiver.at("/a")}) == 6
+    finally:
+        await deliverer.aclose()
+        receiver.stop()
+
+
+async def test_an_endpoints_status_says_whether_it_is_paused(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    auth = bearer(gw_settings, owner)
+    made = await http.post(ENDPOINTS, json={"url": "https://example.com/h"}, headers=auth)
+    assert made.status_code == 201, made.text
+    assert (made.json()["state"], made.json()["consecutiveFailures"]) == ("active", 0)
+    endpoint_id = made.json()["id"]
+    gateway = await GatewayStore.open(gw_settings)
+    try:
+        store = WebhookStore(gateway.engine)
+        for _ in range(gw_settings.webhook_breaker_failures):
+            await store.record_failure(
+                owner,
+                endpoint_id,
+                lambda h: webhooks.after_failure(h, "HTTP 502: bad", outbox.now_ms(), gw_settings),
+            )
+        got = (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).json()
+        assert got["state"] == "paused"
+        assert got["consecutiveFailures"] == gw_settings.webhook_breaker_failures
+        assert got["lastError"] == "HTTP 502: bad" and "lastFailureTime" in got
+        paused_until = datetime.fromisoformat(got["pausedUntil"].replace("Z", "+00:00"))
+        assert 0 < (paused_until - datetime.now(UTC)).total_seconds() <= 30
+        [listed] = (await http.get(ENDPOINTS, headers=auth)).json()["endpoints"]
+        assert listed == got
+        # Another owner sees nothing of it.
+        other = bearer(gw_settings, f"o-{uuid.uuid4().hex[:8]}")
+        assert (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=other)).status_code == 404
+        await store.record_success(endpoint_id)
+        got = (await http.get(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).json()
+        assert (got["state"], got["consecutiveFailures"]) == ("active", 0)
+        assert "pausedUntil" not in got and got["lastError"] == "HTTP 502: bad"
+        # Deleting the endpoint (or its owner) deletes its status.
+        assert (await http.delete(f"{ENDPOINTS}/{endpoint_id}", headers=auth)).status_code == 204
+        assert await store.health_of(owner, [endpoint_id]) == {}
+    finally:
+        await gateway.close()
+
+
+# Issue 33: every spelling of a loopback, private, link-local or reserved address that the
+# deliverer's connection would reach (inet_aton's IPv4 forms, IPv6 forms and zone ids,
+# trailing dots) is refused when the endpoint is registered, not only when sending.
+NOT_PUBLIC_SPELLINGS = [
+    "http://2130706433:8080/",
+    "http://127.1/",
+    "http://127.0.1/",
+    "http://0x7f000001/",
+    "http://0x7F.1/",
+    "http://017700000001/",
+    "http://0/",
+    "http://127.0.0.1./",
+    "http://2130706433./",
+    "http://0xa9fea9fe/latest/meta-data",
+    "http://2852039166/",
+    "http://167772161/",
+    "http://user@127.0.0.1/",
+    "http://localhost./",
+    "http://LOCALHOST../",
+    "http://api.localhost./",
+    "http://[::1]/",
+    "http://[0:0:0:0:0:0:0:1]/",
+    "http://[::1%25lo]/",
+    "http://[fe80::1%25eth0]/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:7f00:1]/",
+    "http://[::ffff:10.0.0.1]/",
+    "http://[::127.0.0.1]/",
+    "http://[::]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://[64:ff9b:1::1]/",
+    "http://[2002:a00:1::1]/",
+    "http://[fc00::1]/",
+    "http://[ff02::1]/",
+    "http://100.64.0.1/",
+    "http://240.0.0.1/",
+]
+PUBLIC_SPELLINGS = [
+    "https://example.com/h",
+    "https://example.com./h",
+    "http://Bücher.example/",
+    "http://8.8.8.8/",
+    "http://134744072/",
+    "http://8.8.8.8./",
+    "http://[2606:4700::1]/",
+    "http://[::ffff:8.8.8.8]/",
+    "http://[64:ff9b::808:808]/",
+]
+
+
+@pytest.mark.parametrize("url", NOT_PUBLIC_SPELLINGS)
+def test_every_spelling_of_a_local_or_private_address_is_refused_for_owners(url: str) -> None:
+    assert webhooks.private_host_problem(url) is not None
+
+
+@pytest.mark.parametrize("url", PUBLIC_SPELLINGS)
+def test_public_addresses_in_any_spelling_pass_the_creation_check(url: str) -> None:
+    assert webhooks.url_problem(url) is None
+    assert webhooks.private_host_problem(url) is None
+
+
+async def test_registration_refuses_every_local_spelling_and_stores_none(
+    http: httpx.AsyncClient, gw_settings: Settings
+) -> None:
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    auth = bearer(gw_settings, owner)
+    refused = {}
+    for url in NOT_PUBLIC_SPELLINGS:
+        resp = await http.post(ENDPOINTS, json={"url": url}, headers=auth)
+        if resp.status_code != 400 or resp.json()["error"]["details"][0]["field"] != "url":
+            refused[url] = resp.status_code
+    assert refused == {}
+    assert (await http.get(ENDPOINTS, headers=auth)).json() == {"endpoints": []}
+    for url in PUBLIC_SPELLINGS:
+        resp = await http.post(ENDPOINTS, json={"url": url}, headers=auth)
+        assert resp.status_code == 201, (url, resp.text)
+
+
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f000001", "017700000001", "0x7F.1"])
+async def test_a_stored_endpoint_spelling_a_local_address_is_not_called(
+    store: WebhookStore, receiver: Receiver, host: str
+) -> None:
+    """An endpoint stored before its spelling was refused at registration: the same check
+    refuses each attempt (and the spelling does reach the receiver when allowed)."""
+    endpoint = Endpoint("whe_1", "alice", f"http://{host}:{receiver.port}/a", "whsec_AAAA")
+    receiver.secrets["/a"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    refused_id = await _one_delivery(store, endpoint)
+    for allowed in (False, True):
+        deliverer = _deliverer(store, webhook_allow_private_addresses=allowed)
+        try:
+            await deliverer.send_due()
+        finally:
+            await deliverer.aclose()
+        if not allowed:
+            sent = await store.delivery(refused_id, "alice")
+            assert sent is not None and sent.state == "pending"
+            assert sent.last_error == "the endpoint's host is a private or local address"
+            assert receiver.at("/a") == []
+            await store.replay(refused_id, outbox.now_ms() - 1)
+    assert len(receiver.at("/a")) == 1
+
+
+async def test_an_endpoints_backlog_is_sent_as_fast_as_it_answers_not_one_batch_a_poll(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    endpoint = Endpoint("whe_1", "alice", receiver.url("/busy"), webhooks.new_secret())
+    receiver.secrets["/busy"] = endpoint.secret
+    await store.insert_endpoint(endpoint)
+    for _ in range(20):
+        await _one_delivery(store, endpoint)
+    deliverer = webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(
+            webhook_allow_private_addresses=True,
+            webhook_poll_seconds=10,
+            webhook_endpoint_concurrency=4,
+        ),
+        sources=(),
+    )
+    delivering = asyncio.create_task(deliverer.run_forever())
+    try:
+        # 20 at 4 at once: five batches, each claimed when the one before is answered
+        # (it was one batch a poll: 40 s).
+        took = await _received(receiver, "/busy", 20, within=15)
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
+        await deliverer.aclose()
+    assert took < 5, took
+
+
+async def test_a_resolver_that_does_not_answer_is_a_timed_out_attempt(
+    store: WebhookStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The address check's lookup is inside the attempt's deadline (a resolver that hangs
+    held the endpoint's sends for as long as it hung)."""
+
+    async def no_answer(*_args: Any, **_kwargs: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_answer)
+    endpoint = Endpoint("whe_1", "alice", "https://hooks.example/h", webhooks.new_secret())
+    await store.insert_endpoint(endpoint)
+    delivery_id = await _one_delivery(store, endpoint)
+    deliverer = _deliverer(
+        store, webhook_allow_private_addresses=False, webhook_timeout_seconds=0.3
+    )
+    try:
+        await asyncio.wait_for(deliverer.send_due(), 5)
+    finally:
+        await deliverer.aclose()
+    sent = await store.delivery(delivery_id, "alice")
+    assert sent is not None and sent.state == "pending" and sent.attempts == 1
+    assert sent.last_error.startswith("TimeoutError")
