@@ -30,6 +30,7 @@ class DecisionKind(StrEnum):
     DENY = "deny"
     EXPIRE = "expire"
     UNANSWERED = "unanswered"
+    CANCEL = "cancel"
 
 
 RUNS = frozenset({DecisionKind.APPROVE, DecisionKind.EDIT})
@@ -40,6 +41,7 @@ KIND_TO_PB = {
     DecisionKind.DENY: approval_pb2.TOOL_DECISION_KIND_DENY,
     DecisionKind.EXPIRE: approval_pb2.TOOL_DECISION_KIND_EXPIRE,
     DecisionKind.UNANSWERED: approval_pb2.TOOL_DECISION_KIND_UNANSWERED,
+    DecisionKind.CANCEL: approval_pb2.TOOL_DECISION_KIND_CANCEL,
 }
 KIND_FROM_PB = {v: k for k, v in KIND_TO_PB.items()}
 
@@ -50,6 +52,7 @@ NOT_RUN = {
     DecisionKind.UNANSWERED: (
         "error: the user did not answer the approval of this tool call; it was not executed"
     ),
+    DecisionKind.CANCEL: "error: the user cancelled this tool call; it was not executed",
 }
 
 

@@ -294,8 +294,8 @@ def tool_decisions(resume: list[Any] | None, max_chars: int) -> list[approval_pb
         if not isinstance(status, str):
             raise invalid(f"{at}.status", "must be resolved or cancelled (a string)")
         if status == "cancelled":
-            deny = _DECISIONS["deny"]
-            out.append(approval_pb2.ToolDecision(tool_call_id=interrupt_id, kind=deny))
+            cancel = approval_pb2.TOOL_DECISION_KIND_CANCEL
+            out.append(approval_pb2.ToolDecision(tool_call_id=interrupt_id, kind=cancel))
             continue
         if status != "resolved":
             raise invalid(f"{at}.status", "must be resolved or cancelled")

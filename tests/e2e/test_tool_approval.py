@@ -132,17 +132,27 @@ def test_edit_runs_the_call_with_the_edited_arguments(suite: Suite) -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", [{"status": "cancelled"}, {"status": "resolved", "payload": {"decision": "deny"}}]
+    ("answer", "decision", "said"),
+    [
+        ({"status": "cancelled"}, "cancel", "cancelled"),
+        ({"status": "resolved", "payload": {"decision": "deny"}}, "deny", "denied"),
+    ],
 )
-def test_deny_or_cancel_never_runs_the_call(suite: Suite, answer: dict[str, Any]) -> None:
+def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
+    suite: Suite, answer: dict[str, Any], decision: str, said: str
+) -> None:
     owner, thread = new("dee"), new("t")
     interrupt = ask(suite, owner, thread, "no")
     got = events(
         post(suite, owner, thread, "no thanks", resume=[{"interruptId": interrupt["id"], **answer}])
     )
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
-    assert "denied" in result["content"]
+    assert said in result["content"]
     assert notes(suite, owner) == "no notes"
+    # A cancelled interrupt is kept as a cancel, not as a person's "no".
+    stored = [m for m in history(suite, owner, thread) if m.get("toolCallId") == interrupt["id"]]
+    [kept] = stored[0]["metadata"]["approvals"]
+    assert kept["decision"] == decision and kept["decidedBy"] == owner
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n agentmesh/type/v1/approval.proto\x12\x11\x61gentmesh.type.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0f\x41pprovalRequest\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x0cToolDecision\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x31\n\x04kind\x18\x02 \x01(\x0e\x32#.agentmesh.type.v1.ToolDecisionKind\x12\x11\n\targuments\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t*\xd2\x01\n\x10ToolDecisionKind\x12\"\n\x1eTOOL_DECISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTOOL_DECISION_KIND_APPROVE\x10\x01\x12\x1b\n\x17TOOL_DECISION_KIND_EDIT\x10\x02\x12\x1b\n\x17TOOL_DECISION_KIND_DENY\x10\x03\x12\x1d\n\x19TOOL_DECISION_KIND_EXPIRE\x10\x04\x12!\n\x1dTOOL_DECISION_KIND_UNANSWERED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n agentmesh/type/v1/approval.proto\x12\x11\x61gentmesh.type.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0f\x41pprovalRequest\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x0cToolDecision\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x31\n\x04kind\x18\x02 \x01(\x0e\x32#.agentmesh.type.v1.ToolDecisionKind\x12\x11\n\targuments\x18\x03 \x01(\t\x12\x12\n\ndecided_by\x18\x04 \x01(\t*\xf1\x01\n\x10ToolDecisionKind\x12\"\n\x1eTOOL_DECISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTOOL_DECISION_KIND_APPROVE\x10\x01\x12\x1b\n\x17TOOL_DECISION_KIND_EDIT\x10\x02\x12\x1b\n\x17TOOL_DECISION_KIND_DENY\x10\x03\x12\x1d\n\x19TOOL_DECISION_KIND_EXPIRE\x10\x04\x12!\n\x1dTOOL_DECISION_KIND_UNANSWERED\x10\x05\x12\x1d\n\x19TOOL_DECISION_KIND_CANCEL\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,7 +33,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.type.v1.approval_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOOLDECISIONKIND']._serialized_start=345
-  _globals['_TOOLDECISIONKIND']._serialized_end=555
+  _globals['_TOOLDECISIONKIND']._serialized_end=586
   _globals['_APPROVALREQUEST']._serialized_start=88
   _globals['_APPROVALREQUEST']._serialized_end=214
   _globals['_TOOLDECISION']._serialized_start=216

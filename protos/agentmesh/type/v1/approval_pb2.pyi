@@ -30,11 +30,13 @@ class _ToolDecisionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tool
     TOOL_DECISION_KIND_EDIT: _ToolDecisionKind.ValueType  # 2
     """Run the call with the arguments of the decision."""
     TOOL_DECISION_KIND_DENY: _ToolDecisionKind.ValueType  # 3
-    """Do not run it (the person said no, or cancelled the interrupt)."""
+    """Do not run it: the person said no."""
     TOOL_DECISION_KIND_EXPIRE: _ToolDecisionKind.ValueType  # 4
     """Not run: nobody answered before the approval expired."""
     TOOL_DECISION_KIND_UNANSWERED: _ToolDecisionKind.ValueType  # 5
     """Not run: a later run on the thread did not answer it."""
+    TOOL_DECISION_KIND_CANCEL: _ToolDecisionKind.ValueType  # 6
+    """Not run: the person cancelled the interrupt (AG-UI resume status "cancelled")."""
 
 class ToolDecisionKind(_ToolDecisionKind, metaclass=_ToolDecisionKindEnumTypeWrapper): ...
 
@@ -44,11 +46,13 @@ TOOL_DECISION_KIND_APPROVE: ToolDecisionKind.ValueType  # 1
 TOOL_DECISION_KIND_EDIT: ToolDecisionKind.ValueType  # 2
 """Run the call with the arguments of the decision."""
 TOOL_DECISION_KIND_DENY: ToolDecisionKind.ValueType  # 3
-"""Do not run it (the person said no, or cancelled the interrupt)."""
+"""Do not run it: the person said no."""
 TOOL_DECISION_KIND_EXPIRE: ToolDecisionKind.ValueType  # 4
 """Not run: nobody answered before the approval expired."""
 TOOL_DECISION_KIND_UNANSWERED: ToolDecisionKind.ValueType  # 5
 """Not run: a later run on the thread did not answer it."""
+TOOL_DECISION_KIND_CANCEL: ToolDecisionKind.ValueType  # 6
+"""Not run: the person cancelled the interrupt (AG-UI resume status "cancelled")."""
 Global___ToolDecisionKind: _TypeAlias = ToolDecisionKind  # noqa: Y015
 
 @_typing.final
