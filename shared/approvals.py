@@ -22,6 +22,7 @@ from agentmesh.type.v1 import approval_pb2
 
 from shared.errors import InvalidArgument
 from shared.messages import Msg, ToolCallState
+from shared.tools import DenialReason
 
 
 class DecisionKind(StrEnum):
@@ -53,6 +54,13 @@ NOT_RUN = {
         "error: the user did not answer the approval of this tool call; it was not executed"
     ),
     DecisionKind.CANCEL: "error: the user cancelled this tool call; it was not executed",
+}
+# How the audit lists a call a person's decision kept from running, beside policy denials.
+PERSON_DENIALS = {
+    DecisionKind.DENY: DenialReason.DENIED_BY_USER,
+    DecisionKind.CANCEL: DenialReason.CANCELLED_BY_USER,
+    DecisionKind.EXPIRE: DenialReason.APPROVAL_EXPIRED,
+    DecisionKind.UNANSWERED: DenialReason.APPROVAL_UNANSWERED,
 }
 
 

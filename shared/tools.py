@@ -51,6 +51,12 @@ class DenialReason(StrEnum):
     NOT_DECLARED = "not_declared"
     NOT_IN_PROFILE = "not_in_profile"
     NOT_REGISTERED = "not_registered"
+    # A person's decision on a call that needed approval (shared.approvals.PERSON_DENIALS):
+    # in the audit's tool denials beside the policy's.
+    DENIED_BY_USER = "denied_by_user"
+    CANCELLED_BY_USER = "cancelled_by_user"
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_UNANSWERED = "approval_unanswered"
 
 
 def is_pattern(entry: str) -> bool:

@@ -83,6 +83,10 @@ DENIAL_REASON_TO_PB = {
     "not_declared": pb.TOOL_DENIAL_REASON_NOT_DECLARED,
     "not_in_profile": pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE,
     "not_registered": pb.TOOL_DENIAL_REASON_NOT_REGISTERED,
+    "denied_by_user": pb.TOOL_DENIAL_REASON_DENIED_BY_USER,
+    "cancelled_by_user": pb.TOOL_DENIAL_REASON_CANCELLED_BY_USER,
+    "approval_expired": pb.TOOL_DENIAL_REASON_APPROVAL_EXPIRED,
+    "approval_unanswered": pb.TOOL_DENIAL_REASON_APPROVAL_UNANSWERED,
 }
 
 

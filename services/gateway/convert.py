@@ -347,6 +347,10 @@ DENIAL_REASON_NAMES = {
     history_service_pb2.TOOL_DENIAL_REASON_NOT_DECLARED: "not_declared",
     history_service_pb2.TOOL_DENIAL_REASON_NOT_IN_PROFILE: "not_in_profile",
     history_service_pb2.TOOL_DENIAL_REASON_NOT_REGISTERED: "not_registered",
+    history_service_pb2.TOOL_DENIAL_REASON_DENIED_BY_USER: "denied_by_user",
+    history_service_pb2.TOOL_DENIAL_REASON_CANCELLED_BY_USER: "cancelled_by_user",
+    history_service_pb2.TOOL_DENIAL_REASON_APPROVAL_EXPIRED: "approval_expired",
+    history_service_pb2.TOOL_DENIAL_REASON_APPROVAL_UNANSWERED: "approval_unanswered",
 }
 
 

@@ -269,6 +269,10 @@ DENIAL_REASON_FROM_PB = {
     pb.TOOL_DENIAL_REASON_NOT_DECLARED: "not_declared",
     pb.TOOL_DENIAL_REASON_NOT_IN_PROFILE: "not_in_profile",
     pb.TOOL_DENIAL_REASON_NOT_REGISTERED: "not_registered",
+    pb.TOOL_DENIAL_REASON_DENIED_BY_USER: "denied_by_user",
+    pb.TOOL_DENIAL_REASON_CANCELLED_BY_USER: "cancelled_by_user",
+    pb.TOOL_DENIAL_REASON_APPROVAL_EXPIRED: "approval_expired",
+    pb.TOOL_DENIAL_REASON_APPROVAL_UNANSWERED: "approval_unanswered",
 }
 DENIAL_REASON_TO_PB = {v: k for k, v in DENIAL_REASON_FROM_PB.items()}
 

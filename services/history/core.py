@@ -162,7 +162,15 @@ class ToolDenial:
     created_at: datetime
 
 
-DENIAL_REASONS = ("not_declared", "not_in_profile", "not_registered")
+DENIAL_REASONS = (
+    "not_declared",
+    "not_in_profile",
+    "not_registered",
+    "denied_by_user",
+    "cancelled_by_user",
+    "approval_expired",
+    "approval_unanswered",
+)
 _SHA256_HEX = frozenset("0123456789abcdef")
 
 
@@ -177,7 +185,7 @@ def check_denial(tool_call_id: str, tool_name: str, digest: str, reason: str, fi
         )
     if reason not in DENIAL_REASONS:
         raise InvalidArgument(
-            f"{field}.reason", "must be NOT_DECLARED, NOT_IN_PROFILE or NOT_REGISTERED"
+            f"{field}.reason", "must be one of the ToolDenialReason values (not UNSPECIFIED)"
         )
 
 

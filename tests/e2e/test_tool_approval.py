@@ -132,14 +132,19 @@ def test_edit_runs_the_call_with_the_edited_arguments(suite: Suite) -> None:
 
 
 @pytest.mark.parametrize(
-    ("answer", "decision", "said"),
+    ("answer", "decision", "said", "reason"),
     [
-        ({"status": "cancelled"}, "cancel", "cancelled"),
-        ({"status": "resolved", "payload": {"decision": "deny"}}, "deny", "denied"),
+        ({"status": "cancelled"}, "cancel", "cancelled", "cancelled_by_user"),
+        (
+            {"status": "resolved", "payload": {"decision": "deny"}},
+            "deny",
+            "denied",
+            "denied_by_user",
+        ),
     ],
 )
 def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
-    suite: Suite, answer: dict[str, Any], decision: str, said: str
+    suite: Suite, answer: dict[str, Any], decision: str, said: str, reason: str
 ) -> None:
     owner, thread = new("dee"), new("t")
     interrupt = ask(suite, owner, thread, "no")
@@ -149,10 +154,22 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
     assert said in result["content"]
     assert notes(suite, owner) == "no notes"
+    assert got[-1]["type"] == "RUN_FINISHED", got[-1]
     # A cancelled interrupt is kept as a cancel, not as a person's "no".
     stored = [m for m in history(suite, owner, thread) if m.get("toolCallId") == interrupt["id"]]
     [kept] = stored[0]["metadata"]["approvals"]
     assert kept["decision"] == decision and kept["decidedBy"] == owner
+    # ... and in the audit's tool denials, beside the policy's.
+    audit = httpx.get(
+        f"{suite.gateway_url}/api/v1/admin/audit",
+        params={"owner_id": owner, "thread_id": thread},
+        headers={"Authorization": f"Bearer {token('auditor', admin=True)}"},
+        timeout=30,
+    )
+    assert audit.status_code == 200, audit.text
+    [denial] = audit.json()["toolDenials"]
+    assert denial["toolCallId"] == interrupt["id"] and denial["toolName"] == "notes.add_note"
+    assert denial["reason"] == reason and len(denial["argumentsSha256"]) == 64
 
 
 @pytest.mark.parametrize(

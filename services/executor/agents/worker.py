@@ -48,7 +48,14 @@ from services.executor.tools import (
     timeout_of,
 )
 from shared import metrics
-from shared.approvals import NOT_RUN, DecisionKind, Pending, approval_record, pending_approvals
+from shared.approvals import (
+    NOT_RUN,
+    PERSON_DENIALS,
+    DecisionKind,
+    Pending,
+    approval_record,
+    pending_approvals,
+)
 from shared.approvals import RUNS as APPROVAL_RUNS
 from shared.domain import MessageKind
 from shared.errors import DomainError
@@ -308,6 +315,7 @@ class WorkerAgent:
                 else:
                     result = await run_tool(self.tools, call, context, self.tool_timeout_seconds)
             else:
+                yield denied(call, PERSON_DENIALS[d.kind])
                 text = NOT_RUN[d.kind]
                 result = ToolResultBlock(call.id, call.name, text, ToolResultState.DENIED)
             records.append(approval_record(d, call.name, arguments_digest(arguments)))

@@ -118,6 +118,14 @@ class _ToolDenialReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tool
     """The run's execution profile does not allow the tool."""
     TOOL_DENIAL_REASON_NOT_REGISTERED: _ToolDenialReason.ValueType  # 3
     """No such tool is registered in the system."""
+    TOOL_DENIAL_REASON_DENIED_BY_USER: _ToolDenialReason.ValueType  # 4
+    """A person did not let the call run (a tool that needs approval): they said no,"""
+    TOOL_DENIAL_REASON_CANCELLED_BY_USER: _ToolDenialReason.ValueType  # 5
+    """cancelled the interrupt,"""
+    TOOL_DENIAL_REASON_APPROVAL_EXPIRED: _ToolDenialReason.ValueType  # 6
+    """nobody answered before the approval expired,"""
+    TOOL_DENIAL_REASON_APPROVAL_UNANSWERED: _ToolDenialReason.ValueType  # 7
+    """or a later run on the thread did not answer it."""
 
 class ToolDenialReason(_ToolDenialReason, metaclass=_ToolDenialReasonEnumTypeWrapper):
     """Why a tool call was refused (shared/tools.py has the rule)."""
@@ -129,6 +137,14 @@ TOOL_DENIAL_REASON_NOT_IN_PROFILE: ToolDenialReason.ValueType  # 2
 """The run's execution profile does not allow the tool."""
 TOOL_DENIAL_REASON_NOT_REGISTERED: ToolDenialReason.ValueType  # 3
 """No such tool is registered in the system."""
+TOOL_DENIAL_REASON_DENIED_BY_USER: ToolDenialReason.ValueType  # 4
+"""A person did not let the call run (a tool that needs approval): they said no,"""
+TOOL_DENIAL_REASON_CANCELLED_BY_USER: ToolDenialReason.ValueType  # 5
+"""cancelled the interrupt,"""
+TOOL_DENIAL_REASON_APPROVAL_EXPIRED: ToolDenialReason.ValueType  # 6
+"""nobody answered before the approval expired,"""
+TOOL_DENIAL_REASON_APPROVAL_UNANSWERED: ToolDenialReason.ValueType  # 7
+"""or a later run on the thread did not answer it."""
 Global___ToolDenialReason: _TypeAlias = ToolDenialReason  # noqa: Y015
 
 class _DeletionKind:
