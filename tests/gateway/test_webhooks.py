@@ -762,15 +762,16 @@ async def test_an_endpoints_backlog_is_sent_as_fast_as_it_answers_not_one_batch_
         ),
         sources=(),
     )
-    delivering = asyncio.create_task(deliverer.run_forever())
+    # One pass, then the wait before the next one (run_forever's loop, without cancelling it
+    # mid-write: once, in a whole-suite run, cancelling it left the test waiting forever).
     try:
+        assert await deliverer.pass_once()
+        between = asyncio.create_task(deliverer._between_passes(6))
         # 20 at 4 at once: five batches, each claimed when the one before is answered
         # (it was one batch a poll: 40 s).
         took = await _received(receiver, "/busy", 20, within=15)
+        await asyncio.wait_for(between, 15)
     finally:
-        delivering.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await delivering
         await deliverer.aclose()
     assert took < 5, took
 
