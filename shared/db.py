@@ -75,18 +75,33 @@ class _InlineSqlite(aiosqlite.Connection):
     replica's) is run again in the thread, which waits for the lock as any connection does.
     Opening still goes through the thread (aiosqlite starts it, and stops it on close)."""
 
+    # Calls of this connection running in aiosqlite's thread now (a statement waiting for a
+    # lock): while one does, every other call queues behind it in that thread. A sqlite3
+    # connection used from two threads at once crashes the process (seen: a close on the
+    # loop's thread, from a cancelled task's cleanup, while a statement waited in the thread).
+    _in_thread = 0
+
     async def _execute(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         if not self._running or self._connection is None:
             raise ValueError("Connection closed")  # what aiosqlite raises
-        try:
-            return fn(*args, **kwargs)
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # and its extended codes
-                raise
-        # A statement that failed with SQLITE_BUSY did nothing: running it again is safe.
         run_in_thread: Callable[..., Awaitable[Any]] = super()._execute  # untyped in aiosqlite
-        waited = await run_in_thread(self._waiting, fn, *args, **kwargs)
-        return cast(_T, waited)
+        if not self._in_thread:
+            try:
+                return fn(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # and its extended codes
+                    raise
+        # A statement that failed with SQLITE_BUSY did nothing: running it again is safe.
+        # Counted until the thread is done with it, even if this caller is cancelled first.
+        work = asyncio.ensure_future(run_in_thread(self._waiting, fn, *args, **kwargs))
+        self._in_thread += 1
+        work.add_done_callback(self._thread_done)
+        return cast(_T, await asyncio.shield(work))
+
+    def _thread_done(self, work: asyncio.Future[Any]) -> None:
+        self._in_thread -= 1
+        if not work.cancelled():
+            work.exception()  # retrieved: a caller cancelled meanwhile no longer wants it
 
     def _waiting(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")

@@ -74,6 +74,45 @@ async def test_a_statement_that_finds_the_file_locked_waits_without_stopping_the
         await engine.dispose()
 
 
+async def test_calls_made_while_a_statement_waits_in_the_thread_queue_behind_it(
+    tmp_path: Path,
+) -> None:
+    """A sqlite3 connection used from two threads at once crashes the process: a whole-suite
+    run segfaulted when a cancelled task's cleanup closed a connection on the loop's thread
+    while its statement waited for the lock in aiosqlite's thread."""
+    engine = _engine(tmp_path, True)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+        other = sqlite3.connect(tmp_path / "data" / "inline.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the file
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            sqlite_conn = raw._conn  # type: ignore[union-attr]
+            sqlite_conn.create_function("tid", 0, threading.get_ident)
+            done: list[str] = []
+
+            async def call(name: str, sql: str) -> int:
+                result = await raw.execute(sql)  # type: ignore[union-attr]
+                row = await result.fetchone()
+                done.append(name)
+                return int(row[0]) if row else 0
+
+            waiting = asyncio.create_task(call("insert", "INSERT INTO t SELECT tid()"))
+            await asyncio.sleep(0.2)  # the insert found the file locked: it waits in the thread
+            meanwhile = asyncio.create_task(call("select", "SELECT tid()"))
+            await asyncio.sleep(0.2)
+            assert not meanwhile.done()  # not run on the loop's thread beside the waiting one
+            other.rollback()
+            await asyncio.wait_for(asyncio.gather(waiting, meanwhile), 10)
+            assert done == ["insert", "select"]
+            assert meanwhile.result() != threading.get_ident()
+            await conn.rollback()
+        other.close()
+    finally:
+        await engine.dispose()
+
+
 async def _turns_taken(work: Callable[[], Awaitable[None]]) -> int:
     """How many times the loop let another task run while `work` ran."""
     turns = 0
