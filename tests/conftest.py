@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+import pytest_asyncio
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -121,3 +122,22 @@ def assert_overloaded(resp: httpx.Response, scope: str) -> dict[str, str]:
     error: dict[str, str] = resp.json()["error"]
     assert (error["code"], error["reason"], error["scope"]) == ("UNAVAILABLE", "OVERLOADED", scope)
     return error
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
+async def _tasks_left_at_the_end() -> AsyncIterator[None]:
+    """At the end of the session, the tasks a test left running: named on stderr, cancelled,
+    and waited for a bounded time (the loop's own close waits for them without a bound)."""
+    yield
+    import asyncio
+    import sys
+
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in left:
+        print(f"\ntask left running: {task!r}", file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+        task.cancel()
+    if left:
+        _, pending = await asyncio.wait(left, timeout=10)
+        for task in pending:
+            print(f"\ntask that ignored its cancel: {task!r}", file=sys.stderr)
