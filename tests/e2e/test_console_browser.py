@@ -279,6 +279,8 @@ async def test_a_memory_edited_shows_the_change(console: Console) -> None:
     await page.fill("#memory-new", "User drinks oolong tea")
     await page.select_option("#memory-new-kind", "preference")
     await page.click("#memory-save")
+    # The click only starts the request: the card appears once the write has answered.
+    await page.locator("#memory-list .memory", has_text="User drinks oolong tea").wait_for()
     [memory] = client.memories().memories
     assert (memory.content, memory.kind, memory.version) == (
         "User drinks oolong tea",
