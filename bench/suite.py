@@ -78,24 +78,35 @@ def http_client(connections: int, timeout: float) -> aiohttp.ClientSession:
     )
 
 
-# The peer (bench/peer.py): LangGraph's API server, a stateless streamed run of the graph
-# "agent"; the stream ends when the run has.
+# The peer (bench/peer.py): LangGraph's API server running the graph "agent"; the stream
+# ends when the run has. LANGGRAPH_THREADS is the like-for-like anchor: a thread run
+# (`POST /threads/{id}/runs/stream`, the thread created by the run as agentmesh's run creates
+# its thread), which stores its checkpoints as every agentmesh run stores its run.
+# LANGGRAPH is the stateless `/runs/stream`, lighter work, kept beside it as a figure.
 LANGGRAPH = "langgraph"
+LANGGRAPH_THREADS = "langgraph-threads"
+PEER_APIS = (LANGGRAPH, LANGGRAPH_THREADS)
 
 
 def run_url(base: str, api: str = "agentmesh") -> str:
-    """Where a run is started and streamed, for the load clients."""
+    """Where a run is started and streamed, for the load clients (a thread run appends
+    `/{thread id}/runs/stream` to it)."""
+    if api == LANGGRAPH_THREADS:
+        return f"{base}/threads"
     return f"{base}/runs/stream" if api == LANGGRAPH else f"{base}/api/v1/agent/runs"
 
 
 async def _langgraph_run(
-    client: aiohttp.ClientSession, url: str, text: str, started: float
+    client: aiohttp.ClientSession, url: str, text: str, started: float, api: str
 ) -> tuple[float, float, int]:
-    body = {
+    body: dict[str, Any] = {
         "assistant_id": "agent",
         "input": {"messages": [{"role": "human", "content": text}]},
         "stream_mode": ["values"],
     }
+    if api == LANGGRAPH_THREADS:
+        url = f"{url}/{uuid.uuid4()}/runs/stream"
+        body["if_not_exists"] = "create"
     first = 0.0
     events = 0
     tail = b""
@@ -118,8 +129,8 @@ async def one_run(
     """(time to first event, time to RUN_FINISHED (the peer: to the stream's end), events)
     of one run, in seconds."""
     started = time.perf_counter()
-    if api == LANGGRAPH:
-        return await _langgraph_run(client, url, text, started)
+    if api in PEER_APIS:
+        return await _langgraph_run(client, url, text, started, api)
     thread_id = f"b-{uuid.uuid4().hex[:12]}"
     body = {
         "threadId": thread_id,

@@ -2,8 +2,9 @@
 
 - target `all`, embedded, against the peer (LangGraph dev server, bench/peer.py), the same
   load clients, alternating, a fresh server per cell: unloaded run (RUN_FINISHED) p50, idle
-  RSS of the whole suite, runs/s at concurrency 32 as a ratio to the peer's, first-event p99,
-  server CPU per run;
+  RSS of the whole suite, runs/s at concurrency 32 as a ratio to the peer's thread runs (each
+  stores its thread, as each agentmesh run does; the ratio to its stateless runs beside),
+  first-event p99, server CPU per run;
 - one process per service on PostgreSQL + Redis against the skeleton (bench/skeleton.py),
   alternating: runs/s at concurrency 32 as a ratio, CPU per run summed over every process
   (PostgreSQL and Redis included, bench/cpu.py);
@@ -111,13 +112,11 @@ def agentmesh_cell(concurrency: int, args: argparse.Namespace) -> dict[str, Any]
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def peer_cell(concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
-    from bench.suite import LANGGRAPH
-
+def peer_cell(concurrency: int, args: argparse.Namespace, api: str) -> dict[str, Any]:
     server = peer.LangGraphServer(free_port())
     server.start()
     try:
-        return _cell(server.url, server.pids, concurrency, args, LANGGRAPH)
+        return _cell(server.url, server.pids, concurrency, args, api)
     finally:
         server.stop()
 
@@ -147,15 +146,25 @@ def _ratios(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[st
 
 
 def versus_peer(args: argparse.Namespace) -> dict[str, Any]:
+    """agentmesh against the peer's thread runs ("peer", the like-for-like anchor: each run
+    stores its thread, as each agentmesh run does), with the peer's stateless runs
+    ("peer_stateless", lighter work) beside as a figure; the three alternate in order."""
+    from bench.suite import LANGGRAPH, LANGGRAPH_THREADS
+
+    peer_api = {"peer": LANGGRAPH_THREADS, "peer_stateless": LANGGRAPH}
     levels: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for repeat in range(args.repeats):
         for i, c in enumerate((1, 32)):
-            cells = levels.setdefault(c, {"agentmesh": [], "peer": []})
-            order = ["agentmesh", "peer"] if (repeat + i) % 2 == 0 else ["peer", "agentmesh"]
-            for who in order:
-                if who == "peer" and not args.peer:
+            cells = levels.setdefault(c, {"agentmesh": [], "peer": [], "peer_stateless": []})
+            order = ["agentmesh", "peer", "peer_stateless"]
+            shift = (repeat + i) % len(order)
+            for who in order[shift:] + order[:shift]:
+                if who != "agentmesh" and not args.peer:
                     continue
-                cell = agentmesh_cell(c, args) if who == "agentmesh" else peer_cell(c, args)
+                if who == "agentmesh":
+                    cell = agentmesh_cell(c, args)
+                else:
+                    cell = peer_cell(c, args, peer_api[who])
                 cells[who].append(cell)
                 print(
                     f"[targets] {who} c={c}: {cell['runs_per_s']} runs/s, first p99 "
@@ -168,6 +177,9 @@ def versus_peer(args: argparse.Namespace) -> dict[str, Any]:
         out[str(c)] = {who: _summary(v) for who, v in cells.items() if v}
         if cells["peer"]:
             out[str(c)]["runs_per_s_ratio"] = _ratios(cells["agentmesh"], cells["peer"])
+            out[str(c)]["runs_per_s_ratio_vs_stateless"] = _ratios(
+                cells["agentmesh"], cells["peer_stateless"]
+            )
     return out
 
 
@@ -268,11 +280,10 @@ def markdown(results: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         for c, by in vp.items():
-            for who in ("agentmesh", "peer"):
+            for who, name in _SERVERS.items():
                 if who not in by:
                     continue
                 s = by[who]
-                name = "agentmesh (target all, embedded)" if who == "agentmesh" else "langgraph dev"
                 lines.append(
                     f"| {c} | {name} | {s['runs_per_s']['median']} "
                     f"({s['runs_per_s']['min']}-{s['runs_per_s']['max']}) "
@@ -282,6 +293,13 @@ def markdown(results: dict[str, Any]) -> str:
                     f"| {s['server_cpu_ms_per_run']['median']} | {s['idle_rss_mb']['median']} |"
                 )
     return "\n".join(lines) + "\n"
+
+
+_SERVERS = {
+    "agentmesh": "agentmesh (target all, embedded)",
+    "peer": "langgraph dev, thread runs",
+    "peer_stateless": "langgraph dev, stateless runs",
+}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
