@@ -348,6 +348,30 @@ EXTRACTION_SCHEMA: Mapping[str, Any] = {
     "additionalProperties": False,
 }
 
+# A memory is one short fact, a forget names one: a grammar-constrained answer (llama.cpp's
+# schema-to-grammar takes maxLength and maxItems) ends each string and list there, so a
+# small model that rambles inside a string still closes its document (seen: SmolLM2-135M
+# writing prose into one memory until the output limit cut the document).
+MAX_EXTRACTED_CHARS = 200
+MAX_EXTRACTED_ITEMS = 8
+
+
+def bounded(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` with every free string at most MAX_EXTRACTED_CHARS long and every list at
+    most MAX_EXTRACTED_ITEMS long."""
+    out: dict[str, Any] = dict(schema)
+    if out.get("type") == "string" and "enum" not in out:
+        out["maxLength"] = MAX_EXTRACTED_CHARS
+    if out.get("type") == "array":
+        out["maxItems"] = MAX_EXTRACTED_ITEMS
+        out["items"] = bounded(out["items"])
+    if "properties" in out:
+        out["properties"] = {k: bounded(v) for k, v in out["properties"].items()}
+    return out
+
+
+GRAMMAR_EXTRACTION_SCHEMA: Mapping[str, Any] = bounded(EXTRACTION_SCHEMA)
+
 
 class ExtractedMemory(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)

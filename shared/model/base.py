@@ -28,6 +28,11 @@ class OutputSchema:
 
     name: str
     schema: Mapping[str, Any]
+    # What a grammar-constrained server (structured_output json_object_schema) is given
+    # instead: the same document with its strings and lists bounded (maxLength, maxItems),
+    # so that a small model's answer closes before the output limit. Strict json_schema
+    # endpoints take no length keywords, so `schema` stays without them.
+    grammar_schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -522,7 +522,7 @@ class OpenAIChatModel:
                 "json_schema": {"name": output.name, "schema": schema, "strict": True},
             }
         if self.card.structured_output == "json_object_schema":
-            return {"type": "json_object", "schema": schema}
+            return {"type": "json_object", "schema": dict(output.grammar_schema or schema)}
         raise ModelRequestError(
             f"model card {self.card.name}: structured_output is none: it cannot be asked for "
             "a JSON document"

@@ -15,7 +15,13 @@ from agentmesh.type.v1 import run_event_pb2
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
 from services.executor.events import StepResult, ToolDenied, TurnUsage
-from services.executor.memory_tools import EXTRACTION_SCHEMA, parse_extraction
+from services.executor.memory_tools import (
+    EXTRACTION_SCHEMA,
+    GRAMMAR_EXTRACTION_SCHEMA,
+    MAX_EXTRACTED_CHARS,
+    MAX_EXTRACTED_ITEMS,
+    parse_extraction,
+)
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.errors import FailedPrecondition
 from shared.messages import Msg, TextBlock, ToolCallState, Usage, user
@@ -118,6 +124,7 @@ async def test_no_tools_are_offered_and_the_schema_is_asked_for() -> None:
     [(offered, schema)] = model.asked
     assert offered == [] and schema is not None and schema.name == MEMORY_EXTRACTION
     assert schema.schema == EXTRACTION_SCHEMA
+    assert schema.grammar_schema == GRAMMAR_EXTRACTION_SCHEMA
     # An empty document is an answer: nothing to save, those messages are processed.
     assert marks.advanced == 1 and write.got == [] and forget.got == []
 
@@ -215,3 +222,23 @@ async def test_the_turn_says_its_input_as_it_starts_so_a_cut_turn_still_counts()
     assert isinstance(first, TurnUsage)
     assert first.usage.input_tokens > 0 and first.usage.output_tokens == 0
     assert first.usage.estimated
+
+
+def test_the_grammar_schema_bounds_every_free_string_and_list_and_nothing_else() -> None:
+    """What a grammar-constrained server is given: the strict schema's document with each
+    memory, forget and list bounded, so a rambling small model still closes it."""
+    grammar = GRAMMAR_EXTRACTION_SCHEMA["properties"]
+    memory = grammar["memories"]["items"]["properties"]
+    forget = grammar["forget"]["items"]["properties"]
+    assert grammar["memories"]["maxItems"] == grammar["forget"]["maxItems"] == MAX_EXTRACTED_ITEMS
+    assert memory["content"]["maxLength"] == MAX_EXTRACTED_CHARS
+    assert forget["memory"]["maxLength"] == forget["user_request"]["maxLength"]
+    assert "maxLength" not in memory["kind"]  # an enum is bounded already
+    # The strict schema is untouched (OpenAI's strict mode refuses length keywords).
+    assert "maxLength" not in str(EXTRACTION_SCHEMA) and "maxItems" not in str(EXTRACTION_SCHEMA)
+    # A document at the bounds is still one the parser takes.
+    at_bounds = {
+        "memories": [{"content": "x" * MAX_EXTRACTED_CHARS, "kind": "fact"}] * MAX_EXTRACTED_ITEMS,
+        "forget": [],
+    }
+    assert len(parse_extraction(json.dumps(at_bounds)).memories) == MAX_EXTRACTED_ITEMS

@@ -311,6 +311,11 @@ async def test_unknown_option_is_refused_before_any_request() -> None:
 
 
 SCHEMA = OutputSchema("facts", {"type": "object", "properties": {"x": {"type": "string"}}})
+BOUNDED = OutputSchema(
+    "facts",
+    SCHEMA.schema,
+    {"type": "object", "properties": {"x": {"type": "string", "maxLength": 10}}},
+)
 
 
 @pytest.mark.parametrize(
@@ -336,6 +341,24 @@ async def test_an_output_schema_is_asked_for_the_way_the_card_says(
     [request] = fake.requests
     assert request.body["response_format"] == expected
     assert "tools" not in request.body
+
+
+@pytest.mark.parametrize(
+    ("dialect", "sent"),
+    [("json_schema", SCHEMA.schema), ("json_object_schema", BOUNDED.grammar_schema)],
+)
+async def test_a_grammar_server_is_given_the_bounded_schema_a_strict_endpoint_is_not(
+    dialect: str, sent: dict[str, Any]
+) -> None:
+    """A strict json_schema endpoint refuses length keywords; llama.cpp's grammar takes them,
+    and they make a small model's document close before the output limit."""
+    async with fake_openai([recording("text.sse")]) as fake:
+        m = model(fake.base_url, structured_output=dialect)
+        await collect(m.stream([user("hi")], output_schema=BOUNDED))
+        await m.aclose()
+    [request] = fake.requests
+    format_ = request.body["response_format"]
+    assert format_.get("schema", format_.get("json_schema", {}).get("schema")) == dict(sent)
 
 
 async def test_an_output_schema_for_a_card_that_cannot_take_one_is_refused_unsent() -> None:

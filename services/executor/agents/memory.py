@@ -55,6 +55,7 @@ from services.executor.events import (
 )
 from services.executor.memory_tools import (
     EXTRACTION_SCHEMA,
+    GRAMMAR_EXTRACTION_SCHEMA,
     Extraction,
     MemoryForget,
     MemoryWrite,
@@ -106,7 +107,7 @@ def unusable(why: str) -> FailedPrecondition:
     )
 
 
-EXTRACTION = OutputSchema(MEMORY_EXTRACTION, EXTRACTION_SCHEMA)
+EXTRACTION = OutputSchema(MEMORY_EXTRACTION, EXTRACTION_SCHEMA, GRAMMAR_EXTRACTION_SCHEMA)
 
 
 @dataclass
