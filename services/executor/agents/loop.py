@@ -361,11 +361,9 @@ class ToolLoop:
         if reason is not None:
             return ToolRoute.FORBIDDEN, reason
         tool = self.tools.get(name)
-        if offer.asks and not last and tool is not None:
-            if matches(offer.profile.tool_policy.requires_approval, name) or requires_approval(
-                tool
-            ):
-                return ToolRoute.NEEDS_APPROVAL, None
+        asks = matches(offer.profile.tool_policy.requires_approval, name)
+        if offer.asks and not last and tool is not None and (asks or requires_approval(tool)):
+            return ToolRoute.NEEDS_APPROVAL, None
         # Authorised, but the last turn is offered no tools: the loop's bound, no denial.
         return (ToolRoute.FORBIDDEN if last else ToolRoute.SERVER), None
 
