@@ -128,8 +128,6 @@ def _event(item: StepItem) -> run_event_pb2.RunEvent:
 
 
 def item_to_pb(item: StepItem) -> pb.ExecuteResponse:
-    if isinstance(item, run_event_pb2.RunEvent):
-        return pb.ExecuteResponse(event=item)
     if isinstance(item, ToolDenied):
         return pb.ExecuteResponse(
             tool_denial=pb.ToolDenial(

@@ -1,6 +1,7 @@
-"""Pure rules of the executor: which agent runs a step, client-tool names, how streamed
-tool-call fragments assemble. Which server-side tools a step offers and may run is
-shared.tools' rule. No I/O."""
+"""Pure rules of the executor: which agent runs a step, where a tool call goes, the memory
+agent's provenance and watermark. Which server-side tools a step offers and may run is
+shared.tools' rule; how streamed tool-call fragments assemble, services.executor.toolcalls'.
+No I/O."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC
 from enum import StrEnum
 from typing import TypeVar
 
 from shared.domain import ExecutorKind, MessageKind
 from shared.errors import FailedPrecondition
-from shared.messages import Msg, ToolCallBlock, ToolCallState, new_id
+from shared.messages import Msg, new_id
 
 A = TypeVar("A")
 
@@ -32,13 +33,14 @@ def select_agent(executor: ExecutorKind, agents: Mapping[ExecutorKind, A]) -> A:
 
 
 class ToolRoute(StrEnum):
-    """Where a tool call goes (the worker decides with shared.tools.authorize)."""
+    """Where a tool call goes (services.executor.agents.loop.ToolLoop.route decides with
+    shared.tools.authorize)."""
 
     SERVER = "server"  # run here, result fed to the next model turn
     CLIENT = "client"  # the step ends; the client runs it
     FORBIDDEN = "forbidden"  # not executed; the model gets an error result
-    # Marked requires_approval: never run without a person's decision, which this version
-    # cannot ask for yet (issue #20); not executed, the model gets an error result.
+    # Marked requires_approval: never run without a person's decision; the step ends and
+    # the call waits for it (shared.approvals).
     NEEDS_APPROVAL = "needs_approval"
 
 
@@ -54,48 +56,6 @@ def turn_message_id(reply_message_id: str, turn: int) -> str:
 
 def turn_kind(has_tool_calls: bool) -> MessageKind:
     return MessageKind.TOOL_CALL if has_tool_calls else MessageKind.AGENT_REPLY
-
-
-@dataclass
-class _Call:
-    id: str
-    name: str
-    input: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ToolCallAssembler:
-    """Merges streamed tool-call fragments by id (the input JSON concatenates).
-
-    `add` says explicitly whether the fragment opened the call, so START is emitted once
-    per call from a recorded fact, never inferred from a state (seed 002's duplicate-START bug).
-    """
-
-    _calls: dict[str, _Call] = field(default_factory=dict)
-
-    def add(self, block: ToolCallBlock) -> tuple[str, bool]:
-        """Record a fragment; returns (call id, whether this fragment started the call)."""
-        call = self._calls.get(block.id)
-        started = call is None
-        if call is None:
-            call = self._calls[block.id] = _Call(block.id, block.name)
-        elif block.name and not call.name:
-            call.name = block.name
-        if block.input:
-            call.input.append(block.input)
-        return block.id, started
-
-    def name_of(self, call_id: str) -> str:
-        return self._calls[call_id].name
-
-    def blocks(self) -> list[ToolCallBlock]:
-        return [
-            ToolCallBlock(id=c.id, name=c.name, input="".join(c.input), state=ToolCallState.PENDING)
-            for c in self._calls.values()
-        ]
-
-    def __bool__(self) -> bool:
-        return bool(self._calls)
 
 
 # ---- the memory agent's provenance --------------------------------------------------------

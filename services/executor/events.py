@@ -1,13 +1,12 @@
 """What an agent step produces, in domain terms: stream events, finished messages, the result.
 
-The servicer turns these into ExecuteResponse items; the orchestrator numbers the events.
+One vocabulary for both agents; the servicer turns these into ExecuteResponse items (the
+only place that speaks the run-event protobuf), and the orchestrator numbers the events.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from agentmesh.type.v1 import run_event_pb2
 
 from shared.approvals import Pending
 from shared.messages import Msg, Usage
@@ -64,19 +63,10 @@ class ToolDenied:
     reason: str  # a shared.tools.DenialReason value
 
 
-# Tool-call events produced by services.executor.toolcalls.ToolCallTracker (which speaks the
-# run-event protobuf so that "START was emitted" has one owner) travel as they are.
-TrackedEvent = run_event_pb2.RunEvent
-
+# The tool-call events come from services.executor.toolcalls.ToolCallTracker, the one owner
+# of "START was emitted" (each at most once per call, END after START).
 StepEvent = (
-    TextStart
-    | TextDelta
-    | TextEnd
-    | ToolCallStart
-    | ToolCallArgs
-    | ToolCallEnd
-    | ToolCallResult
-    | TrackedEvent
+    TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallArgs | ToolCallEnd | ToolCallResult
 )
 
 

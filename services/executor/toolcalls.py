@@ -1,4 +1,5 @@
-"""The lifecycle of a tool call: two explicit state machines, and what was emitted to the client.
+"""The lifecycle of a tool call: two explicit state machines, how its streamed fragments
+assemble, and what was emitted to the client.
 
 Before execution (ToolCallState), the legal moves are:
 
@@ -29,7 +30,11 @@ never inferred from a state: AgentScope's duplicate-START bug (issue #2166) came
 (an external call moved to SUBMITTED got a second START). Here START, ARGS, END and RESULT
 are each emitted at most once per call, END only after START, and a call whose START went
 out in an earlier run (an external call the client answers in its next run) is seeded with
-`already_emitted` and only ever gets its RESULT.
+`already_emitted` and only ever gets its RESULT. The events are the step's own
+(services.executor.events), the one vocabulary both agents speak; the servicer converts them.
+
+Each model turn has a tracker of its own (a provider without call ids numbers a turn's calls
+from call_0 again: two turns' calls may share an id, never one turn's).
 """
 
 from __future__ import annotations
@@ -37,9 +42,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agentmesh.type.v1 import run_event_pb2
-
-from shared.messages import Msg, ToolCallState, ToolResultState, tool_result_message_id
+from services.executor.events import (
+    StepEvent,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallResult,
+    ToolCallStart,
+)
+from shared.messages import (
+    Msg,
+    ToolCallBlock,
+    ToolCallState,
+    ToolResultState,
+    tool_result_message_id,
+)
 
 
 class IllegalTransition(ValueError):
@@ -122,24 +138,30 @@ class ToolCallLifecycle:
     def finished(self) -> bool:
         return self.state == S.FINISHED
 
+    @property
+    def stored_state(self) -> ToolCallState:
+        """The state its turn's message stores: where the step leaves the call. A call
+        allowed to run here is stored finished: the step runs it, and its result is the
+        step's next message."""
+        return S.FINISHED if self.state == S.ALLOWED else self.state
+
 
 @dataclass
 class _Emitted:
     name: str
     parent_message_id: str
+    # The input's fragments as they streamed (None: a call this tracker did not assemble).
+    input: list[str] | None = None
     start: bool = False
     args: bool = False
     end: bool = False
     result: bool = False
 
 
-def _event(**payload: object) -> run_event_pb2.RunEvent:
-    return run_event_pb2.RunEvent(**payload)  # type: ignore[arg-type]
-
-
 @dataclass
 class ToolCallTracker:
-    """The tool calls of one run: their lifecycles and which AG-UI events went out."""
+    """The tool calls of one model turn: their streamed input, their lifecycles and which
+    AG-UI events went out."""
 
     _emitted: dict[str, _Emitted] = field(default_factory=dict)
     _calls: dict[str, ToolCallLifecycle] = field(default_factory=dict)
@@ -171,6 +193,34 @@ class ToolCallTracker:
                 tracker.already_emitted(c.id, c.name, result=c.id in results)
         return tracker
 
+    # -- assembly --
+
+    def stream(self, block: ToolCallBlock, parent_message_id: str) -> list[StepEvent]:
+        """One streamed fragment of a call: the first names it (a later one may, if the first
+        did not), the input JSON concatenates. START on its first fragment, ARGS for input."""
+        e = self._emitted.get(block.id)
+        if e is None:
+            e = self._emitted[block.id] = _Emitted(block.name, parent_message_id, [])
+        elif block.name and not e.name:
+            e.name = block.name
+        if e.input is None:
+            raise IllegalTransition(f"{block.id} was emitted in an earlier run")
+        if block.input:
+            e.input.append(block.input)
+        return self.start(block.id, e.name, parent_message_id) + self.args(block.id, block.input)
+
+    def whole(self, call: ToolCallBlock, parent_message_id: str) -> list[StepEvent]:
+        """A call known whole (not streamed): START, ARGS with its input, END."""
+        return self.stream(call, parent_message_id) + self.end(call.id)
+
+    def calls(self) -> list[ToolCallBlock]:
+        """The calls assembled here, in the order they began, each pending."""
+        return [
+            ToolCallBlock(cid, e.name, "".join(e.input), ToolCallState.PENDING)
+            for cid, e in self._emitted.items()
+            if e.input is not None
+        ]
+
     # -- emission, each at most once and in order --
 
     def started(self, call_id: str) -> bool:
@@ -181,22 +231,14 @@ class ToolCallTracker:
         """Calls whose START went out and whose END did not."""
         return [cid for cid, e in self._emitted.items() if e.start and not e.end]
 
-    def start(
-        self, call_id: str, name: str, parent_message_id: str = ""
-    ) -> list[run_event_pb2.RunEvent]:
+    def start(self, call_id: str, name: str, parent_message_id: str = "") -> list[StepEvent]:
         e = self._emitted.setdefault(call_id, _Emitted(name, parent_message_id))
         if e.start:
             return []
         e.start = True
-        return [
-            _event(
-                tool_call_start=run_event_pb2.ToolCallStart(
-                    tool_call_id=call_id, tool_call_name=name, parent_message_id=parent_message_id
-                )
-            )
-        ]
+        return [ToolCallStart(call_id, name, parent_message_id)]
 
-    def args(self, call_id: str, delta: str) -> list[run_event_pb2.RunEvent]:
+    def args(self, call_id: str, delta: str) -> list[StepEvent]:
         """One ARGS fragment (streaming may send many); only between START and END."""
         e = self._emitted.get(call_id)
         if e is None or not e.start:
@@ -206,47 +248,39 @@ class ToolCallTracker:
         e.args = True
         if not delta:
             return []
-        return [
-            _event(tool_call_args=run_event_pb2.ToolCallArgs(tool_call_id=call_id, delta=delta))
-        ]
+        return [ToolCallArgs(call_id, delta)]
 
-    def end(self, call_id: str) -> list[run_event_pb2.RunEvent]:
+    def end(self, call_id: str) -> list[StepEvent]:
         e = self._emitted.get(call_id)
         if e is None or not e.start:
             raise IllegalTransition(f"TOOL_CALL_END before TOOL_CALL_START for {call_id}")
         if e.end:
             return []
         e.end = True
-        return [_event(tool_call_end=run_event_pb2.ToolCallEnd(tool_call_id=call_id))]
+        return [ToolCallEnd(call_id)]
 
-    def result(self, call_id: str, message_id: str, content: str) -> list[run_event_pb2.RunEvent]:
+    def result(self, call_id: str, message_id: str, content: str) -> list[StepEvent]:
         e = self._emitted.get(call_id)
         if e is None or not e.end:
             raise IllegalTransition(f"TOOL_CALL_RESULT before TOOL_CALL_END for {call_id}")
         if e.result:
             return []
         e.result = True
-        return [
-            _event(
-                tool_call_result=run_event_pb2.ToolCallResult(
-                    message_id=message_id, tool_call_id=call_id, content=content
-                )
-            )
-        ]
+        return [ToolCallResult(message_id, call_id, content)]
 
-    def close_open(self) -> list[run_event_pb2.RunEvent]:
+    def close_open(self) -> list[StepEvent]:
         """END every started call that is still open (the run is ending: every START must be
         closed before RUN_FINISHED); calls never started get nothing, never a START."""
         return [ev for cid in self.open_calls() for ev in self.end(cid)]
 
 
-def tool_call_events(msg: Msg, tracker: ToolCallTracker) -> list[run_event_pb2.RunEvent]:
+def tool_call_events(msg: Msg, tracker: ToolCallTracker) -> list[StepEvent]:
     """The AG-UI events of a merged assistant message's tool calls and results, in order:
     START, ARGS (the whole input as one delta), END per call, then RESULT per result; each
     only if the tracker has not emitted it yet (so calling it again, or for a call a
     previous run already streamed, adds nothing twice). RESULT content is the output's
     text; media in a result are not carried by the event."""
-    events: list[run_event_pb2.RunEvent] = []
+    events: list[StepEvent] = []
     for call in msg.tool_calls:
         if tracker.started(call.id):  # streamed already (or in an earlier run): close at most
             events += tracker.end(call.id)

@@ -7,7 +7,6 @@ import pytest
 from services.executor import core
 from shared.domain import ExecutorKind
 from shared.errors import FailedPrecondition
-from shared.messages import ToolCallBlock
 
 
 def test_executor_without_an_agent_is_failed_precondition_naming_it() -> None:
@@ -15,19 +14,6 @@ def test_executor_without_an_agent_is_failed_precondition_naming_it() -> None:
         core.select_agent(ExecutorKind.MEMORY, {ExecutorKind.WORKER: object()})
     assert info.value.message == "memory executor not available"
     assert info.value.reason == "EXECUTOR_NOT_AVAILABLE"
-
-
-def test_assembler_starts_each_call_once_and_concatenates_its_input() -> None:
-    calls = core.ToolCallAssembler()
-    assert calls.add(ToolCallBlock("c1", "search", '{"q":')) == ("c1", True)
-    assert calls.add(ToolCallBlock("c1", "", ' "tea"}')) == ("c1", False)
-    assert calls.add(ToolCallBlock("c2", "clock", "")) == ("c2", True)
-    assert calls.add(ToolCallBlock("c2", "", "{}")) == ("c2", False)
-    blocks = calls.blocks()
-    assert [(b.id, b.name, b.input) for b in blocks] == [
-        ("c1", "search", '{"q": "tea"}'),
-        ("c2", "clock", "{}"),
-    ]
 
 
 def test_first_turn_carries_the_reply_id_later_turns_their_own() -> None:

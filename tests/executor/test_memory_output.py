@@ -10,7 +10,7 @@ import pytest
 
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
-from services.executor.events import StepResult
+from services.executor.events import StepResult, ToolCallResult, ToolCallStart
 from services.executor.memory_tools import Watermark
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import ExecutorKind
@@ -122,3 +122,21 @@ async def test_a_fact_saved_moves_the_watermark() -> None:
     )
     assert marks.advanced == 1 and tool.saved == ["User likes green tea"]
     assert isinstance(items[-1], StepResult)
+
+
+async def test_a_provider_that_numbers_each_turn_s_calls_from_call_0_runs_every_turn() -> None:
+    """A provider without call ids names every turn's first call call_0: each turn's call is
+    its own, streamed, run and answered."""
+    marks, tool, items = await run(
+        TurnsModel(
+            [
+                call("call_0", "memory_write", '{"content": "User likes green tea"}'),
+                call("call_0", "memory_write", '{"content": "User drinks it daily"}'),
+                text("Saved."),
+            ]
+        )
+    )
+    assert tool.saved == ["User likes green tea", "User drinks it daily"]
+    assert [e.tool_call_id for e in items if isinstance(e, ToolCallStart)] == ["call_0"] * 2
+    assert len([e for e in items if isinstance(e, ToolCallResult)]) == 2
+    assert marks.advanced == 1 and isinstance(items[-1], StepResult)

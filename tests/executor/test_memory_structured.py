@@ -10,11 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from agentmesh.type.v1 import run_event_pb2
 
 from services.executor.agents.base import StepRequest
 from services.executor.agents.memory import MemoryAgent
-from services.executor.events import StepResult, ToolDenied, TurnUsage
+from services.executor.events import StepResult, ToolCallStart, ToolDenied, TurnUsage
 from services.executor.memory_tools import (
     EXTRACTION_SCHEMA,
     GRAMMAR_EXTRACTION_SCHEMA,
@@ -104,11 +103,7 @@ async def test_the_scripted_model_s_document_is_saved_through_the_memory_tools()
     assert forget.got == ["User dislikes rain"]
     assert marks.advanced == 1 and isinstance(items[-1], StepResult)
     # The calls are streamed and stored as tool calls, as if the model had made them.
-    starts = [
-        e.tool_call_start.tool_call_name
-        for e in items
-        if isinstance(e, run_event_pb2.RunEvent) and e.WhichOneof("payload") == "tool_call_start"
-    ]
+    starts = [e.name for e in items if isinstance(e, ToolCallStart)]
     assert starts == ["memory_forget", "memory_write", "memory_write"]
     [turn] = [m for m in items if isinstance(m, Msg) and m.tool_calls]
     assert [c.name for c in turn.tool_calls] == starts

@@ -1,9 +1,11 @@
-"""Tool-call lifecycle: the two state machines and the at-most-once AG-UI emission."""
+"""Tool-call lifecycle: the two state machines, the assembly of streamed fragments and the
+at-most-once AG-UI emission."""
 
 from __future__ import annotations
 
 import pytest
 
+from services.executor.events import ToolCallArgs, ToolCallEnd, ToolCallResult, ToolCallStart
 from services.executor.toolcalls import (
     CALL_TRANSITIONS,
     IllegalTransition,
@@ -20,10 +22,17 @@ from shared.messages import (
     assistant,
 )
 
+_KINDS = {
+    ToolCallStart: "tool_call_start",
+    ToolCallArgs: "tool_call_args",
+    ToolCallEnd: "tool_call_end",
+    ToolCallResult: "tool_call_result",
+}
+
 
 # Events of any kind.
 def kinds(events: list) -> list[str]:  # type: ignore[type-arg]
-    return [e.WhichOneof("payload") for e in events]
+    return [_KINDS[type(e)] for e in events]
 
 
 def test_local_tool_without_approval_runs_to_success() -> None:
@@ -133,12 +142,9 @@ def test_events_of_a_message_are_start_args_end_then_result() -> None:
         "tool_call_end",
         "tool_call_result",
     ]
-    assert events[0].tool_call_start.parent_message_id == "a1"
-    assert events[1].tool_call_args.delta == '{"q":"tea"}'
-    assert (events[3].tool_call_result.message_id, events[3].tool_call_result.content) == (
-        "a1/result/0",
-        "found",
-    )
+    assert events[0] == ToolCallStart("c1", "search", "a1")
+    assert events[1] == ToolCallArgs("c1", '{"q":"tea"}')
+    assert events[3] == ToolCallResult("a1/result/0", "c1", "found")
 
 
 def test_events_of_the_same_message_twice_are_emitted_once() -> None:
@@ -203,3 +209,49 @@ def test_close_open_gives_nothing_to_calls_never_started() -> None:
     tracker = ToolCallTracker()
     tracker.track("c1", "t").deny()
     assert tracker.close_open() == []
+
+
+def test_streamed_fragments_start_each_call_once_and_concatenate_its_input() -> None:
+    tracker = ToolCallTracker()
+    events = tracker.stream(ToolCallBlock("c1", "search", '{"q":'), "a1")
+    events += tracker.stream(ToolCallBlock("c1", "", ' "tea"}'), "a1")
+    events += tracker.stream(ToolCallBlock("c2", "clock", ""), "a1")
+    events += tracker.stream(ToolCallBlock("c2", "", "{}"), "a1")
+    events += tracker.close_open()
+    assert events == [
+        ToolCallStart("c1", "search", "a1"),
+        ToolCallArgs("c1", '{"q":'),
+        ToolCallArgs("c1", ' "tea"}'),
+        ToolCallStart("c2", "clock", "a1"),
+        ToolCallArgs("c2", "{}"),
+        ToolCallEnd("c1"),
+        ToolCallEnd("c2"),
+    ]
+    assert [(b.id, b.name, b.input, b.state) for b in tracker.calls()] == [
+        ("c1", "search", '{"q": "tea"}', ToolCallState.PENDING),
+        ("c2", "clock", "{}", ToolCallState.PENDING),
+    ]
+
+
+def test_a_call_is_stored_as_the_step_leaves_it() -> None:
+    """Run here: finished (its result is the step's next message); sent to the client:
+    submitted; waiting for a person: asking; refused: finished."""
+    runs, client, asks, refused = (ToolCallLifecycle(c, "t") for c in ("a", "b", "c", "d"))
+    runs.allow()
+    client.allow()
+    client.submit()
+    asks.ask()
+    refused.deny()
+    assert [c.stored_state for c in (runs, client, asks, refused)] == [
+        ToolCallState.FINISHED,
+        ToolCallState.SUBMITTED,
+        ToolCallState.ASKING,
+        ToolCallState.FINISHED,
+    ]
+
+
+def test_a_call_emitted_in_an_earlier_run_cannot_stream_again() -> None:
+    tracker = ToolCallTracker()
+    tracker.already_emitted("c1", "pick_color")
+    with pytest.raises(IllegalTransition, match="earlier run"):
+        tracker.stream(ToolCallBlock("c1", "pick_color", "{}"), "a1")

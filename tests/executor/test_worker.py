@@ -22,7 +22,7 @@ from services.executor.events import (
 )
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import ExecutorKind, MessageKind
-from shared.messages import Msg, ToolResultBlock, ToolResultState, user
+from shared.messages import Msg, ToolCallState, ToolResultBlock, ToolResultState, user
 from shared.model.base import ToolSpec
 from shared.model.scripted import ScriptedModel
 from shared.profiles import ExecutionProfile, ToolPolicy
@@ -123,6 +123,10 @@ async def test_server_tool_runs_for_the_owner_and_its_result_feeds_the_next_turn
     assert "".join(i.delta for i in items if isinstance(i, ToolCallArgs)) == '{"text": "hi"}'
     assert ToolCallEnd("c1") in items
     assert [r.output for r in results(items)] == ["echo: hi"]
+    # Stored finished: its result is the step's next message.
+    assert [c.state for i in items if isinstance(i, Msg) for c in i.tool_calls] == [
+        ToolCallState.FINISHED
+    ]
     second_turn_messages = model.seen[1][0]
     assert any(
         isinstance(b, ToolResultBlock) and b.output == "echo: hi"
@@ -162,6 +166,10 @@ async def test_client_tool_call_ends_the_step_with_its_pending_id() -> None:
     assert isinstance(result, StepResult)
     assert result.pending_tool_call_ids == ("c9",) and result.finished_reason == "tool_calls"
     assert ToolCallEnd("c9") in items and results(items) == []
+    # Stored submitted: handed to the client, whose result the thread's next run brings.
+    assert [c.state for i in items if isinstance(i, Msg) for c in i.tool_calls] == [
+        ToolCallState.SUBMITTED
+    ]
 
 
 async def test_tool_loop_is_bounded_and_the_last_turn_is_offered_no_tools() -> None:
@@ -173,6 +181,22 @@ async def test_tool_loop_is_bounded_and_the_last_turn_is_offered_no_tools() -> N
     assert len(echo.calls) == 2
     result = items[-1]
     assert isinstance(result, StepResult) and result.finished_reason == "max_tool_iterations"
+
+
+async def test_a_call_in_the_last_turn_is_not_run_and_is_stored_interrupted() -> None:
+    echo = EchoTool()
+    model = TurnsModel(lambda n: call(f"c{n}", "echo", "{}"))
+    items = await run(worker(model, echo, rounds=1), step(tools=["echo"]))
+    assert [c for c, _ in echo.calls] == [{}]  # the first turn's call only
+    last = [r for r in results(items) if r.id == "c1"]
+    assert [(r.state, r.output) for r in last] == [
+        (
+            ToolResultState.INTERRUPTED,
+            "error: no tool rounds are left in this step; it was not executed",
+        )
+    ]
+    [stored] = [c for i in items if isinstance(i, Msg) for c in i.tool_calls if c.id == "c1"]
+    assert stored.state is ToolCallState.FINISHED
 
 
 async def test_failing_tool_gives_the_model_an_error_without_internals() -> None:

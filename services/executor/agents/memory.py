@@ -12,8 +12,9 @@ prompt as the system message, the owner's memories those messages recall
 (services.executor.recall) so that it rewrites rather than duplicates, the new messages
 as the conversation), runs the memory_write / memory_forget calls that shared.tools
 authorises (or, for a card with memory_extraction "structured", the writes and forgets of
-its one JSON document, as those calls), streams TOOL_CALL_* events through
-services.executor.toolcalls.ToolCallTracker, then moves the watermark with a compare-and-set.
+its one JSON document, as those calls), then moves the watermark with a compare-and-set. It
+prepares, reasons, routes and acts with services.executor.agents.loop, the worker's loop
+(no one to ask: a call never waits for approval).
 
 Two runs at once: before running any tool the agent re-reads the watermark; if another run
 moved it, the messages are that run's and this one writes nothing. If the final
@@ -31,28 +32,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from services.executor import agent_config, core, recall
 from services.executor.agents.base import StepRequest
-from services.executor.agents.worker import (
-    TurnOutput,
-    denied,
-    denied_result,
-    run_tool,
-    stored_call,
-)
-from services.executor.events import (
-    StepItem,
-    StepResult,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    TurnUsage,
-)
+from services.executor.agents.loop import Acted, Context, Offer, Routed, ToolLoop, Turn
+from services.executor.events import StepItem, StepResult, TextDelta, TextEnd, TextStart
 from services.executor.memory_tools import (
     EXTRACTION_SCHEMA,
     GRAMMAR_EXTRACTION_SCHEMA,
@@ -63,35 +50,28 @@ from services.executor.memory_tools import (
     forgotten_count,
     parse_extraction,
 )
-from services.executor.toolcalls import ToolCallTracker
 from services.executor.tools import ToolContext, ToolRegistry
 from shared.domain import MessageKind
 from shared.errors import FailedPrecondition, InvalidArgument
 from shared.messages import (
     Msg,
     Role,
-    TextBlock,
-    ThinkingBlock,
     ToolCallBlock,
-    ToolCallState,
     ToolResultBlock,
     ToolResultState,
     Usage,
     assistant,
     new_id,
-    system,
     tool_result_message_id,
     user,
 )
-from shared.model.base import ChatModel, OutputSchema, ToolSpec
+from shared.model.base import ChatModel, OutputSchema
 from shared.model.scripted import (
     MEMORY_EXTRACTION,
     MEMORY_EXTRACTION_PROMPT,
     MEMORY_PROMPT,
     NO_MEMORIES,
 )
-from shared.model.tokens import messages_tokens, tools_tokens
-from shared.tools import DenialReason, authorize, effective_tools
 
 log = logging.getLogger("agentmesh.executor.memory")
 
@@ -115,13 +95,11 @@ class _Progress:
     """One memory step's state across its model turns and tool calls."""
 
     step: StepRequest
+    offer: Offer
     watermark: str  # its name (core.watermark_name)
     mark: Watermark  # the watermark when the step began
-    registered: Sequence[str]
-    context: ToolContext
-    tracker: ToolCallTracker = field(default_factory=ToolCallTracker)
+    tools: ToolContext
     usage: Usage = field(default_factory=Usage)
-    reasons: dict[str, DenialReason | None] = field(default_factory=dict)
     succeeded: list[str] = field(default_factory=list)  # names of the calls that ran well
     forgotten: int = 0  # memories the forgets that ran removed (not the forgets run)
     checked: bool = False  # the watermark was read again before the first call
@@ -148,7 +126,26 @@ def transcript(messages: Sequence[Msg]) -> list[Msg]:
     return out
 
 
-class MemoryAgent:
+def _extracts(call: agent_config.CallSetup) -> bool:
+    """Whether the model answers one structured document instead of calling tools."""
+    return call.card is not None and call.card.memory_extraction == "structured"
+
+
+def instructions(prompt: str, call: agent_config.CallSetup, job: str) -> str:
+    """The system prompt: the profile's replaces the built-in one; with tool calls the
+    NO_MEMORIES answer stays part of the contract (without it an empty extraction could not
+    be told from prose); a structured answer says "nothing" with its empty lists. The job's
+    own instructions (its input) follow."""
+    structured = _extracts(call)
+    text = prompt or (MEMORY_EXTRACTION_PROMPT if structured else MEMORY_PROMPT)
+    if not structured and NO_MEMORIES not in text:
+        text += f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
+    if job.strip():
+        text += "\n\nThe job's instructions:\n" + job.strip()
+    return text
+
+
+class MemoryAgent(ToolLoop):
     def __init__(
         self,
         model: ChatModel,
@@ -160,22 +157,21 @@ class MemoryAgent:
         models: agent_config.ModelResolver | None = None,
         memories: recall.MemorySearch | None = None,
     ) -> None:
-        self.model = model
-        self.models = models
-        self.memories = memories
-        self.tools = tools
+        super().__init__(
+            model,
+            tools,
+            max_tool_rounds=max(1, max_tool_rounds),
+            tool_timeout_seconds=tool_timeout_seconds,
+            models=models,
+            memories=memories,
+        )
         self.watermarks = watermarks
-        self.max_tool_rounds = max(1, max_tool_rounds)
-        self.tool_timeout_seconds = tool_timeout_seconds
 
     async def run(self, step: StepRequest) -> AsyncGenerator[StepItem, None]:
         if step.client_tools:
             raise InvalidArgument("client_tools", "the memory agent runs no client-side tools")
-        registered = self.tools.names()
-        offered = [
-            self.tools.spec(n) for n in effective_tools(step.declared, step.profile, registered)
-        ]
-        watermark = core.watermark_name(step.thread_id, [t.name for t in offered])
+        offer = self.offer(step, asks=False)
+        watermark = core.watermark_name(step.thread_id, [t.name for t in offer.specs])
         mark = await self.watermarks.watermark(step.owner, watermark)
         reading = core.unread(
             step.context, core.watermark_sequence(mark.position), step.sequence_horizon
@@ -187,50 +183,30 @@ class MemoryAgent:
             yield StepResult("stop")
             return
 
-        model_call = agent_config.setup(step.profile.agent, step.time_zone, self.model, self.models)
-        card = model_call.card
-        structured = card is not None and card.memory_extraction == "structured"
+        said = [m for m in fresh if m.role is Role.USER]
         # The owner's memories the new messages may restate or contradict: the model updates
         # or forgets them instead of writing near-duplicates.
-        said = [m.text for m in fresh if m.role is Role.USER]
-        limit = step.profile.memory.max_tokens
-        recalled = await recall.recall(
-            self.memories,
-            step.owner,
-            step.profile.memory,
-            said,
-            limit,
+        prepared = await self.prepare(
+            step,
+            offer,
+            queries=[m.text for m in said],
             in_context=[m.id for m in step.context],
+            instructions=lambda prompt, call: instructions(prompt, call, step.input.text),
         )
-        if recalled.memories:
-            yield recall.recall_message(recalled, recall.recall_message_id(step.reply_message_id))
-        block = recall.block_text(recalled.memories)
-        prompt, placed = model_call.prompt_with(block)
-        # The profile's prompt replaces the built-in one; with tool calls the NO_MEMORIES
-        # answer stays part of the contract (without it an empty extraction could not be
-        # told from prose); a structured answer says "nothing" with its empty lists.
-        instructions = prompt or (MEMORY_EXTRACTION_PROMPT if structured else MEMORY_PROMPT)
-        if not structured and NO_MEMORIES not in instructions:
-            instructions += (
-                f"\n\nIf there is nothing to save or forget, reply {NO_MEMORIES} and nothing else."
-            )
-        if step.input.text.strip():
-            instructions += "\n\nThe job's instructions:\n" + step.input.text.strip()
-        leading = [system(instructions)]
-        if block and not placed:
-            leading.append(system(block))
-        conversation: list[Msg] = [*leading, *transcript(fresh)]
-        context = ToolContext(
+        if prepared.recalled is not None:
+            yield prepared.recalled
+        tools = ToolContext(
             step.owner,
             step.run_id,
             step.thread_id,
             step.time_zone,
-            source_message_ids=tuple(m.id for m in fresh if m.role is Role.USER),
-            source_texts=tuple(m.text for m in fresh if m.role is Role.USER),
+            source_message_ids=tuple(m.id for m in said),
+            source_texts=tuple(m.text for m in said),
         )
-        progress = _Progress(step, watermark, mark, registered, context)
-        extract = self._structured if structured else self._tool_calls
-        async for item in extract(progress, model_call, conversation, offered):
+        progress = _Progress(step, offer, watermark, mark, tools)
+        context = Context([*prepared.leading, *transcript(fresh)], [])
+        extract = self._structured if _extracts(prepared.call) else self._tool_calls
+        async for item in extract(progress, prepared.call, context):
             yield item
         if progress.taken:
             async for item in _reply(new_id(), TAKEN):
@@ -248,52 +224,35 @@ class MemoryAgent:
         yield StepResult("stop", progress.usage)
 
     async def _structured(
-        self,
-        progress: _Progress,
-        model_call: agent_config.CallSetup,
-        conversation: list[Msg],
-        offered: Sequence[ToolSpec],
+        self, progress: _Progress, call: agent_config.CallSetup, context: Context
     ) -> AsyncIterator[StepItem]:
         """One model turn answering the EXTRACTION_SCHEMA document; its memories and forgets
         run as the memory tool calls they stand for (same policy, audit and events)."""
-        message_id = core.turn_message_id(progress.step.reply_message_id, 0)
-        turn = TurnOutput()
-        # Counted from here on, even if a cancel or a broken stream cuts the turn.
-        yield TurnUsage(Usage(messages_tokens(conversation), 0, estimated=True))
-        async for event in self._model_turn(
-            model_call, conversation, (), message_id, turn, progress.tracker, EXTRACTION
-        ):
+        turn = Turn(core.turn_message_id(progress.step.reply_message_id, 0))
+        async for event in self.reason(call, context, (), turn, EXTRACTION):
             yield event
-        if turn.usage is None:
-            turn.usage = turn.estimated_usage(messages_tokens(conversation))
-        progress.usage = progress.usage + turn.usage
+        progress.usage = progress.usage + turn.used
         try:
             document: Extraction | None = parse_extraction("".join(turn.text))
             problem = ""
         except ValueError as err:
             document, problem = None, str(err)
-        said = [m.text for m in conversation if m.role is Role.USER]
+        said = [m.text for m in context.history if m.role is Role.USER]
         wanted, unasked = document.calls(said) if document is not None else ([], 0)
-        calls = [
-            ToolCallBlock(f"call_{new_id()}", name, arguments, ToolCallState.FINISHED)
-            for name, arguments in wanted
-        ]
+        calls = [ToolCallBlock(f"call_{new_id()}", name, arguments) for name, arguments in wanted]
         if unasked:
             log.info("dropped %d forget(s) the user's messages do not ask for", unasked)
-        for call in calls:
-            for event in progress.tracker.start(call.id, call.name, message_id):
+        for c in calls:
+            for event in turn.calls.whole(c, turn.message_id):
                 yield event
-            for event in progress.tracker.args(call.id, call.input):
-                yield event
-            for event in progress.tracker.end(call.id):
-                yield event
-        message = self._turn_message(progress, turn, calls, message_id)
+        routed = self.route(progress.offer, turn, last=False, calls=calls)
+        message = turn.message(routed)
         yield message
         if document is None:
             cut = " (cut at the output limit)" if turn.finished_reason == "length" else ""
             raise unusable(f"its answer{cut} is {problem}")
-        if calls:
-            async for item in self._run_calls(progress, calls, last=False):
+        if routed:
+            async for item in self._act(progress, message, routed, turn):
                 yield item
             if progress.taken:
                 return
@@ -309,168 +268,70 @@ class MemoryAgent:
             yield item
 
     async def _tool_calls(
-        self,
-        progress: _Progress,
-        model_call: agent_config.CallSetup,
-        conversation: list[Msg],
-        offered: Sequence[ToolSpec],
+        self, progress: _Progress, call: agent_config.CallSetup, context: Context
     ) -> AsyncIterator[StepItem]:
         """Tool rounds: the model calls memory_write / memory_forget until it answers."""
-        step = progress.step
         for turn_no in range(self.max_tool_rounds + 1):
             last = turn_no == self.max_tool_rounds
-            message_id = core.turn_message_id(step.reply_message_id, turn_no)
-            turn = TurnOutput()
-            tools = () if last else offered
-            input_tokens = messages_tokens(conversation) + tools_tokens(tools)
-            yield TurnUsage(Usage(input_tokens, 0, estimated=True))
-            async for event in self._model_turn(
-                model_call, conversation, tools, message_id, turn, progress.tracker
-            ):
+            turn = Turn(core.turn_message_id(progress.step.reply_message_id, turn_no))
+            offered = () if last else progress.offer.specs
+            async for event in self.reason(call, context, offered, turn):
                 yield event
-            if turn.usage is None:
-                turn.usage = turn.estimated_usage(input_tokens)
-            progress.usage = progress.usage + turn.usage
-            calls = [replace(c, state=ToolCallState.FINISHED) for c in turn.calls.blocks()]
-            message = self._turn_message(progress, turn, calls, message_id)
+            progress.usage = progress.usage + turn.used
+            routed = self.route(progress.offer, turn, last)
+            message = turn.message(routed)
             yield message
-            if not calls:
+            if not routed:
                 if turn_no == 0 and NO_MEMORIES not in "".join(turn.text):
                     raise unusable(
                         "it answered in prose instead of calling a memory tool or saying "
                         + NO_MEMORIES
                     )
                 return
-            conversation.append(message)
-            async for item in self._run_calls(progress, calls, last=last):
+            context.pinned.append(message)
+            async for item in self._act(progress, message, routed, turn):
                 if isinstance(item, Msg) and item.kind is MessageKind.TOOL_RESULT:
-                    conversation.append(item)
+                    context.pinned.append(item)
                 yield item
             if progress.taken:
                 return
             if turn_no == 0 and not progress.succeeded:
                 raise unusable("none of its tool calls could be run")
 
-    def _turn_message(
-        self, progress: _Progress, turn: TurnOutput, calls: list[ToolCallBlock], message_id: str
-    ) -> Msg:
-        """The model's turn as stored, each call with its policy decision (kept for
-        _run_calls)."""
-        step = progress.step
-        for c in calls:
-            reason = authorize(c.name, step.declared, step.profile, progress.registered)
-            progress.reasons[c.id] = reason
-        return assistant(
-            turn.content([stored_call(c, progress.reasons[c.id]) for c in calls]),
-            id=message_id,
-            kind=core.turn_kind(bool(calls)),
-            usage=turn.usage,
-            finished_reason=turn.finished_reason,
-        )
-
-    async def _run_calls(
-        self, progress: _Progress, calls: list[ToolCallBlock], *, last: bool
+    async def _act(
+        self, progress: _Progress, message: Msg, routed: Sequence[Routed], turn: Turn
     ) -> AsyncIterator[StepItem]:
-        """Run the memory tool calls the policy allows (refused ones are audited as denied),
-        then their results message. Before the first, the watermark is read again: if
-        another run moved it, these messages are that run's and nothing runs
-        (progress.taken)."""
-        tracker = progress.tracker
+        """Act on the turn's calls (loop.ToolLoop.act), counting what ran well. Before the
+        first, the watermark is read again: if another run moved it, these messages are
+        that run's and nothing runs (progress.taken)."""
         if not progress.checked:
             progress.checked = True
             current = await self.watermarks.watermark(progress.step.owner, progress.watermark)
             if current.position != progress.mark.position:
                 progress.taken = True
-                taken = [
-                    ToolResultBlock(c.id, c.name, TAKEN, ToolResultState.INTERRUPTED) for c in calls
-                ]
-                async for item in self._results(taken, tracker):
-                    yield item
-                for c in calls:
-                    tracker.track(c.id, c.name).interrupt()
+                results_id = new_id()
+                taken = []
+                for i, r in enumerate(routed):
+                    lifecycle = turn.calls.lifecycle(r.call.id)
+                    if not lifecycle.finished:
+                        lifecycle.interrupt()
+                    result = ToolResultBlock(
+                        r.call.id, r.call.name, TAKEN, ToolResultState.INTERRUPTED
+                    )
+                    event_id = tool_result_message_id(results_id, i)
+                    for event in turn.calls.result(r.call.id, event_id, TAKEN):
+                        yield event
+                    taken.append(result)
+                yield assistant(taken, id=results_id, kind=MessageKind.TOOL_RESULT)
                 return
-        results: list[ToolResultBlock] = []
-        for call in calls:
-            lifecycle = tracker.track(call.id, call.name)
-            reason = progress.reasons[call.id]
-            if reason is not None:
-                lifecycle.deny()
-                yield denied(call, reason)
-                result = denied_result(call, reason)
-            elif last:
-                lifecycle.interrupt()
-                result = ToolResultBlock(
-                    call.id,
-                    call.name,
-                    "error: no tool rounds are left",
-                    ToolResultState.INTERRUPTED,
-                )
-            else:
-                lifecycle.allow()
-                lifecycle.submit()
-                result = await run_tool(
-                    self.tools, call, progress.context, self.tool_timeout_seconds
-                )
-                lifecycle.finish(result.state)
-                if result.state is ToolResultState.SUCCESS:
-                    progress.succeeded.append(call.name)
-                    if call.name == MemoryForget.name:
-                        progress.forgotten += forgotten_count(result.text)
-            results.append(result)
-        async for item in self._results(results, tracker):
+        acted = Acted()
+        async for item in self.act(message, routed, turn, progress.tools, acted):
             yield item
-
-    async def _results(
-        self, results: list[ToolResultBlock], tracker: ToolCallTracker
-    ) -> AsyncIterator[StepItem]:
-        results_id = new_id()
-        for i, result in enumerate(results):
-            for event in tracker.result(
-                result.id, tool_result_message_id(results_id, i), result.text
-            ):
-                yield event
-        yield assistant(results, id=results_id, kind=MessageKind.TOOL_RESULT)
-
-    async def _model_turn(
-        self,
-        model_call: agent_config.CallSetup,
-        conversation: Sequence[Msg],
-        offered: Sequence[ToolSpec],
-        message_id: str,
-        turn: TurnOutput,
-        tracker: ToolCallTracker,
-        output_schema: OutputSchema | None = None,
-    ) -> AsyncIterator[StepItem]:
-        text_open = False
-        stream_of = model_call.stream(conversation, offered, output_schema)
-        async with aclosing(stream_of) as stream:
-            async for chunk in stream:
-                for block in chunk.content:
-                    if isinstance(block, TextBlock) and block.text:
-                        if not text_open:
-                            text_open = True
-                            yield TextStart(message_id)
-                        turn.text.append(block.text)
-                        yield TextDelta(message_id, block.text)
-                    elif isinstance(block, ToolCallBlock):
-                        call_id, _ = turn.calls.add(block)
-                        for event in tracker.start(
-                            call_id, turn.calls.name_of(call_id), message_id
-                        ):
-                            yield event
-                        for event in tracker.args(call_id, block.input):
-                            yield event
-                    elif isinstance(block, ThinkingBlock):
-                        turn.thinking.append(block.thinking)
-                if chunk.usage is not None:
-                    turn.usage = chunk.usage
-                if chunk.is_last:
-                    turn.finished_reason = chunk.finished_reason
-        if text_open:
-            yield TextEnd(message_id)
-        for call in turn.calls.blocks():
-            for event in tracker.end(call.id):
-                yield event
+        for result in acted.results.tool_results if acted.results is not None else ():
+            if result.state is ToolResultState.SUCCESS:
+                progress.succeeded.append(result.name)
+                if result.name == MemoryForget.name:
+                    progress.forgotten += forgotten_count(result.text)
 
 
 async def _reply(message_id: str, text: str) -> AsyncIterator[StepItem]:
