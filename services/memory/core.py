@@ -157,16 +157,23 @@ def is_cjk(term: str) -> bool:
     return any(_is_cjk_char(c) for c in term)
 
 
+# The code points of CJK scripts (one owner: the tokenizer's runs, the vector half's
+# per-script centering, and its PostgreSQL pattern, CJK_PATTERN).
+CJK_RANGES = (
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xAC00, 0xD7AF),  # hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0x20000, 0x3134F),  # CJK extensions B-G
+)
+# A regular expression (PostgreSQL's and Python's) matching a text holding any of them.
+CJK_PATTERN = "[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in CJK_RANGES) + "]"
+
+
 def _is_cjk_char(c: str) -> bool:
     code = ord(c)
-    return (
-        0x3040 <= code <= 0x30FF  # hiragana, katakana
-        or 0x3400 <= code <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0xAC00 <= code <= 0xD7AF  # hangul syllables
-        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
-        or 0x20000 <= code <= 0x3134F  # CJK extensions B-G
-    )
+    return any(a <= code <= b for a, b in CJK_RANGES)
 
 
 # English words a question is made of that say nothing of what is asked about.

@@ -72,6 +72,43 @@ def pg_nearest(dims: int) -> sa.TextClause:
     )
 
 
+def _owners_vectors(dims: int) -> str:
+    """The owner's current embeddings by :model in `dims` dimensions, each with its
+    memory's script (:cjk, centering.is_cjk_text's pattern)."""
+    return (
+        f"SELECT e.memory_id, e.embedding::public.vector({dims}) AS v, "
+        "m.content ~ CAST(:cjk AS text) AS cjk "
+        "FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id "
+        "WHERE e.owner_id = :owner AND m.owner_id = :owner AND e.model = :model "
+        "AND e.dimensions = :dims"
+    )
+
+
+def pg_script_means(dims: int) -> sa.TextClause:
+    """Per script of the owner's memories (cjk true or false): how many have an embedding
+    and their mean vector (text form)."""
+    return sa.text(
+        "SELECT cjk, count(*) AS n, CAST(public.avg(v) AS text) AS mean "
+        f"FROM ({_owners_vectors(dims)}) mine GROUP BY cjk"
+    )
+
+
+def pg_centered_nearest(dims: int) -> sa.TextClause:
+    """The :limit memories nearest to the centered query :vector, each memory's vector
+    less its script's mean (:mean_cjk, :mean_other), as services.memory.centering says:
+    memory_id, distance. Every vector of the owner is read (no index can serve it)."""
+
+    def param(name: str) -> str:  # once per search, see pg_nearest
+        return f"(SELECT CAST(CAST(:{name} AS text) AS public.vector({dims})))"
+
+    return sa.text(
+        "SELECT memory_id, (v OPERATOR(public.-) CASE WHEN cjk THEN "
+        f"{param('mean_cjk')} ELSE {param('mean_other')} END) "
+        f"OPERATOR(public.<=>) {param('vector')} AS distance "
+        f"FROM ({_owners_vectors(dims)}) mine ORDER BY distance, memory_id LIMIT :limit"
+    )
+
+
 # Store a memory's embedding (:embedding, pgvector's text form) with its row's other
 # columns (:memory_id, :owner_id, :model, :dimensions, :memory_version, :content_digest,
 # :update_time), replacing the one it had.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import uuid
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.memory import core, queries
+from services.memory import centering, core, queries
 from services.memory.core import Memory, MemoryWrite, Watermark
 from services.memory.tables import (
     MEMORY_COLUMNS,
@@ -365,7 +366,7 @@ async def search(
     found = await _lexical(conn, owner, groups, limit)
     nearest = None
     if embedding is not None:
-        nearest = await _nearest(conn, owner, embedding, model, limit)
+        nearest = await _nearest(conn, owner, embedding, model, limit, query)
     return core.fuse(core.rankings(tokens, found, nearest, lambda m: m.content), limit, query)
 
 
@@ -388,47 +389,22 @@ async def _lexical(
 
 
 async def _nearest(
-    conn: AsyncConnection, owner: str, embedding: Sequence[float], model: str, limit: int
+    conn: AsyncConnection,
+    owner: str,
+    embedding: Sequence[float],
+    model: str,
+    limit: int,
+    query: str,
 ) -> list[Memory]:
-    dims = len(embedding)
+    """The owner's memories nearest to `embedding` (the vector of `query`), centered per
+    script when services.memory.centering says so."""
+    query_cjk = centering.is_cjk_text(query)
     if is_postgres(conn):
-        # The HNSW index of this dimension (ensure_vector_index) serves the ORDER BY; its
-        # iterative scan keeps reading the graph until `limit` rows of this owner and
-        # model are found (pgvector >= 0.8), instead of filtering a fixed candidate list.
-        await conn.execute(
-            queries.PG_SEARCH_SETTINGS, {"ef": str(max(HNSW_EF_SEARCH, min(limit, 1000)))}
-        )
-        nearest = (
-            await conn.execute(
-                queries.pg_nearest(dims),
-                {
-                    "vector": _vector_text(embedding),
-                    "owner": owner,
-                    "model": model,
-                    "dims": dims,
-                    "limit": limit,
-                },
-            )
-        ).all()
-        order = {r.memory_id: float(r.distance) for r in nearest}
+        order = await _pg_centered(conn, owner, embedding, model, limit, query_cjk)
+        if order is None:
+            order = await _pg_nearest(conn, owner, embedding, model, limit)
     else:
-        rows = (
-            await conn.execute(
-                sa.select(memory_embeddings.c.memory_id, memory_embeddings.c.embedding).where(
-                    memory_embeddings.c.owner_id == owner,
-                    memory_embeddings.c.model == model,
-                    memory_embeddings.c.dimensions == dims,
-                )
-            )
-        ).all()
-        if not rows:
-            return []
-        import numpy as np  # lazily: see the note at the imports
-
-        matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
-        distances = 1.0 - matrix.reshape(len(rows), dims) @ np.asarray(embedding, dtype="<f4")
-        best = np.argsort(distances, kind="stable")[:limit]
-        order = {rows[i].memory_id: float(distances[i]) for i in best}
+        order = await _sqlite_nearest(conn, owner, embedding, model, limit, query_cjk)
     if not order:
         return []
     found = (
@@ -439,6 +415,92 @@ async def _nearest(
         )
     ).all()
     return sorted((_memory(r) for r in found), key=lambda m: (order[m.id], m.id))
+
+
+async def _pg_nearest(
+    conn: AsyncConnection, owner: str, embedding: Sequence[float], model: str, limit: int
+) -> dict[str, float]:
+    """PostgreSQL's nearest memories by plain cosine: memory id -> distance."""
+    dims = len(embedding)
+    # The HNSW index of this dimension (ensure_vector_index) serves the ORDER BY; its
+    # iterative scan keeps reading the graph until `limit` rows of this owner and
+    # model are found (pgvector >= 0.8), instead of filtering a fixed candidate list.
+    await conn.execute(
+        queries.PG_SEARCH_SETTINGS, {"ef": str(max(HNSW_EF_SEARCH, min(limit, 1000)))}
+    )
+    nearest = await conn.execute(
+        queries.pg_nearest(dims),
+        {
+            "vector": _vector_text(embedding),
+            "owner": owner,
+            "model": model,
+            "dims": dims,
+            "limit": limit,
+        },
+    )
+    return {r.memory_id: float(r.distance) for r in nearest.all()}
+
+
+async def _sqlite_nearest(
+    conn: AsyncConnection,
+    owner: str,
+    embedding: Sequence[float],
+    model: str,
+    limit: int,
+    query_cjk: bool,
+) -> dict[str, float]:
+    """SQLite's nearest memories (every vector of the owner compared, centered per script
+    when services.memory.centering says so): memory id -> distance."""
+    dims = len(embedding)
+    e = memory_embeddings
+    rows = (
+        await conn.execute(
+            sa.select(e.c.memory_id, e.c.embedding, memories.c.content)
+            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
+            .where(e.c.owner_id == owner, e.c.model == model, e.c.dimensions == dims)
+        )
+    ).all()
+    if not rows:
+        return {}
+    import numpy as np  # lazily: see the note at the imports
+
+    matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4").reshape(
+        len(rows), dims
+    )
+    cjk = np.asarray([centering.is_cjk_text(r.content) for r in rows], dtype=bool)
+    distances = centering.distances(matrix, cjk, embedding, query_cjk)
+    best = np.argsort(distances, kind="stable")[:limit]
+    return {rows[i].memory_id: float(distances[i]) for i in best}
+
+
+async def _pg_centered(
+    conn: AsyncConnection,
+    owner: str,
+    embedding: Sequence[float],
+    model: str,
+    limit: int,
+    query_cjk: bool,
+) -> dict[str, float] | None:
+    """PostgreSQL's nearest memories by centered vectors (services.memory.centering):
+    memory id -> distance; None when the owner is not searched centered."""
+    dims = len(embedding)
+    where = {"owner": owner, "model": model, "dims": dims, "cjk": core.CJK_PATTERN}
+    stats = (await conn.execute(queries.pg_script_means(dims), where)).all()
+    if not centering.centers({bool(r.cjk): int(r.n) for r in stats}):
+        return None
+    means = {bool(r.cjk): json.loads(r.mean) for r in stats}
+    query = [x - m for x, m in zip(embedding, means[query_cjk], strict=True)]
+    found = await conn.execute(
+        queries.pg_centered_nearest(dims),
+        {
+            **where,
+            "vector": _vector_text(query),
+            "mean_cjk": _vector_text(means[True]),
+            "mean_other": _vector_text(means[False]),
+            "limit": limit,
+        },
+    )
+    return {r.memory_id: float(r.distance) for r in found.all()}
 
 
 def _vector_text(embedding: Sequence[float]) -> str:
