@@ -2,9 +2,11 @@
 and their SSE encoding.
 
 Each event is built as its ag_ui.core model (the AG-UI package owns the shape: camelCase
-keys, optional fields without a value left out, as a strict client rejects JSON null there)
-and framed here with its sequence number as the SSE id, which the resume needs and
-ag_ui.encoder.EventEncoder does not write.
+keys, optional fields without a value left out, as a strict client rejects JSON null there),
+but for the pieces streamed one per token, which are the same data built directly (_delta).
+The events travel on as data (the resume replays them) and are framed here with their
+sequence number as the SSE id, which the resume needs and ag_ui.encoder.EventEncoder does
+not write.
 """
 
 from __future__ import annotations
