@@ -1,5 +1,6 @@
 """A ChatModel for any OpenAI-compatible /v1/chat/completions endpoint (OpenAI, vLLM,
-Ollama's /v1, DashScope's compatible mode), streamed over httpx with server-sent events.
+Ollama's /v1, DashScope's compatible mode), streamed over httpx, its server-sent events
+read by httpx-sse.
 
 - Text deltas become TextBlocks; `reasoning_content` (DashScope, DeepSeek, vLLM) or
   `reasoning` deltas become ThinkingBlocks; tool-call fragments are keyed by their index
@@ -48,6 +49,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import ServerSentEvent
+
+# What EventSource.aiter_sse is made of, to read llama.cpp's `error:` field beside the
+# standard's (sse_events): private names of the pinned version, which tests/model pins.
+from httpx_sse._api import _aiter_sse_lines
+from httpx_sse._decoders import SSEDecoder
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from shared.messages import (
@@ -287,29 +294,24 @@ class _StreamState:
         return ChatResponse(content=tuple(blocks))
 
 
-async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
-    """(kind, payload) of each event of a server-sent event stream (multi-line data joined
-    by \\n): kind "error" for one sent in an `error:` field, which llama.cpp's server uses
-    for a failure of a stream it already started (not a field of the SSE standard, whose
-    parsers drop it), else "data"."""
-    data: list[str] = []
-    kind = "data"
-    async for line in lines:
-        if line == "":
-            if data:
-                yield kind, "\n".join(data)
-            data, kind = [], "data"
-        elif line.startswith(":"):
-            continue
-        elif line.startswith(("data:", "error:")):
-            field, value = line.split(":", 1)
-            kind = "error" if field == "error" else kind
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield kind, "\n".join(data)
+async def sse_events(response: httpx.Response) -> AsyncGenerator[ServerSentEvent, None]:
+    """The events of `response` the way httpx-sse's EventSource.aiter_sse reads them (lines
+    end only at CR or LF, so a model's U+2028 or U+0085 sent unescaped stays inside its
+    JSON; an event without data is no event), whatever the Content-Type says (a server that
+    streams under another type is read as before), and llama.cpp's `error:` field as an
+    event named "error": its server sends the failure of a stream it already started in that
+    field, which is not one of the standard's (httpx-sse, as the standard says, drops it)."""
+    decoder = SSEDecoder()
+    async for line in _aiter_sse_lines(response):
+        if line.startswith("error:"):
+            decoder.decode("event: error")
+            line = "data" + line.removeprefix("error")
+        event = decoder.decode(line)
+        if event is not None and event.data:
+            yield event
 
 
-async def drain_after_done(events: AsyncIterator[tuple[str, str]], seconds: float) -> None:
+async def drain_after_done(events: AsyncIterator[ServerSentEvent], seconds: float) -> None:
     """Read a stream to its end after its [DONE] event, so httpx keeps its connection (it
     reuses one only when the response was read to the end). What a server sends after
     [DONE] is ignored; one that keeps the stream open longer than `seconds` (or breaks it)
@@ -696,17 +698,17 @@ class OpenAIChatModel:
         state = _StreamState(tools)
         yielded = False
         broken: ModelStreamBroken | None = None
-        events = sse_events(response.aiter_lines())
+        events = sse_events(response)
         try:
-            async for kind, data in events:
-                if data.strip() == "[DONE]":
+            async for event in events:
+                if event.data.strip() == "[DONE]":
                     state.done = True
                     await drain_after_done(events, DRAIN_SECONDS)
                     break
                 try:
-                    if kind == "error":
-                        raise _StreamError(_json_or_text(data))
-                    chunk = state.chunk(json.loads(data))
+                    if event.event == "error":
+                        raise _StreamError(_json_or_text(event.data))
+                    chunk = state.chunk(json.loads(event.data))
                 except _StreamError as e:
                     raise classify_refusal(self.name, 0, *_error_fields(e.error)) from None
                 except json.JSONDecodeError:

@@ -105,6 +105,21 @@ def test_payload_maps_to_a_valid_agui_event_without_null(name: str) -> None:
     assert model.model_extra == {}
 
 
+@pytest.mark.parametrize("name", sorted(PAYLOADS))
+@pytest.mark.parametrize("timestamp_ms", [1_700_000_000_000, 0])
+def test_each_event_goes_out_as_its_ag_ui_model_serializes_it(name: str, timestamp_ms: int) -> None:
+    # Built as its ag_ui.core model (a streamed piece as the same data, for speed): the keys,
+    # their order and the values on the wire are the model's.
+    event = _event(**{name: PAYLOADS[name]})
+    event.timestamp_ms = timestamp_ms
+    out = sse.to_agui(event)
+    assert out is not None
+    model = EVENT.validate_python(out)
+    assert (
+        sse.frame(out, 7) == b"id: 7\ndata: %s\n\n" % model.model_dump_json(by_alias=True).encode()
+    )
+
+
 def test_interrupt_outcome_names_each_pending_tool_call_as_an_interrupt() -> None:
     out = sse.to_agui(
         _event(

@@ -36,7 +36,7 @@ from shared.model.base import (
 from shared.model.cards import ModelCard
 from shared.model.merge import collect
 from shared.model.openai import OpenAIChatModel, read_api_key, to_openai_messages
-from tests.model.fake_openai import Reply, error, fake_openai, recording
+from tests.model.fake_openai import Reply, error, events, fake_openai, recording
 
 SECRET = "sk-test-secret-value-1234567890"
 
@@ -146,6 +146,20 @@ async def test_reasoning_content_streams_as_thinking() -> None:
         ThinkingBlock("The user greets me. Reply politely."),
         TextBlock("你好！有什么可以帮你？"),
     )
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+async def test_a_line_separator_the_model_wrote_unescaped_stays_in_its_text(separator: str) -> None:
+    # JSON need not escape U+2028, U+2029 or U+0085 (llama.cpp's server and pydantic send
+    # them as they are); only CR and LF end an SSE line.
+    delta = {"choices": [{"index": 0, "delta": {"content": f"one{separator}two"}}]}
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    reply = events(*(json.dumps(p, ensure_ascii=False) for p in (delta, finish)))
+    async with fake_openai([replace(reply, piece=5)]) as fake:
+        m = model(fake.base_url)
+        msg = await collect(m.stream([user("hi")]))
+        await m.aclose()
+    assert msg.text == f"one{separator}two" and msg.finished_reason == "stop"
 
 
 async def test_429_then_success_is_retried() -> None:
