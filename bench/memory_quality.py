@@ -64,7 +64,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.memory_search import embedding_config, engine_for
-from services.memory import core, store
+from services.memory import centering, core, store
 from services.memory.embedding_server import LocalEmbeddingServer
 from services.memory.embeddings import Embedder, EmbeddingClient
 
@@ -369,36 +369,47 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def headroom(facts: Sequence[dict[str, Any]], size: int) -> dict[str, Any]:
-    """The vector half alone, exact cosine over each owner's cached vectors (no database):
-    recall at depths up to 100 per language (how many candidates a reranking stage would
-    need), and what is first when the fact is not (filler, another fact, a distractor)."""
+    """The vector half alone, exact cosine over each owner's cached vectors (no database),
+    plain and centered per script (services.memory.centering, as the search ranks): recall
+    at depths up to 100 per question kind (en, zh, cross: how many candidates a reranking
+    stage would need), and what is first when the fact is not (filler, another fact, a
+    distractor)."""
     cache = CachedClient(_NoModel())  # type: ignore[arg-type]  # reads, never embeds
     out: dict[str, Any] = {}
     for owner, held in owners_at(facts, size).items():
         texts = texts_of(owner, held, size)
         kinds = {d["text"]: "distractor" for f in held for d in f["distractors"]}
         kinds |= {f["fact"]: "fact" for f in held}
-        matrix = np.asarray([cache.cache[f"p:{t}"] for t in texts])
-        ranks, first = [], Counter[str]()
+        matrix = np.asarray([cache.cache[f"p:{t}"] for t in texts], dtype=np.float32)
+        cjk = np.asarray([centering.is_cjk_text(t) for t in texts])
         for fact in held:
-            for question in fact["questions"]:
-                order = np.argsort(-(matrix @ np.asarray(cache.cache[f"q:{question}"])))
-                rank = int(np.flatnonzero(order == texts.index(fact["fact"]))[0]) + 1
-                ranks.append(rank)
-                if rank > 1:
-                    first[kinds.get(texts[order[0]], "filler")] += 1
-        lang = out.setdefault(held[0]["lang"], {"ranks": [], "first_when_missed": Counter()})
-        lang["ranks"] += ranks
-        lang["first_when_missed"] += first
+            target = texts.index(fact["fact"])
+            for bucket, question in _questions(fact):
+                vector = cache.cache[f"q:{question}"]
+                plain = 1.0 - matrix @ np.asarray(vector, dtype=np.float32)
+                centered = centering.distances(matrix, cjk, vector, centering.is_cjk_text(question))
+                kind = bucket if bucket in LANGS else "cross"
+                for name, distances in (("plain", plain), ("centered", centered)):
+                    rank = int((distances < distances[target]).sum()) + 1
+                    entry = out.setdefault(name, {}).setdefault(
+                        kind, {"ranks": [], "first_when_missed": Counter()}
+                    )
+                    entry["ranks"].append(rank)
+                    if rank > 1:
+                        first = texts[int(np.argmin(distances))]
+                        entry["first_when_missed"][kinds.get(first, "filler")] += 1
     return {
-        lang: {
-            **{
-                f"recall_at_{k}": round(sum(r <= k for r in v["ranks"]) / len(v["ranks"]), 3)
-                for k in (1, 5, 10, 50, 100)
-            },
-            "first_when_missed": dict(v["first_when_missed"]),
+        name: {
+            kind: {
+                **{
+                    f"recall_at_{k}": round(sum(r <= k for r in v["ranks"]) / len(v["ranks"]), 3)
+                    for k in (1, 5, 10, 50, 100)
+                },
+                "first_when_missed": dict(v["first_when_missed"]),
+            }
+            for kind, v in kinds_.items()
         }
-        for lang, v in out.items()
+        for name, kinds_ in out.items()
     }
 
 
