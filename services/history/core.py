@@ -208,6 +208,40 @@ def check_answers(
             )
 
 
+# The reason of a BeginRun refused because it answers approvals while the thread has a run
+# in progress (that run settles the thread's waiting approvals itself when it ends).
+INTERRUPT_BUSY = "INTERRUPT_BUSY"
+
+
+def refuse_answers_while_busy(active: Sequence[Run], field: str) -> InvalidArgument:
+    """A new run that answers approvals is admitted only on an idle thread: a run in
+    progress records every approval it found waiting (answered, or `unanswered`) when it
+    ends, so a resume queued behind it would find its answer already given; refused,
+    naming `<field>[0]`, with nothing stored."""
+    busy = next((r for r in active if r.state is RunState.RUNNING), active[0])
+    return InvalidArgument(
+        f"{field}[0]",
+        f"the thread has a run in progress ({busy.id}); answer once it has ended",
+        reason=INTERRUPT_BUSY,
+    )
+
+
+def settled_interrupts(outputs: Sequence[NewMessage]) -> list[str]:
+    """The tool call ids whose approval a run's output settled: each result message of
+    decided calls keeps one record per call under metadata `approvals`
+    (shared.approvals.approval_record), whoever decided (a person, expiry, no answer)."""
+    out: list[str] = []
+    for m in outputs:
+        records = m.extra.get("approvals")
+        if not isinstance(records, list):
+            continue
+        for record in records:
+            call_id = record.get("toolCallId") if isinstance(record, dict) else None
+            if isinstance(call_id, str) and call_id and call_id not in out:
+                out.append(call_id)
+    return out
+
+
 def denials_for_run(
     items: Sequence[tuple[str, str, str, str]], run: Run, now: datetime
 ) -> list[ToolDenial]:

@@ -216,6 +216,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             run = None if check_ids else await store.insert_run_if_idle(conn, plan.run)
             if run is None:
                 stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
+                if answers and stored is None and active:
+                    taken = await store.interrupt_answerers(conn, owner, thread_id, answers)
+                    core.check_answers(answers, taken, run_id, "answered_interrupt_ids")
+                    raise core.refuse_answers_while_busy(active, "answered_interrupt_ids")
                 plan = core.plan_begin(begin, stored, active)
                 run = await store.write_begin(conn, plan)
             if answers:
@@ -310,6 +314,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 conn, thread, writes.outputs, "output_messages", now, check_ids=check_ids
             )
             await store.insert_denials(conn, writes.denials)
+            # The approvals its output settled are answered (by whoever decided): a resume
+            # checked before this commit is refused when it is admitted.
+            settled = core.settled_interrupts(writes.outputs)
+            await store.take_interrupts(conn, owner, thread.id, run_id, settled, now)
             await store.hide_run_messages(conn, owner, writes.hide)
             return finished
 

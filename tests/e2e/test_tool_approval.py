@@ -303,3 +303,42 @@ def test_concurrent_resumes_of_one_interrupt_are_answered_once(suite: Suite) -> 
     # One run's input, the call's result and its reply: nothing of the refused ones.
     inputs = [m for m in stored[before:] if m["role"] == "user"]
     assert len(inputs) == 1, stored[before:]
+
+
+def test_a_resume_posted_while_another_run_is_in_progress_is_400_and_stores_nothing(
+    suite: Suite,
+) -> None:
+    """The run in progress records the thread's waiting approval `unanswered` when it ends;
+    a resume queued behind it was 200 and its answer silently dropped."""
+    owner, thread = new("jo"), new("t")
+    interrupt = ask(suite, owner, thread, "later")
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    said = 'use the notes.slow tool with {"seconds": 4}'
+    body = run_body(thread, new("r"), said, forwardedProps={"agentmesh": {"profile": PROFILE}})
+    busy: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=120,
+    ) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        for line in lines:
+            if line.startswith("data: "):
+                busy.append(json.loads(line[len("data: ") :]))
+                if busy[-1]["type"] == "TOOL_CALL_START":
+                    break  # admitted, and its slow call is under way
+        refused = post(suite, owner, thread, "approved", resume=resume)
+        busy.extend(json.loads(x[len("data: ") :]) for x in lines if x.startswith("data: "))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"][0]["field"] == "resume[0].interruptId"
+    assert busy[-1]["type"] == "RUN_FINISHED", busy[-1]
+    stored = history(suite, owner, thread)
+    assert "approved" not in [m.get("content") for m in stored if m["role"] == "user"]
+    [settled] = [m for m in stored if m.get("toolCallId") == interrupt["id"]]
+    assert settled["metadata"]["approvals"][0]["decision"] == "unanswered"
+    assert notes(suite, owner) == "no notes"
