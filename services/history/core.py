@@ -347,9 +347,11 @@ def stamp(
     position: int,
     created_at: datetime,
     sequence: int = 0,
+    run_failed: bool = False,
 ) -> Message:
-    """The stored form: the mask comes only from (thread mode, kind); never from the caller."""
-    mask = visibility_mask_for(mode, message.kind)
+    """The stored form: the mask comes only from (thread mode, kind, whether the run that
+    wrote it failed); never from the caller."""
+    mask = visibility_mask_for(mode, message.kind, run_failed=run_failed)
     return Message(
         owner_id=owner_id,
         id=message.id,
@@ -629,6 +631,8 @@ class FinishWrites:
     denials: list[ToolDenial]
     # A rolled-back run's messages (its output too) leave history and context.
     hide: tuple[str, ...]
+    # The run ended FAILED: its outputs are stamped so (visibility_mask_for).
+    run_failed: bool = False
 
 
 def plan_finished(
@@ -642,6 +646,7 @@ def plan_finished(
         outputs=for_run(outputs, run, "output_messages"),
         denials=denials_for_run(denials, run, now),
         hide=(run.id,) if run.rolled_back else (),
+        run_failed=run.state is RunState.FAILED,
     )
 
 

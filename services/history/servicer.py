@@ -139,6 +139,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         now: datetime,
         *,
         check_ids: bool = True,
+        run_failed: bool = False,
     ) -> tuple[Thread, list[Message]]:
         """Store the new ones of `items` (the thread is locked); all of them, as stored.
         Without `check_ids`, every id is taken to be new (a stored one fails the insert)."""
@@ -168,6 +169,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     position=first + i,
                     created_at=now,
                     sequence=sequence + i,
+                    run_failed=run_failed,
                 )
                 for i, m in enumerate(fresh)
             ]
@@ -311,7 +313,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 return current
             writes = core.plan_finished(finished, outputs, denials, now)
             await self._append(
-                conn, thread, writes.outputs, "output_messages", now, check_ids=check_ids
+                conn,
+                thread,
+                writes.outputs,
+                "output_messages",
+                now,
+                check_ids=check_ids,
+                run_failed=writes.run_failed,
             )
             await store.insert_denials(conn, writes.denials)
             # The approvals its output settled are answered (by whoever decided): a resume
