@@ -195,6 +195,36 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
             "resume[0].payload.x",
         ),
         ("approve", "resume[0]"),
+        # By JSON type, nesting and size (tests/gateway/test_run_input.py has every field).
+        ({"interruptId": 7, "status": "cancelled"}, "resume[0].interruptId"),
+        ({"interruptId": "x", "status": ["resolved"]}, "resume[0].status"),
+        ({"interruptId": "x", "status": "resolved", "payload": ["approve"]}, "resume[0].payload"),
+        (
+            {"interruptId": "x", "status": "resolved", "payload": {"decision": {"k": "approve"}}},
+            "resume[0].payload.decision",
+        ),
+        (
+            {
+                "interruptId": "x",
+                "status": "resolved",
+                "payload": {
+                    "decision": "edit",
+                    "arguments": {
+                        "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+                    },
+                },
+            },
+            "resume[0].payload.arguments",
+        ),
+        (
+            {
+                "interruptId": "x",
+                "status": "resolved",
+                "payload": {"decision": "edit", "arguments": {"text": "x" * 200_000}},
+            },
+            "resume[0].payload.arguments",
+        ),
+        ([{"interruptId": "x", "status": "cancelled"}] * 2, "resume[1].interruptId"),
     ],
 )
 def test_a_bad_resume_is_refused_naming_the_field_and_nothing_is_stored(
@@ -202,13 +232,20 @@ def test_a_bad_resume_is_refused_naming_the_field_and_nothing_is_stored(
 ) -> None:
     owner, thread = new("eve"), new("t")
     interrupt = ask(suite, owner, thread, "keep")
-    if isinstance(entry, dict) and entry.get("interruptId") == "x":
-        entry = {**entry, "interruptId": interrupt["id"]}
+    entries = entry if isinstance(entry, list) else [entry]
+    entries = [
+        {**e, "interruptId": interrupt["id"]}
+        if isinstance(e, dict) and e.get("interruptId") == "x"
+        else e
+        for e in entries
+    ]
     before = history(suite, owner, thread)
-    resp = post(suite, owner, thread, "answer", resume=[entry])
+    resp = post(suite, owner, thread, "answer", resume=entries)
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["details"][0]["field"] == field, resp.text
+    assert resp.json()["error"]["details"][0]["field"].startswith(field), resp.text
     assert history(suite, owner, thread) == before
+    assert _threads(suite, owner)[0]["id"] == thread and len(_threads(suite, owner)) == 1
+    assert notes(suite, owner) == "no notes"
 
 
 def test_another_owner_cannot_answer_an_approval(suite: Suite) -> None:
