@@ -160,6 +160,13 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
     [kept] = stored[0]["metadata"]["approvals"]
     assert kept["decision"] == decision and kept["decidedBy"] == owner
     # ... and in the audit's tool denials, beside the policy's.
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["toolName"] == "notes.add_note"
+    assert denial["reason"] == reason and len(denial["argumentsSha256"]) == 64
+
+
+def denials(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
+    """The audit's toolDenials of the thread: every decision that kept a call from running."""
     audit = httpx.get(
         f"{suite.gateway_url}/api/v1/admin/audit",
         params={"owner_id": owner, "thread_id": thread},
@@ -167,9 +174,8 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
         timeout=30,
     )
     assert audit.status_code == 200, audit.text
-    [denial] = audit.json()["toolDenials"]
-    assert denial["toolCallId"] == interrupt["id"] and denial["toolName"] == "notes.add_note"
-    assert denial["reason"] == reason and len(denial["argumentsSha256"]) == 64
+    # JSON of the response.
+    return audit.json()["toolDenials"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
@@ -276,6 +282,8 @@ def test_an_unanswered_approval_expires_and_is_recorded_denied(suite: Suite) -> 
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == interrupt["id"] and "not executed" in result["content"]
     assert notes(suite, owner) == "no notes"
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["reason"] == "approval_expired"
 
 
 def _threads(suite: Suite, owner: str) -> list[dict[str, Any]]:
@@ -378,4 +386,6 @@ def test_a_resume_posted_while_another_run_is_in_progress_is_400_and_stores_noth
     assert "approved" not in [m.get("content") for m in stored if m["role"] == "user"]
     [settled] = [m for m in stored if m.get("toolCallId") == interrupt["id"]]
     assert settled["metadata"]["approvals"][0]["decision"] == "unanswered"
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["reason"] == "approval_unanswered"
     assert notes(suite, owner) == "no notes"
