@@ -201,7 +201,10 @@ def _health_routes(app: FastAPI) -> None:
 
     @app.get(
         "/readyz",
-        summary="Every service the gateway needs answers SERVING; how memory search works now",
+        summary=(
+            "Every service the gateway needs answers SERVING; how memory search works now "
+            "and each tool source's state"
+        ),
         tags=["health"],
         responses={
             503: {
@@ -220,9 +223,10 @@ def _health_routes(app: FastAPI) -> None:
                 "not ready: " + "; ".join(f"{name} {why}" for name, why in down.items()),
                 violations=list(down.items()),
             ).response()
-        # Memory search without its embedding model still serves (lexical-only, degraded):
-        # said here, never a 503.
-        return JSONResponse({"status": "ready", "memorySearch": await clients.memory_search()})
+        # Memory search without its embedding model still serves (lexical-only, degraded),
+        # and so does a deployment whose tool source failed: said here, never a 503.
+        search, tools = await asyncio.gather(clients.memory_search(), clients.tool_sources())
+        return JSONResponse({"status": "ready", "memorySearch": search, "toolSources": tools})
 
 
 async def _metrics() -> Response:

@@ -10,10 +10,11 @@ from typing import Any
 import grpc
 from agentmesh.history.v1 import history_service_pb2_grpc
 from agentmesh.memory.v1 import memory_service_pb2_grpc
-from agentmesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+from agentmesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.gateway.convert import tool_sources_json
 from services.gateway.errors import from_rpc
 from shared.clients import open_channel
 from shared.identity import call_metadata
@@ -30,6 +31,9 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # The stores a peer reports on (shared.server's health entries), as /readyz names them.
 STORES = {DATABASE: "database", EVENT_LOG: "event log"}
+# The owner id /readyz asks the tool listing as: the listing is the deployment's, the same for
+# every owner (no owner's data is read or written).
+READINESS_OWNER = "gateway:readyz"
 
 
 @dataclass
@@ -107,6 +111,24 @@ class Clients:
         else:
             why = "the embedding model has not been checked yet"
         return {"status": "degraded", "mode": "lexical", "reason": why}
+
+    async def tool_sources(self) -> dict[str, Any]:
+        """The executor's outside tool sources for /readyz (convert.tool_sources_json), or
+        `unknown` when the orchestrator or its executor cannot tell within the probe's
+        deadline. Never a reason for a 503: runs that need no such tool still serve."""
+        try:
+            reply = await self.orchestrator.ListTools(
+                orchestrator_service_pb2.ListToolsRequest(),
+                metadata=call_metadata(READINESS_OWNER, request_id=request_id_var.get()),
+                timeout=HEALTH_TIMEOUT_SECONDS,
+            )
+        except grpc.RpcError:
+            return {
+                "status": "unknown",
+                "reason": "the orchestrator or its executor does not answer",
+                "sources": [],
+            }
+        return tool_sources_json(reply.sources)
 
     async def close(self) -> None:
         for ch in self.channels.values():

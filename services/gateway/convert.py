@@ -384,8 +384,21 @@ SOURCE_STATES = {
 }
 
 
+def tool_sources_json(sources: Sequence[message_pb2.ToolSourceStatus]) -> dict[str, Any]:
+    """The configured outside tool sources as /readyz shows them: `ready` unless one failed
+    (`degraded`, naming them; each entry says its last error and when), every source as
+    GET /api/v1/tools shows it. A tool source never makes the deployment unready."""
+    failed = [s.name for s in sources if s.state == message_pb2.TOOL_SOURCE_STATE_FAILED]
+    out: dict[str, Any] = {"status": "degraded" if failed else "ready"}
+    if failed:
+        out["reason"] = "failed: " + ", ".join(failed)
+    out["sources"] = [source_status_json(s) for s in sources]
+    return out
+
+
 def source_status_json(s: message_pb2.ToolSourceStatus) -> dict[str, Any]:
-    """An outside tool source's state (GET /api/v1/tools `sources`); unset fields omitted."""
+    """An outside tool source's state (GET /api/v1/tools `sources`, /readyz `toolSources`);
+    unset fields omitted."""
     out: dict[str, Any] = {
         "name": s.name,
         "state": SOURCE_STATES.get(s.state, "pending"),

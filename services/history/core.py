@@ -208,6 +208,40 @@ def check_answers(
             )
 
 
+# The reason of a BeginRun refused because it answers approvals while the thread has a run
+# in progress (that run settles the thread's waiting approvals itself when it ends).
+INTERRUPT_BUSY = "INTERRUPT_BUSY"
+
+
+def refuse_answers_while_busy(active: Sequence[Run], field: str) -> InvalidArgument:
+    """A new run that answers approvals is admitted only on an idle thread: a run in
+    progress records every approval it found waiting (answered, or `unanswered`) when it
+    ends, so a resume queued behind it would find its answer already given; refused,
+    naming `<field>[0]`, with nothing stored."""
+    busy = next((r for r in active if r.state is RunState.RUNNING), active[0])
+    return InvalidArgument(
+        f"{field}[0]",
+        f"the thread has a run in progress ({busy.id}); answer once it has ended",
+        reason=INTERRUPT_BUSY,
+    )
+
+
+def settled_interrupts(outputs: Sequence[NewMessage]) -> list[str]:
+    """The tool call ids whose approval a run's output settled: each result message of
+    decided calls keeps one record per call under metadata `approvals`
+    (shared.approvals.approval_record), whoever decided (a person, expiry, no answer)."""
+    out: list[str] = []
+    for m in outputs:
+        records = m.extra.get("approvals")
+        if not isinstance(records, list):
+            continue
+        for record in records:
+            call_id = record.get("toolCallId") if isinstance(record, dict) else None
+            if isinstance(call_id, str) and call_id and call_id not in out:
+                out.append(call_id)
+    return out
+
+
 def denials_for_run(
     items: Sequence[tuple[str, str, str, str]], run: Run, now: datetime
 ) -> list[ToolDenial]:
@@ -313,9 +347,11 @@ def stamp(
     position: int,
     created_at: datetime,
     sequence: int = 0,
+    run_failed: bool = False,
 ) -> Message:
-    """The stored form: the mask comes only from (thread mode, kind); never from the caller."""
-    mask = visibility_mask_for(mode, message.kind)
+    """The stored form: the mask comes only from (thread mode, kind, whether the run that
+    wrote it failed); never from the caller."""
+    mask = visibility_mask_for(mode, message.kind, run_failed=run_failed)
     return Message(
         owner_id=owner_id,
         id=message.id,
@@ -595,6 +631,8 @@ class FinishWrites:
     denials: list[ToolDenial]
     # A rolled-back run's messages (its output too) leave history and context.
     hide: tuple[str, ...]
+    # The run ended FAILED: its outputs are stamped so (visibility_mask_for).
+    run_failed: bool = False
 
 
 def plan_finished(
@@ -608,6 +646,7 @@ def plan_finished(
         outputs=for_run(outputs, run, "output_messages"),
         denials=denials_for_run(denials, run, now),
         hide=(run.id,) if run.rolled_back else (),
+        run_failed=run.state is RunState.FAILED,
     )
 
 

@@ -139,6 +139,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         now: datetime,
         *,
         check_ids: bool = True,
+        run_failed: bool = False,
     ) -> tuple[Thread, list[Message]]:
         """Store the new ones of `items` (the thread is locked); all of them, as stored.
         Without `check_ids`, every id is taken to be new (a stored one fails the insert)."""
@@ -168,6 +169,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                     position=first + i,
                     created_at=now,
                     sequence=sequence + i,
+                    run_failed=run_failed,
                 )
                 for i, m in enumerate(fresh)
             ]
@@ -216,6 +218,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             run = None if check_ids else await store.insert_run_if_idle(conn, plan.run)
             if run is None:
                 stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
+                if answers and stored is None and active:
+                    taken = await store.interrupt_answerers(conn, owner, thread_id, answers)
+                    core.check_answers(answers, taken, run_id, "answered_interrupt_ids")
+                    raise core.refuse_answers_while_busy(active, "answered_interrupt_ids")
                 plan = core.plan_begin(begin, stored, active)
                 run = await store.write_begin(conn, plan)
             if answers:
@@ -307,9 +313,19 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 return current
             writes = core.plan_finished(finished, outputs, denials, now)
             await self._append(
-                conn, thread, writes.outputs, "output_messages", now, check_ids=check_ids
+                conn,
+                thread,
+                writes.outputs,
+                "output_messages",
+                now,
+                check_ids=check_ids,
+                run_failed=writes.run_failed,
             )
             await store.insert_denials(conn, writes.denials)
+            # The approvals its output settled are answered (by whoever decided): a resume
+            # checked before this commit is refused when it is admitted.
+            settled = core.settled_interrupts(writes.outputs)
+            await store.take_interrupts(conn, owner, thread.id, run_id, settled, now)
             await store.hide_run_messages(conn, owner, writes.hide)
             return finished
 

@@ -696,8 +696,11 @@ async def take_interrupts(
     tool_call_ids: Sequence[str],
     now: datetime,
 ) -> None:
-    """Record `run_id` as the answerer of `tool_call_ids` (none taken by another run: the
-    caller checked, under the thread's row lock)."""
+    """Record `run_id` as the answerer of `tool_call_ids`; one another run took already
+    stays that run's (BeginRun checked under the thread's row lock; FinishRun records what
+    its output settled, its own answers among them)."""
+    if not tool_call_ids:
+        return
     stmt = _insert(conn, interrupt_answers).on_conflict_do_nothing(
         index_elements=["owner_id", "thread_id", "tool_call_id"]
     )

@@ -133,8 +133,9 @@ tool_denials = sa.Table(
     sa.Column("created_at", UtcDateTime),
 )
 
-# The approvals (tool call ids) a run answered, taken by it when it was admitted: each is
-# answered by one run only. Deleted with the run (ON DELETE CASCADE).
+# The approvals (tool call ids) a run answered, taken by it when it was admitted (its
+# resume) or when it ended (what its output settled): each is answered by one run only.
+# Deleted with the run (ON DELETE CASCADE).
 interrupt_answers = sa.Table(
     "interrupt_answers",
     metadata_obj,

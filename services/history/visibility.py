@@ -5,7 +5,9 @@
 
 chat and automation never share a thread, so (runtime_mode, kind) decides everything:
 a chat turn is seen and remembered; an automation input is neither shown nor assembled
-(it stays auditable); an automation reply is shown but never fed back as context. The
+(it stays auditable); an automation reply is shown but never fed back as context, unless its
+run failed: a failed attempt's reply is not the job's answer (the attempt that succeeds
+gives it), so it is kept for the audit only (mask 0). The
 memories a run recalled into its context are neither shown nor assembled again (each run
 recalls its own): they are kept for the audit, as is the router's decision when a model
 made it (a route message, which carries that call's usage).
@@ -33,7 +35,12 @@ _MASKS: dict[tuple[RuntimeMode, MessageKind], int] = {
 _FOLLOWS_REPLY = {MessageKind.TOOL_CALL, MessageKind.TOOL_RESULT}
 
 
-def visibility_mask_for(mode: RuntimeMode, kind: MessageKind) -> int:
+def visibility_mask_for(mode: RuntimeMode, kind: MessageKind, *, run_failed: bool = False) -> int:
+    """The mask of a message of `kind` in a `mode` thread; `run_failed`: written by a run
+    that ended FAILED (its output). A failed chat run keeps the partial reply the user saw
+    streamed (marked `error`); a failed automation run's messages are audit only."""
+    if run_failed and mode is RuntimeMode.AUTOMATION:
+        return 0
     if kind in _FOLLOWS_REPLY:
         kind = MessageKind.AGENT_REPLY
     return _MASKS[(mode, kind)]

@@ -215,8 +215,8 @@ class RunManager:
                 raise
             lifecycle.refuse(exc)
         except InvalidArgument as exc:
-            if exc.reason == INTERRUPT_ANSWERED:
-                raise _answered_already(exc) from None
+            if exc.reason in (INTERRUPT_ANSWERED, INTERRUPT_BUSY):
+                raise _as_resume_field(exc) from None
             lifecycle.refuse(exc)
         except Exception as exc:
             lifecycle.refuse(exc)
@@ -761,18 +761,18 @@ def _already_finished(state: RunState) -> DomainError:
     )
 
 
-# History's reason for a run whose approval another run answered (BeginRun).
+# History's reasons (BeginRun) for a run whose approval another run answered, and for a run
+# answering approvals while its thread has a run in progress.
 INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+INTERRUPT_BUSY = "INTERRUPT_BUSY"
 
 
-def _answered_already(exc: InvalidArgument) -> InvalidArgument:
+def _as_resume_field(exc: InvalidArgument) -> InvalidArgument:
     """History's refusal of answered_interrupt_ids[i], as the caller wrote it: resume[i]."""
-    field = exc.violations[0][0] if exc.violations else ""
+    field, why = exc.violations[0] if exc.violations else ("", exc.message)
     index = field.removeprefix("answered_interrupt_ids[").removesuffix("]")
     where = f"resume[{index}].interruptId" if index.isdigit() else "resume"
-    return InvalidArgument(
-        where, "this approval was answered already, by another run", reason=INTERRUPT_ANSWERED
-    )
+    return InvalidArgument(where, why, reason=exc.reason)
 
 
 def _run_exists() -> AlreadyExists:

@@ -260,7 +260,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             )
             if not await store.insert_runs(conn, [run]):
                 raise Aborted("a run of this job was recorded for this very instant; retry")
-            await store.mark_ran(conn, job.id, now)
+            await store.mark_ran(conn, owner, job.id, now)
         # Dispatched after the commit, like a scheduled slot; the caller follows it with
         # ListJobRuns (a run can take minutes).
         self._dispatcher.submit([Order(run, job)], granted_at=granted)

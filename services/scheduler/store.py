@@ -176,10 +176,14 @@ async def delete_owner_data(conn: AsyncConnection, owner_id: str) -> dict[str, i
     }
 
 
-async def mark_ran(conn: AsyncConnection, job_id: str, ran_at: datetime) -> None:
-    """A run of the job was recorded at `ran_at` (a manual trigger; a claimed slot sets it
-    in its claim)."""
-    await conn.execute(jobs.update().where(jobs.c.id == job_id).values(last_run_at=ran_at))
+async def mark_ran(conn: AsyncConnection, owner_id: str, job_id: str, ran_at: datetime) -> None:
+    """A run of the owner's job was recorded at `ran_at` (a manual trigger; a claimed slot
+    sets it in its claim)."""
+    await conn.execute(
+        jobs.update()
+        .where(jobs.c.owner_id == owner_id, jobs.c.id == job_id)
+        .values(last_run_at=ran_at)
+    )
 
 
 async def set_once_job_failed(conn: AsyncConnection, job_id: str) -> None:

@@ -85,6 +85,14 @@ def test_the_tools_endpoint_lists_the_registry_with_schemas_and_a_profiles_effec
     assert notes["state"] == "connected" and notes["consecutiveFailures"] == 0
     assert notes["toolCount"] == sum(t["source"] == "mcp:notes" for t in body["tools"])
     assert "lastError" not in notes and "lastSuccessTime" in notes
+    # ... and the same sources on /readyz, where operators look first.
+    ready = httpx.get(f"{suite.gateway_url}/readyz", timeout=30)
+    assert ready.status_code == 200, ready.text
+    on_readyz = ready.json()["toolSources"]
+    assert on_readyz["status"] == "ready"
+    assert [(s["name"], s["state"]) for s in on_readyz["sources"]] == [
+        (s["name"], s["state"]) for s in body["sources"]
+    ]
 
 
 def test_the_tools_endpoint_defaults_to_chat_default_and_refuses_bad_profiles(suite: Suite) -> None:

@@ -499,11 +499,20 @@ async def test_interrupt_cancels_the_active_run_keeping_its_partial_reply(cluste
     async with httpx.AsyncClient(timeout=30) as client:
         history = await _history(client, cluster.gw_a, owner, thread_id)
         record = await _run_record(client, cluster.gw_a, owner, r1)
+        audit = await client.get(
+            f"{cluster.gw_a}/api/v1/admin/audit",
+            params={"owner_id": owner, "thread_id": thread_id},
+            headers=auth_admin(),
+        )
     assert record["state"] == "cancelled"
     first_reply = [m for m in history if m["runId"] == r1 and m["role"] == "assistant"]
     assert len(first_reply) == 1 and first_reply[0]["content"]  # the partial reply is kept
-    # ... marked as stopped, as api-endpoints.md says; the finished reply is not.
+    # ... marked as stopped, as api-endpoints.md says, in /history and in the audit; the
+    # finished reply is not.
     assert first_reply[0]["finishedReason"] == "interrupted"
+    assert audit.status_code == 200, audit.text
+    [audited] = [m for m in audit.json()["messages"] if m["id"] == first_reply[0]["id"]]
+    assert audited["finishedReason"] == "interrupted"
     assert [m.get("finishedReason") for m in history if m["role"] == "assistant"][1] == "stop"
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
 

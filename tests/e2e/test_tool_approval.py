@@ -160,6 +160,13 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
     [kept] = stored[0]["metadata"]["approvals"]
     assert kept["decision"] == decision and kept["decidedBy"] == owner
     # ... and in the audit's tool denials, beside the policy's.
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["toolName"] == "notes.add_note"
+    assert denial["reason"] == reason and len(denial["argumentsSha256"]) == 64
+
+
+def denials(suite: Suite, owner: str, thread: str) -> list[dict[str, Any]]:
+    """The audit's toolDenials of the thread: every decision that kept a call from running."""
     audit = httpx.get(
         f"{suite.gateway_url}/api/v1/admin/audit",
         params={"owner_id": owner, "thread_id": thread},
@@ -167,9 +174,8 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
         timeout=30,
     )
     assert audit.status_code == 200, audit.text
-    [denial] = audit.json()["toolDenials"]
-    assert denial["toolCallId"] == interrupt["id"] and denial["toolName"] == "notes.add_note"
-    assert denial["reason"] == reason and len(denial["argumentsSha256"]) == 64
+    # JSON of the response.
+    return audit.json()["toolDenials"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
@@ -195,6 +201,36 @@ def test_deny_or_cancel_never_runs_the_call_and_is_recorded_as_it_was_given(
             "resume[0].payload.x",
         ),
         ("approve", "resume[0]"),
+        # By JSON type, nesting and size (tests/gateway/test_run_input.py has every field).
+        ({"interruptId": 7, "status": "cancelled"}, "resume[0].interruptId"),
+        ({"interruptId": "x", "status": ["resolved"]}, "resume[0].status"),
+        ({"interruptId": "x", "status": "resolved", "payload": ["approve"]}, "resume[0].payload"),
+        (
+            {"interruptId": "x", "status": "resolved", "payload": {"decision": {"k": "approve"}}},
+            "resume[0].payload.decision",
+        ),
+        (
+            {
+                "interruptId": "x",
+                "status": "resolved",
+                "payload": {
+                    "decision": "edit",
+                    "arguments": {
+                        "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+                    },
+                },
+            },
+            "resume[0].payload.arguments",
+        ),
+        (
+            {
+                "interruptId": "x",
+                "status": "resolved",
+                "payload": {"decision": "edit", "arguments": {"text": "x" * 200_000}},
+            },
+            "resume[0].payload.arguments",
+        ),
+        ([{"interruptId": "x", "status": "cancelled"}] * 2, "resume[1].interruptId"),
     ],
 )
 def test_a_bad_resume_is_refused_naming_the_field_and_nothing_is_stored(
@@ -202,13 +238,20 @@ def test_a_bad_resume_is_refused_naming_the_field_and_nothing_is_stored(
 ) -> None:
     owner, thread = new("eve"), new("t")
     interrupt = ask(suite, owner, thread, "keep")
-    if isinstance(entry, dict) and entry.get("interruptId") == "x":
-        entry = {**entry, "interruptId": interrupt["id"]}
+    entries = entry if isinstance(entry, list) else [entry]
+    entries = [
+        {**e, "interruptId": interrupt["id"]}
+        if isinstance(e, dict) and e.get("interruptId") == "x"
+        else e
+        for e in entries
+    ]
     before = history(suite, owner, thread)
-    resp = post(suite, owner, thread, "answer", resume=[entry])
+    resp = post(suite, owner, thread, "answer", resume=entries)
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["details"][0]["field"] == field, resp.text
+    assert resp.json()["error"]["details"][0]["field"].startswith(field), resp.text
     assert history(suite, owner, thread) == before
+    assert _threads(suite, owner)[0]["id"] == thread and len(_threads(suite, owner)) == 1
+    assert notes(suite, owner) == "no notes"
 
 
 def test_another_owner_cannot_answer_an_approval(suite: Suite) -> None:
@@ -239,6 +282,8 @@ def test_an_unanswered_approval_expires_and_is_recorded_denied(suite: Suite) -> 
     [result] = [e for e in got if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == interrupt["id"] and "not executed" in result["content"]
     assert notes(suite, owner) == "no notes"
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["reason"] == "approval_expired"
 
 
 def _threads(suite: Suite, owner: str) -> list[dict[str, Any]]:
@@ -303,3 +348,44 @@ def test_concurrent_resumes_of_one_interrupt_are_answered_once(suite: Suite) -> 
     # One run's input, the call's result and its reply: nothing of the refused ones.
     inputs = [m for m in stored[before:] if m["role"] == "user"]
     assert len(inputs) == 1, stored[before:]
+
+
+def test_a_resume_posted_while_another_run_is_in_progress_is_400_and_stores_nothing(
+    suite: Suite,
+) -> None:
+    """The run in progress records the thread's waiting approval `unanswered` when it ends;
+    a resume queued behind it was 200 and its answer silently dropped."""
+    owner, thread = new("jo"), new("t")
+    interrupt = ask(suite, owner, thread, "later")
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    said = 'use the notes.slow tool with {"seconds": 4}'
+    body = run_body(thread, new("r"), said, forwardedProps={"agentmesh": {"profile": PROFILE}})
+    busy: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{suite.gateway_url}/api/v1/agent/runs",
+        json=body,
+        headers={"Authorization": f"Bearer {token(owner)}"},
+        timeout=120,
+    ) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        for line in lines:
+            if line.startswith("data: "):
+                busy.append(json.loads(line[len("data: ") :]))
+                if busy[-1]["type"] == "TOOL_CALL_START":
+                    break  # admitted, and its slow call is under way
+        refused = post(suite, owner, thread, "approved", resume=resume)
+        busy.extend(json.loads(x[len("data: ") :]) for x in lines if x.startswith("data: "))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"][0]["field"] == "resume[0].interruptId"
+    assert busy[-1]["type"] == "RUN_FINISHED", busy[-1]
+    stored = history(suite, owner, thread)
+    assert "approved" not in [m.get("content") for m in stored if m["role"] == "user"]
+    [settled] = [m for m in stored if m.get("toolCallId") == interrupt["id"]]
+    assert settled["metadata"]["approvals"][0]["decision"] == "unanswered"
+    [denial] = denials(suite, owner, thread)
+    assert denial["toolCallId"] == interrupt["id"] and denial["reason"] == "approval_unanswered"
+    assert notes(suite, owner) == "no notes"

@@ -112,6 +112,18 @@ class FakeOrchestrator(orchestrator_service_pb2_grpc.OrchestratorServiceServicer
 
     def __init__(self) -> None:
         self.calls: list[Recorded] = []
+        # What ListTools says of the executor's tool sources; None: UNAVAILABLE (no executor).
+        self.tool_sources: list[message_pb2.ToolSourceStatus] | None = []
+
+    async def ListTools(
+        self, request: orchestrator_service_pb2.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> orchestrator_service_pb2.ListToolsResponse:
+        owner_id(context)
+        if self.tool_sources is None:
+            raise Unavailable("the executor does not answer")
+        return orchestrator_service_pb2.ListToolsResponse(
+            profile_name=request.profile_name or "chat_default", sources=self.tool_sources
+        )
 
     async def StartRun(
         self, request: orchestrator_service_pb2.StartRunRequest, context: grpc.aio.ServicerContext

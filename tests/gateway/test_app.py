@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
+from agentmesh.type.v1 import message_pb2
+from google.protobuf import timestamp_pb2
 
 from services.gateway.app import create_app
 from services.gateway.clients import Clients, open_clients
@@ -160,6 +162,80 @@ async def test_readyz_says_whether_memory_search_is_hybrid_by_the_embedding_mode
             "mode": "lexical",
             "reason": "the embedding model does not answer",
         }
+
+
+def _when(text: str) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromJsonString(text)
+    return ts
+
+
+async def test_readyz_shows_each_tool_source_and_a_failed_one_is_degraded_never_503(
+    http: httpx.AsyncClient, peers: Peers, gw_settings: Settings
+) -> None:
+    """An operator sees a configured tool server that never answered (it was visible
+    nowhere): its state, last error and when, on /readyz as on GET /api/v1/tools."""
+    peers.orchestrator.tool_sources = [
+        message_pb2.ToolSourceStatus(
+            name="mcp:notes",
+            state=message_pb2.TOOL_SOURCE_STATE_CONNECTED,
+            tool_count=2,
+            last_success_time=_when("2026-12-05T08:00:00Z"),
+        ),
+        message_pb2.ToolSourceStatus(
+            name="mcp:slow",
+            state=message_pb2.TOOL_SOURCE_STATE_FAILED,
+            consecutive_failures=3,
+            last_error="MCP server 'slow' did not answer in time",
+            last_error_time=_when("2026-12-05T08:00:10Z"),
+            next_attempt_time=_when("2026-12-05T08:00:30Z"),
+        ),
+    ]
+    try:
+        ready = await http.get("/readyz")
+        listed = await http.get("/api/v1/tools", headers=bearer(gw_settings, "alice"))
+    finally:
+        peers.orchestrator.tool_sources = []
+    assert ready.status_code == 200, ready.text
+    sources = ready.json()["toolSources"]
+    assert sources["status"] == "degraded" and sources["reason"] == "failed: mcp:slow"
+    assert sources["sources"] == [
+        {
+            "name": "mcp:notes",
+            "state": "connected",
+            "toolCount": 2,
+            "consecutiveFailures": 0,
+            "lastSuccessTime": "2026-12-05T08:00:00.000000Z",
+        },
+        {
+            "name": "mcp:slow",
+            "state": "failed",
+            "toolCount": 0,
+            "consecutiveFailures": 3,
+            "lastError": "MCP server 'slow' did not answer in time",
+            "lastErrorTime": "2026-12-05T08:00:10.000000Z",
+            "nextAttemptTime": "2026-12-05T08:00:30.000000Z",
+        },
+    ]
+    assert listed.status_code == 200 and listed.json()["sources"] == sources["sources"]
+
+
+async def test_readyz_says_the_tool_sources_are_ready_or_unknown_and_stays_200(
+    http: httpx.AsyncClient, peers: Peers
+) -> None:
+    ready = await http.get("/readyz")
+    assert ready.json()["toolSources"] == {"status": "ready", "sources": []}
+    peers.orchestrator.tool_sources = None  # the orchestrator cannot ask its executor
+    try:
+        unknown = await http.get("/readyz")
+    finally:
+        peers.orchestrator.tool_sources = []
+    assert unknown.status_code == 200, unknown.text
+    assert unknown.json()["toolSources"] == {
+        "status": "unknown",
+        "reason": "the orchestrator or its executor does not answer",
+        "sources": [],
+    }
 
 
 async def test_readyz_is_503_listing_the_services_not_serving(gw_settings: Settings) -> None:

@@ -405,6 +405,137 @@ HOSTILE_RESUMES: dict[str, tuple[Any, str]] = {
         run_body(resume=[{"interruptId": f"c{i}", "status": "cancelled"} for i in range(33)]),
         "resume",
     ),
+    # Every field again, by each JSON type it is not, nested past the limit, and oversized.
+    "resume a number": (run_body(resume=7), "resume"),
+    "resume a boolean": (run_body(resume=True), "resume"),
+    "resume nested lists": (run_body(resume=[[[["call_1"]]]]), "resume[0]"),
+    "resume of 10,000 entries": (
+        run_body(resume=[{"interruptId": "c", "status": "cancelled"}] * 10_000),
+        "resume",
+    ),
+    "entry a string": (_resume("call_1"), "resume[0]"),
+    "entry a number": (_resume(1), "resume[0]"),
+    "entry a boolean": (_resume(False), "resume[0]"),
+    "entry nested too deep": (_resume(_nested(40)), "resume[0]"),
+    "the second entry bad": (
+        run_body(resume=[{"interruptId": "call_1", "status": "cancelled"}, {"status": 1}]),
+        "resume[1]",
+    ),
+    "interruptId null": (
+        _resume({"interruptId": None, "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId a boolean": (
+        _resume({"interruptId": True, "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId empty": (
+        _resume({"interruptId": "", "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId missing": (_resume({"status": "cancelled"}), "resume[0].interruptId"),
+    "interruptId nested too deep": (
+        _resume({"interruptId": _nested(40), "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "interruptId with a lone surrogate": (
+        _resume({"interruptId": "call\ud8001", "status": "cancelled"}),
+        "resume[0].interruptId",
+    ),
+    "status null": (_resume({"interruptId": "call_1", "status": None}), "resume[0].status"),
+    "status a number": (_resume({"interruptId": "call_1", "status": 1}), "resume[0].status"),
+    "status missing": (_resume({"interruptId": "call_1"}), "resume[0].status"),
+    "status another word": (
+        _resume({"interruptId": "call_1", "status": "approved"}),
+        "resume[0].status",
+    ),
+    "status in capitals": (
+        _resume({"interruptId": "call_1", "status": "RESOLVED"}),
+        "resume[0].status",
+    ),
+    "status huge": (
+        _resume({"interruptId": "call_1", "status": "r" * 500_000}),
+        "resume[0].status",
+    ),
+    "status nested too deep": (
+        _resume({"interruptId": "call_1", "status": _nested(40)}),
+        "resume[0].status",
+    ),
+    "payload null": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": None}),
+        "resume[0].payload",
+    ),
+    "payload a number": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": 1}),
+        "resume[0].payload",
+    ),
+    "payload a boolean": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": True}),
+        "resume[0].payload",
+    ),
+    "payload missing": (
+        _resume({"interruptId": "call_1", "status": "resolved"}),
+        "resume[0].payload",
+    ),
+    "payload nested too deep": (
+        _resume({"interruptId": "call_1", "status": "resolved", "payload": _nested(40)}),
+        "resume[0].payload",
+    ),
+    "payload with another key": (
+        _resume(_answer(decision="approve", reason="because")),
+        "resume[0].payload.reason",
+    ),
+    "payload with a huge key": (
+        _resume(_answer(decision="approve", **{"k" * 100_000: 1})),
+        "resume[0].payload",
+    ),
+    "decision empty": (_resume(_answer(decision="")), "resume[0].payload.decision"),
+    "decision in capitals": (_resume(_answer(decision="APPROVE")), "resume[0].payload.decision"),
+    "decision with spaces": (_resume(_answer(decision=" approve ")), "resume[0].payload.decision"),
+    "decision with NUL": (_resume(_answer(decision="approve\u0000")), "resume[0].payload.decision"),
+    "decision nested too deep": (
+        _resume(_answer(decision=_nested(40))),
+        "resume[0].payload.decision",
+    ),
+    "arguments null": (
+        _resume(_answer(decision="edit", arguments=None)),
+        "resume[0].payload.arguments",
+    ),
+    "arguments a number": (
+        _resume(_answer(decision="edit", arguments=3)),
+        "resume[0].payload.arguments",
+    ),
+    "arguments a boolean": (
+        _resume(_answer(decision="edit", arguments=False)),
+        "resume[0].payload.arguments",
+    ),
+    "arguments missing for edit": (
+        _resume(_answer(decision="edit")),
+        "resume[0].payload.arguments",
+    ),
+    "arguments with approve": (
+        _resume(_answer(decision="approve", arguments={"text": "x"})),
+        "resume[0].payload.arguments",
+    ),
+    "arguments with deny": (
+        _resume(_answer(decision="deny", arguments={})),
+        "resume[0].payload.arguments",
+    ),
+    "arguments nested lists too deep": (
+        _resume(
+            _answer(
+                decision="edit",
+                arguments={
+                    "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+                },
+            )
+        ),
+        "resume[0].payload.arguments",
+    ),
+    "arguments with a huge key": (
+        _resume(_answer(decision="edit", arguments={"k" * 500_000: 1})),
+        "resume[0].payload.arguments",
+    ),
 }
 
 

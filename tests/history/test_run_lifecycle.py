@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import grpc
 import pytest
@@ -14,7 +15,14 @@ from services.history.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
 from tests.conftest import migrated_engine
-from tests.history.conftest import REPLY, History, chat_profile, finish, text_msg
+from tests.history.conftest import (
+    REPLY,
+    History,
+    chat_profile,
+    finish,
+    text_msg,
+    tool_result_msg,
+)
 from tests.history.test_service import history_of, rpc_error
 
 
@@ -319,12 +327,81 @@ async def test_an_approval_is_answered_by_one_run_the_other_is_refused_storing_n
     )
 
 
-async def test_a_queued_run_takes_its_approvals_when_admitted(history: History) -> None:
+@pytest.mark.parametrize("strategy", [0, 1, 2, 3, 4])
+async def test_a_run_answering_approvals_while_another_is_in_progress_is_refused_storing_nothing(
+    history: History, strategy: int
+) -> None:
+    """The run in progress settles the thread's waiting approvals itself when it ends (its
+    output records them answered or unanswered): a resume queued behind it, or cancelling
+    it, would find its answer already given. Refused whatever the strategy, nothing stored."""
     await begin(history, "t1", "r1", "u1")
-    queued = await begin_answering(history, "r2", "u2", ["call_1"])
-    assert queued.run.state == pb.RUN_STATE_QUEUED
-    err = await rpc_error(begin_answering(history, "r3", "u3", ["call_1"]))
+    err = await rpc_error(
+        history.stub.BeginRun(
+            pb.BeginRunRequest(
+                thread_id="t1",
+                runtime_mode=1,
+                run_id="r2",
+                profile=chat_profile(),
+                input_messages=[text_msg("u2")],
+                multitask_strategy=strategy,  # type: ignore[arg-type]
+                lease_holder="orch-1",
+                lease_seconds=10.0,
+                answered_interrupt_ids=["call_1"],
+            ),
+            metadata=history.md(),
+        )
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "answered_interrupt_ids[0]" in (err.details() or "")
+    assert "run in progress (r1)" in (err.details() or "")
+    missing = await rpc_error(
+        history.stub.GetRun(pb.GetRunRequest(run_id="r2"), metadata=history.md())
+    )
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+    running = await history.stub.GetRun(pb.GetRunRequest(run_id="r1"), metadata=history.md())
+    assert running.run.state == pb.RUN_STATE_RUNNING and not running.run.cancel_requested
+    # Nothing was taken: once r1 ended, a run may answer it.
+    await finish(history, "r1", [text_msg("a1", REPLY)])
+    assert (await begin_answering(history, "r3", "u3", ["call_1"])).run.state == (
+        pb.RUN_STATE_RUNNING
+    )
+    assert await history_of(history, "t1") == ["u1", "a1", "u3"]
+
+
+async def test_the_approval_a_run_took_is_named_answered_while_that_run_is_in_progress(
+    history: History,
+) -> None:
+    await begin_answering(history, "r1", "u1", ["call_1"])
+    err = await rpc_error(begin_answering(history, "r2", "u2", ["call_1"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "answered already" in (err.details() or "")
+
+
+def settled_result(mid: str, call_id: str, decision: str) -> message_pb2.Message:
+    """The worker's result of a decided call: metadata approvals, one record per call."""
+    record = {"toolCallId": call_id, "toolName": "lookup", "decision": decision}
+    msg = tool_result_msg(mid, call_id, f"not executed: {decision}")
+    msg.metadata.extra_json = json.dumps({"approvals": [record]})
+    return msg
+
+
+async def test_an_approval_a_runs_output_settled_cannot_be_answered_again(
+    history: History,
+) -> None:
+    """A run without a resume records the thread's waiting approvals `unanswered` in its
+    output; a resume checked before that output was stored is refused when it is admitted
+    (it was 200, and its answer silently dropped)."""
+    await begin(history, "t1", "r1", "u1")
+    await finish(history, "r1", [settled_result("res1", "call_1", "unanswered")])
+    err = await rpc_error(begin_answering(history, "r2", "u2", ["call_1"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "answered_interrupt_ids[0]" in (err.details() or "")
+    assert await history_of(history, "t1") == ["u1", "res1"]
+    # Its own answers are kept once: a run that took call_2 and settles it ends as usual.
+    await begin_answering(history, "r3", "u3", ["call_2"])
+    await finish(history, "r3", [settled_result("res2", "call_2", "approve")])
+    again = await rpc_error(begin_answering(history, "r4", "u4", ["call_2"]))
+    assert again.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_concurrent_runs_answering_one_approval_admit_one(history: History) -> None:

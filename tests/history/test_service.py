@@ -89,6 +89,53 @@ async def test_automation_input_is_hidden_and_its_reply_is_shown_but_never_conte
         assert m.metadata.execution_profile_name == "automation_memory_default"
 
 
+async def test_a_failed_automation_attempts_reply_is_kept_for_the_audit_only(
+    history: History,
+) -> None:
+    """A memory job's failed attempt (MEMORY_OUTPUT_UNUSABLE: prose instead of memories)
+    is not the job's answer: its reply is neither in the job thread's /history nor in any
+    context, and the audit keeps it (mask 0, hiddenFromUser). The retry's reply shows."""
+    await begin(history, "job-1", "r1", [text_msg("in1")], mode=AUTOMATION)
+    await history.stub.FinishRun(
+        pb.FinishRunRequest(
+            run_id="r1",
+            state=pb.RUN_STATE_FAILED,
+            error_code="MEMORY_OUTPUT_UNUSABLE",
+            output_messages=[
+                tool_call_msg("call1", "c-1"),
+                tool_result_msg("res1", "c-1"),
+                text_msg("prose", REPLY),
+            ],
+        ),
+        metadata=history.md(),
+    )
+    await begin(history, "job-1", "r2", [text_msg("in2")], mode=AUTOMATION)
+    await finish(history, "r2", [text_msg("answer", REPLY)])
+    assert await history_of(history, "job-1") == ["answer"]
+    assert await context_of(history, "job-1") == []
+    audit = await history.stub.ListAudit(
+        pb.ListAuditRequest(owner_id="alice"), metadata=history.md("admin", admin=True)
+    )
+    by_id = {m.id: m for m in audit.messages}
+    for mid in ("call1", "res1", "prose"):
+        assert by_id[mid].visibility_mask == 0 and by_id[mid].metadata.hidden_from_user, mid
+    assert by_id["answer"].visibility_mask == 1
+
+
+async def test_a_failed_chat_runs_partial_reply_stays_as_the_user_saw_it(
+    history: History,
+) -> None:
+    await begin(history, "t1", "r1", [text_msg("u1")])
+    await history.stub.FinishRun(
+        pb.FinishRunRequest(
+            run_id="r1", state=pb.RUN_STATE_FAILED, output_messages=[text_msg("a1", REPLY)]
+        ),
+        metadata=history.md(),
+    )
+    assert await history_of(history, "t1") == ["u1", "a1"]
+    assert await context_of(history, "t1") == ["u1", "a1"]
+
+
 async def test_a_mask_sent_by_the_caller_is_ignored(history: History) -> None:
     resp = await append(history, "t1", [text_msg("u1", visibility_mask=3)], mode=AUTOMATION)
     assert resp.messages[0].visibility_mask == 0

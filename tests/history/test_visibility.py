@@ -85,3 +85,13 @@ def test_what_a_run_records_for_the_audit_is_neither_shown_nor_assembled(
     mode: RuntimeMode, kind: MessageKind
 ) -> None:
     assert visibility_mask_for(mode, kind) == 0
+
+
+@pytest.mark.parametrize("kind", list(MessageKind))
+def test_a_failed_automation_runs_messages_are_audit_only(kind: MessageKind) -> None:
+    assert visibility_mask_for(AUTO, kind, run_failed=True) == 0
+
+
+@pytest.mark.parametrize("kind", list(MessageKind))
+def test_a_failed_chat_runs_messages_keep_their_mask(kind: MessageKind) -> None:
+    assert visibility_mask_for(CHAT, kind, run_failed=True) == visibility_mask_for(CHAT, kind)

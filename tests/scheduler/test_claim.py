@@ -96,6 +96,8 @@ async def test_three_days_down_applies_the_catch_up_policy(
     assert sum(fake.starts.values()) == runs
     after = await get_job(engine, job.id)
     assert after.last_slot == newest and after.next_slot == newest + timedelta(days=1)
+    # lastRunTime: set when a slot runs; slots only recorded missed are no run.
+    assert (after.last_run_at is not None) == (runs > 0)
 
 
 async def test_skip_still_runs_an_on_time_slot(env) -> None:
@@ -109,6 +111,22 @@ async def test_skip_still_runs_an_on_time_slot(env) -> None:
     await dispatcher.idle()
     await channel.close()
     assert by_state(await run_rows(engine)) == {"succeeded": [job.next_slot]}
+
+
+async def test_a_claimed_slot_sets_when_the_job_last_ran(env) -> None:
+    """lastRunTime is set by every run: a scheduled slot here, a manual trigger in
+    tests/scheduler/test_api.py."""
+    engine, _, address, settings = env
+    now = await db_now(engine)
+    job = due_job("alice", daily_spec(), now - timedelta(seconds=5), now)
+    await insert_jobs(engine, [job])
+    assert (await get_job(engine, job.id)).last_run_at is None
+    loop, dispatcher, channel = local_runtime(engine, address, settings, fast_cfg())
+    await loop.tick()
+    await dispatcher.idle()
+    await channel.close()
+    ran = (await get_job(engine, job.id)).last_run_at
+    assert ran is not None and abs(ran - now) < timedelta(minutes=1)
 
 
 async def test_clock_moved_back_an_hour_fires_no_slot_twice(env) -> None:

@@ -4,6 +4,7 @@ time server, and a profile `chat_outside` (router off) allowing `notes.*` and `t
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,9 +46,25 @@ def outside_tools_suite(
     )
     try:
         suite.start(timeout=90)
+        wait_for_tool_servers(suite, [s["name"] for s in servers])
         yield suite
     finally:
         suite.stop()
+
+
+def wait_for_tool_servers(suite: Suite, names: list[str], within: float = 120.0) -> None:
+    """Until /readyz says each MCP server listed its tools. The suite is ready before that:
+    on a loaded machine the executor's first handshake with a stdio server can time out (it
+    tries again in the background), and a run meanwhile finds its tools not registered."""
+    deadline = time.monotonic() + within
+    while True:
+        sources = httpx.get(f"{suite.gateway_url}/readyz", timeout=10).json().get("toolSources")
+        states = {s["name"]: s["state"] for s in (sources or {}).get("sources", [])}
+        if all(states.get(f"mcp:{name}") == "connected" for name in names):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the tool servers were not connected within {within} s: {sources}")
+        time.sleep(0.2)
 
 
 def chat(suite: Suite, owner: str, thread: str, run_id: str, text: str) -> list[dict[str, Any]]:
