@@ -119,7 +119,7 @@ class MemoryEdit:
 class Change:
     """One record of what happened to a memory (ListMemoryChanges)."""
 
-    action: str  # write | rewrite | update | forget
+    action: str  # write | rewrite | update | forget | merge | supersede
     memory_id: str
     content: str
     kind: str
@@ -645,6 +645,12 @@ def _people(text: str, *, lead_only: bool) -> set[str]:
         found = [(len(w), n) for n, (_, zh) in _PEOPLE.items() for w in zh if lead.startswith(w)]
         return {max(found)[1]} if found else set()
     return set()
+
+
+def subject(text: str) -> set[str]:
+    """Who a memory is about: the person class named first after "User's" / "My" / "用户的"
+    / "我的" (empty: the user, or no one the rule knows)."""
+    return _people(text, lead_only=True)
 
 
 def negated(text: str) -> bool:

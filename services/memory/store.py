@@ -204,6 +204,93 @@ async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list
     return sorted(map(_memory, deleted), key=lambda m: ids.index(m.id))
 
 
+# How many of the owner's memories sharing words with a new fact WriteMemory compares it
+# with (consolidation.on_write), best full-text rank first.
+RELATED_LIMIT = 20
+
+
+async def related(conn: AsyncConnection, owner: str, content: str) -> list[Memory]:
+    """The owner's memories holding at least half of `content`'s query tokens (as hybrid
+    search asks the full-text index), best ranked first, at most RELATED_LIMIT: what a
+    duplicate, a contradiction or a similar memory of it shares."""
+    groups = core.lexical_groups(core.query_tokens(content), with_vectors=True)
+    return await _lexical(conn, owner, groups, RELATED_LIMIT)
+
+
+async def every_memory(conn: AsyncConnection, owner: str) -> list[Memory]:
+    """All of the owner's memories (a consolidation pass reads them at once)."""
+    stmt = sa.select(*MEMORY_COLUMNS).where(memories.c.owner_id == owner)
+    return [_memory(r) for r in (await conn.execute(stmt.order_by(memories.c.seq))).all()]
+
+
+async def add_sources(
+    conn: AsyncConnection, owner: str, kept: Memory, sources: Sequence[str]
+) -> Memory:
+    """`kept` with `sources` merged into its source messages (core.merge_sources)."""
+    merged = core.merge_sources(kept.source_message_ids, sources)
+    if merged == kept.source_message_ids:
+        return kept
+    await conn.execute(
+        memories.update()
+        .where(memories.c.owner_id == owner, memories.c.id == kept.id)
+        .values(source_message_ids=list(merged))
+    )
+    return dataclasses.replace(kept, source_message_ids=merged)
+
+
+async def remove(conn: AsyncConnection, owner: str, ids: Sequence[str]) -> list[Memory]:
+    """Deletes the owner's memories `ids` (merged or superseded); them, as they were."""
+    if not ids:
+        return []
+    gone = await conn.execute(
+        memories.delete()
+        .where(memories.c.owner_id == owner, memories.c.id.in_(list(ids)))
+        .returning(*MEMORY_COLUMNS)
+    )
+    return [_memory(r) for r in gone.all()]
+
+
+async def near_pairs(
+    conn: AsyncConnection, owner: str, model: str, dims: int, threshold: float
+) -> dict[str, dict[str, float]]:
+    """id -> {id: cosine} of the owner's memories whose current embeddings by `model` have
+    a cosine of at least `threshold` (both directions). Embeddings of an older version of
+    their memory take no part."""
+    e = memory_embeddings
+    vector = sa.cast(e.c.embedding, sa.Text) if is_postgres(conn) else e.c.embedding
+    rows = (
+        await conn.execute(
+            sa.select(e.c.memory_id, vector.label("embedding"))
+            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
+            .where(
+                e.c.owner_id == owner,
+                e.c.model == model,
+                e.c.dimensions == dims,
+                e.c.memory_version == memories.c.version,
+            )
+            .order_by(e.c.memory_id)
+        )
+    ).all()
+    if len(rows) < 2:
+        return {}
+    import numpy as np  # lazily: see the note at the imports
+
+    if is_postgres(conn):
+        matrix = np.asarray([json.loads(r.embedding) for r in rows], dtype=np.float32)
+    else:
+        matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
+        matrix = matrix.reshape(len(rows), dims)
+    near: dict[str, dict[str, float]] = {}
+    # In blocks of rows: the whole square of 20,000 memories would be 1.6 GB.
+    for start in range(0, len(rows), 512):
+        block = matrix[start : start + 512] @ matrix.T
+        for i, j in zip(*np.nonzero(block >= threshold), strict=True):
+            a, b = rows[start + int(i)].memory_id, rows[int(j)].memory_id
+            if a != b:
+                near.setdefault(a, {})[b] = float(block[i, j])
+    return near
+
+
 async def update(
     conn: AsyncConnection, owner: str, edit: core.MemoryEdit, now: datetime
 ) -> tuple[Memory, Memory]:
