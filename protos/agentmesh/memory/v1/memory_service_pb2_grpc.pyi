@@ -85,7 +85,8 @@ class MemoryServiceStub:
     ConsolidateMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]
     """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
     memories (the same person, polarity and words, or with an embedding model, vectors at
-    least 0.97 alike) into the oldest of each, and removes the memories a newer one
+    least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+    memories a newer one
     contradicts (the opposite statement, or another value of a single-valued attribute such
     as where the user lives). Each is a change record (merge, supersede).
     """
@@ -147,7 +148,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     ConsolidateMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]  # type: ignore[assignment]
     """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
     memories (the same person, polarity and words, or with an embedding model, vectors at
-    least 0.97 alike) into the oldest of each, and removes the memories a newer one
+    least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+    memories a newer one
     contradicts (the opposite statement, or another value of a single-valued attribute such
     as where the user lives). Each is a change record (merge, supersede).
     """
@@ -302,7 +304,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.ConsolidateMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ConsolidateMemoriesResponse]]:
         """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
         memories (the same person, polarity and words, or with an embedding model, vectors at
-        least 0.97 alike) into the oldest of each, and removes the memories a newer one
+        least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+        memories a newer one
         contradicts (the opposite statement, or another value of a single-valued attribute such
         as where the user lives). Each is a change record (merge, supersede).
         """
