@@ -624,8 +624,8 @@ HINT_DEMOTION = 0.5
 
 def _people(text: str, *, lead_only: bool) -> set[str]:
     """The person classes `text` names; `lead_only`: only the one a memory is about, the
-    person named first after "User's" / "My" / "用户(的)" / "我(的)" ("User's friend's
-    wife": friend)."""
+    person named first after "User's" / "The user's" / "My" / "用户(的)" / "我(的)" ("User's
+    friend's wife": friend)."""
     key = content_key(text).replace("\u2019", "'")
     if not lead_only:
         words = frozenset(_TERM_RE.findall(key))
@@ -633,7 +633,8 @@ def _people(text: str, *, lead_only: bool) -> set[str]:
         for name in list(named):
             named |= _COVERS.get(name, set())
         return named
-    lead = next((key[len(p) :] for p in ("user's ", "my ") if key.startswith(p)), None)
+    prefixes = ("user's ", "the user's ", "my ")
+    lead = next((key[len(p) :] for p in prefixes if key.startswith(p)), None)
     if lead is not None:
         for word in lead.replace("'s", " ").split()[:2]:
             for name, (en, _) in _PEOPLE.items():
