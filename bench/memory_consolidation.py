@@ -8,7 +8,8 @@ Each owner holds what bench.memory_quality gives it at each size (its facts, the
 distractors: the same statement about another person, an opposite-meaning one, a near
 synonym; filler up to the size), written through the memory service's own WriteMemory unit
 of work (servicer.write_fact: consolidation on write). Then each fact is written again as
-duplicates made by rule:
+duplicates made by rule, and last as its opposite where a rule makes one ("User is not ...",
+"User does not have ...", "用户不喜欢...", "用户对...不过敏": it supersedes the fact):
   - surface (English only): "The user ..." with a final period for "User ..." (the same
     words: merged on write);
   - first person: "I am / I have / My / I <verb>" for "User is / has / User's / <verb>s",
@@ -18,7 +19,8 @@ results/memory-quality-vectors.npz, as bench.memory_quality), and the owner cons
 once (servicer.consolidate_owner: words and vectors at cosine >= DUPLICATE_COSINE).
 
 Counted, per size and backend: duplicates merged on write and by the pass (of those
-written); wrong merges (a merge of two memories that are not a fact and its own duplicate,
+written); opposites written and what they superseded (their own fact, or wrongly another);
+wrong merges (a merge of two memories that are not a fact and its own duplicate,
 or two filler texts); supersessions by the pair's labels; the pass's time. The cosines of
 each fact with its duplicates and its distractors are reported (what DUPLICATE_COSINE
 separates). Write latency: at the size, --latency-writes new memories per backend, each
@@ -90,6 +92,29 @@ def duplicates_of(fact: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+_OPPOSITE_EN = [
+    (re.compile(r"^(User(?:'s [\w' -]+?)?) (is|was|are) "), r"\1 \2 not "),
+    (re.compile(r"^User has "), "User does not have "),
+    (re.compile(r"^User (?!does |goes )(\w+)s "), r"User does not \1 "),
+]
+_OPPOSITE_ZH = [
+    (re.compile(r"^用户(是|有|喜欢|会|在|能)"), r"用户不\1"),
+    (re.compile(r"^用户对(.+)过敏$"), r"用户对\1不过敏"),
+]
+
+
+def contradiction_of(fact: dict[str, Any]) -> str | None:
+    """The fact's opposite made by rule ("User is not ...", "用户不喜欢..."), or None."""
+    text = fact["fact"]
+    if core.negated(text):
+        return None
+    for pattern, replacement in _OPPOSITE_ZH if fact["lang"] == "zh" else _OPPOSITE_EN:
+        if pattern.match(text):
+            opposite = pattern.sub(replacement, text, count=1)
+            return opposite.replace("不有", "没有")
+    return None
+
+
 def labels_of(held: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """text -> (label, fact id) of an owner's labelled texts (the rest is filler)."""
     labels: dict[str, tuple[str, str]] = {}
@@ -108,8 +133,10 @@ def pair_kind(
     la = dups.get(a) or labels.get(a, ("filler", ""))
     lb = dups.get(b) or labels.get(b, ("filler", ""))
     kinds = {la[0], lb[0]}
-    if la[1] and la[1] == lb[1] and "fact" in kinds and kinds & {"surface", "first_person"}:
+    if la[1] and la[1] == lb[1] and kinds <= {"fact", "surface", "first_person"}:
         return "own_duplicate"
+    if la[1] and la[1] == lb[1] and kinds == {"fact", "opposite"}:
+        return "own_opposite"
     return "+".join(sorted(kinds)) if len(kinds) > 1 else f"{la[0]}+{lb[0]}"
 
 
@@ -123,6 +150,7 @@ async def run_size(
     merged_on_write: Counter[str] = Counter()
     superseded_on_write: Counter[str] = Counter()
     written_dups: Counter[str] = Counter()
+    written_opposites = 0
     merged_dups: Counter[str] = Counter()
     pass_merges: Counter[str] = Counter()
     pass_supersessions: Counter[str] = Counter()
@@ -133,10 +161,11 @@ async def run_size(
         for owner, held in owners.items():
             labels = labels_of(held)
             dups = {t: (kind, f["id"]) for f in held for kind, t in duplicates_of(f)}
+            opposites = {t: ("opposite", f["id"]) for f in held if (t := contradiction_of(f))}
             dups_by_owner[owner] = dups
             texts_by_owner[owner] = {}
             async with engine.begin() as conn:
-                for text in [*texts_of(owner, held, size), *dups]:
+                for text in [*texts_of(owner, held, size), *dups, *opposites]:
                     fact = core.validate_write(text, "", "", [])
                     done = await write_fact(conn, owner, fact, "run", store.utc_now())
                     texts_by_owner[owner][done.memory.id] = done.memory.content
@@ -147,8 +176,11 @@ async def run_size(
                         merged_on_write[kind] += 1
                         if kind == "own_duplicate":
                             merged_dups[dups[text][0]] += 1
+                    if text in opposites:
+                        written_opposites += 1
                     for old in done.superseded:
-                        superseded_on_write[pair_kind(labels, dups, text, old.content)] += 1
+                        kind = pair_kind(labels, dups | opposites, text, old.content)
+                        superseded_on_write[kind] += 1
         embedder = Embedder(engine, client)  # type: ignore[arg-type]  # the cache stands in
         while await embedder.embed_batch():
             pass
@@ -181,6 +213,7 @@ async def run_size(
             "duplicates_written": dict(written_dups),
             "duplicates_merged": dict(merged_dups),
             "merged_on_write": dict(merged_on_write),
+            "opposites_written": written_opposites,
             "superseded_on_write": dict(superseded_on_write),
             "pass_merges": dict(pass_merges),
             "pass_supersessions": dict(pass_supersessions),

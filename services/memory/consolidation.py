@@ -20,9 +20,11 @@ A memory supersedes an older one about the same person when
   - it says the opposite of it: the same words once the negation is taken out ("User does
     not eat pork" / "User eats pork"; "用户对海鲜不过敏" / "用户对海鲜过敏"), or
   - both give one value of a single-valued attribute (`attribute`: where the user lives,
-    their name, birthday, age, employer, job, a favourite thing), and the values differ
-    ("User lives in Hangzhou" supersedes "User lives in Shanghai"). Attributes that may hold
-    many values (likes, allergies, possessions) never supersede each other.
+    their name, age, employer, job, a favourite thing), each value a name rather than a
+    description (`_simple`), and the values differ ("User lives in Hangzhou" supersedes
+    "User lives in Shanghai"; "User lives in a house with a garden" supersedes nothing).
+    Attributes that may hold many values (likes, allergies, possessions) never supersede
+    each other, nor do dates (a birthday "in autumn" and "on 9 July" are both true).
 
 Never merged or superseded: memories about different people, memories of opposite polarity
 that say different things.
@@ -55,14 +57,14 @@ MAX_SIMILAR = 5
 
 # Negations taken out to compare two memories' statements (core.negated reads them).
 _NEGATION_EN = re.compile(r"\b(?:not|never|no|n't|cannot)\b|n't\b")
-_NEGATION_ZH = re.compile(r"没有|不|没")
+# 没 alone: "没有X" is the opposite of "有X".
+_NEGATION_ZH = re.compile(r"不|没")
 _ATTRIBUTES_EN = [
     (name, re.compile(pattern))
     for name, pattern in (
         ("lives_in", r"^(?:the )?(?:user|i) (?:lives|live|is living|now lives) in (.+)$"),
         ("name", r"^(?:the )?(?:user's|my) name is (.+)$"),
         ("name", r"^(?:the )?(?:user|i) (?:is|am) called (.+)$"),
-        ("birthday", r"^(?:the )?(?:user's|my) birthday is (.+)$"),
         ("age", r"^(?:the )?(?:user|i) (?:is|am) (\d+)(?: years old)?$"),
         ("employer", r"^(?:the )?(?:user|i) (?:works|work|is working) (?:at|for) (.+)$"),
         ("job", r"^(?:the )?(?:user|i) (?:works|work) as (?:an? )?(.+)$"),
@@ -75,12 +77,25 @@ _ATTRIBUTES_ZH = [
         ("lives_in", r"^(?:用户|我)(?:现在)?住在(.+)$"),
         ("name", r"^(?:用户|我)(?:的名字)?叫(.+)$"),
         ("name", r"^(?:用户|我)的名字是(.+)$"),
-        ("birthday", r"^(?:用户|我)的生日是(.+)$"),
         ("age", r"^(?:用户|我)(?:今年)?(\d+)岁$"),
-        ("employer", r"^(?:用户|我)在(.+)(?:工作|上班)$"),
         ("favourite", r"^(?:用户|我)最喜欢的(.+?)是(.+)$"),
     )
 ]
+# A value two memories can be told apart by: a name ("Hangzhou", "New York", "杭州"), not
+# a description that may hold beside another value ("a house with a garden" and "Rotterdam";
+# "中央公园附近" and "鹿特丹"): English at most three words, none a stop word; Chinese at
+# most four characters, no 的 and no locative ending (附近, 旁边...).
+_MAX_VALUE_WORDS = 3
+_MAX_VALUE_CHARS_ZH = 4
+_LOCATIVE_ZH = ("附近", "旁边", "边", "里", "上", "下", "内", "外", "地方")
+
+
+def _simple(value: str, chinese: bool) -> bool:
+    if chinese:
+        short = len(value) <= _MAX_VALUE_CHARS_ZH and "的" not in value
+        return short and not value.endswith(_LOCATIVE_ZH)
+    words = value.split()
+    return len(words) <= _MAX_VALUE_WORDS and not any(w in core.STOP_WORDS for w in words)
 
 
 @dataclass(frozen=True)
@@ -144,7 +159,10 @@ def attribute(key: str) -> tuple[str, str] | None:
         found = pattern.match(key)
         if found:
             *qualifier, value = found.groups()
-            return (":".join([language, name, *qualifier]), value.strip())
+            value = value.strip()
+            if not _simple(value, language == "zh"):
+                return None
+            return (":".join([language, name, *qualifier]), value)
     return None
 
 

@@ -177,7 +177,7 @@ def _is_cjk_char(c: str) -> bool:
 
 
 # English words a question is made of that say nothing of what is asked about.
-_STOP_WORDS = frozenset(
+STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for
     from further had has have having he her here hers herself him himself his how i if in
@@ -250,7 +250,7 @@ def query_tokens(query: str) -> tuple[str, ...]:
     stem = _stem()
     for run, cjk in _runs(query):
         if not cjk:
-            (stop if run in _STOP_WORDS else tokens).append(stem(run))
+            (stop if run in STOP_WORDS else tokens).append(stem(run))
         elif len(run) == 1:
             (stop if run in _CJK_STOP_CHARS else tokens).append(run)
         else:

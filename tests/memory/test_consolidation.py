@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
 
@@ -216,3 +217,26 @@ def test_values_in_two_languages_never_supersede_each_other() -> None:
     assert consolidation.plan(facts) == consolidation.Plan()
     moved = consolidation.plan([*facts, _memory(2, "User lives in Suzhou")])
     assert [(n.id, [m.id for m in old]) for n, old in moved.supersessions] == [("m2", ["m0"])]
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "superseded"),
+    [
+        ("User lives in Rotterdam", "User lives in Utrecht", True),
+        ("用户住在鹿特丹", "用户住在上海", True),
+        ("用户有车", "用户没有车", True),
+        ("User has a car", "User does not have a car", True),
+        # Descriptions and dates may hold beside the older value.
+        ("User lives in Rotterdam", "User lives in a house with a garden", False),
+        ("用户住在鹿特丹", "用户住在中央公园附近", False),
+        ("User's birthday is on 9 July", "User's birthday is in autumn", False),
+        # Other people, other statements.
+        ("User lives in Rotterdam", "User's brother lives in Utrecht", False),
+        ("User has a car", "User does not have a bike", False),
+    ],
+)
+def test_which_newer_memory_supersedes_an_older_one(
+    older: str, newer: str, superseded: bool
+) -> None:
+    plan = consolidation.plan([_memory(0, older), _memory(1, newer)])
+    assert bool(plan.supersessions) == superseded
