@@ -68,7 +68,7 @@ async def write_fact(
     """WriteMemory's unit of work: the fact written, merged into the memory that says it in
     other words, or superseding the memories it contradicts (consolidation.on_write, over
     the memories sharing its words: no embedding on the write's path); its change records."""
-    others = await store.related(conn, owner, fact.content)
+    others = await store.related(conn, owner, consolidation.candidate_groups(fact.content))
     # The same fact written again is a rewrite of its memory, as ever.
     same = any(m.content_key == fact.content_key for m in others)
     outcome = consolidation.WriteOutcome() if same else consolidation.on_write(fact.content, others)

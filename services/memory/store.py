@@ -209,11 +209,11 @@ async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list
 RELATED_LIMIT = 20
 
 
-async def related(conn: AsyncConnection, owner: str, content: str) -> list[Memory]:
-    """The owner's memories holding at least half of `content`'s query tokens (as hybrid
-    search asks the full-text index), best ranked first, at most RELATED_LIMIT: what a
-    duplicate, a contradiction or a similar memory of it shares."""
-    groups = core.lexical_groups(core.query_tokens(content), with_vectors=True)
+async def related(
+    conn: AsyncConnection, owner: str, groups: Sequence[Sequence[str]]
+) -> list[Memory]:
+    """The owner's memories holding every token of at least one of `groups`
+    (consolidation.candidate_groups), best ranked first, at most RELATED_LIMIT."""
     return await _lexical(conn, owner, groups, RELATED_LIMIT)
 
 
