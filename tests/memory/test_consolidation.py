@@ -157,7 +157,7 @@ async def test_consolidate_merges_memories_whose_vectors_are_near_about_one_pers
     settings: Settings,
 ) -> None:
     """With an embedding model, duplicates by meaning: the stored vectors (set here by
-    hand; the model itself is not reached) at a cosine of 0.98 or more, 80% of the words
+    hand; the model itself is not reached) at a cosine of 0.98 or more, 90% of the words
     shared, the same person and polarity."""
     model = settings.model_copy(update={"embedding_base_url": f"http://127.0.0.1:{free_port()}/v1"})
     dims = model.embedding_dimensions
@@ -168,9 +168,9 @@ async def test_consolidate_merges_memories_whose_vectors_are_near_about_one_pers
     async with running_service("memory", build, model) as address, channel(address) as ch:
         alice = Client(pb_grpc.MemoryServiceStub(ch), "alice")
         vectors = {
-            "User walks a brown dog named Max daily": near(0),
-            # cosine 0.995, 6 of 7 words: the same fact.
-            "User walks a brown dog named Max daily in Leeds": near(0, 0.1),
+            "User walks a brown dog named Max daily along the river at dawn": near(0),
+            # cosine 0.995, 9 of 10 words: the same fact.
+            "User walks a brown dog named Max daily along the river at dawn in Leeds": near(0, 0.1),
             # As near by the vectors, but other words, another person, the opposite.
             "User owns a dog called Max": near(0, 0.1),
             "User's wife walks a brown dog named Max daily in Leeds": near(0, 0.1),
@@ -188,10 +188,10 @@ async def test_consolidate_merges_memories_whose_vectors_are_near_about_one_pers
         assert (done.merged_count, done.superseded_count) == (1, 0)
         [merge] = done.changes
         assert (merge.memory_id, merge.content) == (
-            ids["User walks a brown dog named Max daily in Leeds"],
-            "User walks a brown dog named Max daily",
+            ids["User walks a brown dog named Max daily along the river at dawn in Leeds"],
+            "User walks a brown dog named Max daily along the river at dawn",
         )
-        gone = "User walks a brown dog named Max daily in Leeds"
+        gone = "User walks a brown dog named Max daily along the river at dawn in Leeds"
         assert await contents(alice) == set(vectors) - {gone}
 
 
@@ -204,7 +204,8 @@ def _memory(i: int, content: str) -> Memory:
 def test_a_chain_of_near_memories_never_merges_its_two_ends() -> None:
     """a~b and b~c by their vectors, a and c not: b joins a, c stays (compared with the
     kept memories only)."""
-    cats = ["User has a cat named Momo from Osaka", "User has a cat named Momo from Osaka city"]
+    cat = "User has a grey cat named Momo adopted from a shelter in Osaka last spring"
+    cats = [cat, cat + " city"]
     a, b, c = (_memory(i, t) for i, t in enumerate([*cats, cats[1] + " centre"]))
     near = {a.id: {b.id: 0.98}, b.id: {a.id: 0.98, c.id: 0.98}, c.id: {b.id: 0.98}}
     plan = consolidation.plan([a, b, c], near)

@@ -240,7 +240,7 @@ class MemoryServiceServicer:
     def ConsolidateMemories(self, request, context):
         """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
         memories (the same person, polarity and words, or with an embedding model, vectors at
-        least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+        least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
         memories a newer one
         contradicts (the opposite statement, or another value of a single-valued attribute such
         as where the user lives). Each is a change record (merge, supersede).

@@ -85,7 +85,7 @@ class MemoryServiceStub:
     ConsolidateMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]
     """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
     memories (the same person, polarity and words, or with an embedding model, vectors at
-    least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+    least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
     memories a newer one
     contradicts (the opposite statement, or another value of a single-valued attribute such
     as where the user lives). Each is a change record (merge, supersede).
@@ -148,7 +148,7 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     ConsolidateMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]  # type: ignore[assignment]
     """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
     memories (the same person, polarity and words, or with an embedding model, vectors at
-    least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+    least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
     memories a newer one
     contradicts (the opposite statement, or another value of a single-valued attribute such
     as where the user lives). Each is a change record (merge, supersede).
@@ -304,7 +304,7 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.ConsolidateMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ConsolidateMemoriesResponse]]:
         """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
         memories (the same person, polarity and words, or with an embedding model, vectors at
-        least 0.98 alike sharing 80% of their words) into the oldest of each, and removes the
+        least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
         memories a newer one
         contradicts (the opposite statement, or another value of a single-valued attribute such
         as where the user lives). Each is a change record (merge, supersede).
