@@ -180,8 +180,19 @@ class MemoryWrite:
         response = await self.client.write(
             context.owner, args["content"], args.get("kind", ""), context.run_id, sources
         )
-        verb = "saved" if response.created else "updated"
-        return f"{verb} memory {response.memory.id}: {response.memory.content}"
+        memory = response.memory
+        if response.merged:
+            # The same fact in other words: the model learns it was known already.
+            lines = [f"already known as memory {memory.id}: {memory.content}"]
+        else:
+            verb = "saved" if response.created else "updated"
+            lines = [f"{verb} memory {memory.id}: {memory.content}"]
+        lines += [
+            f"replaced memory {m.id} (contradicted): {m.content}"
+            for m in response.superseded_memories
+        ]
+        lines += [f"similar memory {m.id}: {m.content}" for m in response.similar_memories]
+        return "\n".join(lines)
 
 
 class MemoryForget:

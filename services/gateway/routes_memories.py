@@ -1,5 +1,5 @@
 """The caller's memories (memory service): list and search, create, edit, delete, export,
-and the record of every change (who changed what, and why)."""
+consolidate, and the record of every change (who changed what, and why)."""
 
 from __future__ import annotations
 
@@ -172,6 +172,22 @@ async def _every_page(
         token = page.next_page_token
         if not token:
             return items
+
+
+@router.post(
+    f"{MEMORIES}:consolidate",
+    summary="Merge the caller's duplicate memories and remove the ones newer memories contradict",
+    dependencies=[Depends(only_params())],
+)
+async def consolidate_memories(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    reply = await _memory(
+        request, who, "ConsolidateMemories", pb.ConsolidateMemoriesRequest(actor=ACTOR)
+    )
+    return {
+        "merged": reply.merged_count,
+        "superseded": reply.superseded_count,
+        "changes": [convert.memory_change_json(c) for c in reply.changes],
+    }
 
 
 @router.get(

@@ -119,7 +119,7 @@ class MemoryEdit:
 class Change:
     """One record of what happened to a memory (ListMemoryChanges)."""
 
-    action: str  # write | rewrite | update | forget
+    action: str  # write | rewrite | update | forget | merge | supersede
     memory_id: str
     content: str
     kind: str
@@ -177,7 +177,7 @@ def _is_cjk_char(c: str) -> bool:
 
 
 # English words a question is made of that say nothing of what is asked about.
-_STOP_WORDS = frozenset(
+STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for
     from further had has have having he her here hers herself him himself his how i if in
@@ -199,7 +199,12 @@ def _stem() -> Callable[[str], str]:
     """
     import snowballstemmer
 
-    stem: Callable[[str], str] = snowballstemmer.stemmer("english").stemWord
+    # Cached: a search stems every word of each hit it weighs (token_coverage), most of
+    # them words seen before; uncached, stemming was a third of a hybrid search's own time
+    # at 2,000 memories (issue 31).
+    stem: Callable[[str], str] = functools.lru_cache(maxsize=1 << 16)(
+        snowballstemmer.stemmer("english").stemWord
+    )
     return stem
 
 
@@ -245,7 +250,7 @@ def query_tokens(query: str) -> tuple[str, ...]:
     stem = _stem()
     for run, cjk in _runs(query):
         if not cjk:
-            (stop if run in _STOP_WORDS else tokens).append(stem(run))
+            (stop if run in STOP_WORDS else tokens).append(stem(run))
         elif len(run) == 1:
             (stop if run in _CJK_STOP_CHARS else tokens).append(run)
         else:
@@ -619,8 +624,8 @@ HINT_DEMOTION = 0.5
 
 def _people(text: str, *, lead_only: bool) -> set[str]:
     """The person classes `text` names; `lead_only`: only the one a memory is about, the
-    person named first after "User's" / "My" / "用户(的)" / "我(的)" ("User's friend's
-    wife": friend)."""
+    person named first after "User's" / "The user's" / "My" / "用户(的)" / "我(的)" ("User's
+    friend's wife": friend)."""
     key = content_key(text).replace("\u2019", "'")
     if not lead_only:
         words = frozenset(_TERM_RE.findall(key))
@@ -628,7 +633,8 @@ def _people(text: str, *, lead_only: bool) -> set[str]:
         for name in list(named):
             named |= _COVERS.get(name, set())
         return named
-    lead = next((key[len(p) :] for p in ("user's ", "my ") if key.startswith(p)), None)
+    prefixes = ("user's ", "the user's ", "my ")
+    lead = next((key[len(p) :] for p in prefixes if key.startswith(p)), None)
     if lead is not None:
         for word in lead.replace("'s", " ").split()[:2]:
             for name, (en, _) in _PEOPLE.items():
@@ -640,6 +646,12 @@ def _people(text: str, *, lead_only: bool) -> set[str]:
         found = [(len(w), n) for n, (_, zh) in _PEOPLE.items() for w in zh if lead.startswith(w)]
         return {max(found)[1]} if found else set()
     return set()
+
+
+def subject(text: str) -> set[str]:
+    """Who a memory is about: the person class named first after "User's" / "My" / "用户的"
+    / "我的" (empty: the user, or no one the rule knows)."""
+    return _people(text, lead_only=True)
 
 
 def negated(text: str) -> bool:

@@ -6,17 +6,32 @@ from a request field.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from datetime import datetime
 from typing import Any
 
 import grpc
 from agentmesh.memory.v1 import memory_service_pb2 as pb
 from agentmesh.memory.v1 import memory_service_pb2_grpc as pb_grpc
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.memory import conversation, conversation_store, convert, core, store, tables
+from services.memory import (
+    consolidation,
+    conversation,
+    conversation_store,
+    convert,
+    core,
+    store,
+    tables,
+)
 from services.memory.conversation_tasks import ConversationEmbedder
-from services.memory.embeddings import NO_EMBEDDING_MODEL, Embedder, QueryVector
+from services.memory.embeddings import (
+    NO_EMBEDDING_MODEL,
+    Embedder,
+    EmbeddingConfig,
+    QueryVector,
+)
 from shared import metrics, outbox, pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
@@ -34,6 +49,67 @@ def _searched(found: list[core.Memory], vector: QueryVector) -> pb.SearchMemorie
         mode=pb.SEARCH_MODE_LEXICAL if vector.lexical_reason else pb.SEARCH_MODE_HYBRID,
         mode_reason=vector.lexical_reason,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What a WriteMemory did: the memory holding the fact, and what consolidation did."""
+
+    memory: core.Memory
+    created: bool
+    merged: bool
+    superseded: list[core.Memory]
+    similar: list[core.Memory]
+
+
+async def write_fact(
+    conn: AsyncConnection, owner: str, fact: core.MemoryWrite, actor: str, now: datetime
+) -> Written:
+    """WriteMemory's unit of work: the fact written, merged into the memory that says it in
+    other words, or superseding the memories it contradicts (consolidation.on_write, over
+    the memories sharing its words: no embedding on the write's path); its change records."""
+    others = await store.related(conn, owner, consolidation.candidate_groups(fact.content))
+    # The same fact written again is a rewrite of its memory, as ever.
+    same = any(m.content_key == fact.content_key for m in others)
+    outcome = consolidation.WriteOutcome() if same else consolidation.on_write(fact.content, others)
+    if outcome.merged_into is not None:
+        memory = await store.add_sources(conn, owner, outcome.merged_into, fact.source_message_ids)
+        await store.record_changes(
+            conn, owner, [consolidation.write_merge_change(memory, fact, actor)], now
+        )
+        return Written(memory, False, True, [], outcome.similar)
+    memory, created = await store.write(conn, owner, fact, now)
+    superseded = await store.remove(conn, owner, [m.id for m in outcome.superseded])
+    records = [core.write_change(memory, created, fact, actor)]
+    records += [consolidation.supersede_change(memory, m, actor) for m in superseded]
+    await store.record_changes(conn, owner, records, now)
+    return Written(memory, created, False, superseded, outcome.similar)
+
+
+async def consolidate_owner(
+    conn: AsyncConnection,
+    owner: str,
+    actor: str,
+    now: datetime,
+    config: EmbeddingConfig | None,
+) -> tuple[consolidation.Plan, list[core.Change]]:
+    """ConsolidateMemories' unit of work over all of the owner's memories (with `config`,
+    their current vectors by its model too): the plan carried out and recorded."""
+    memories = await store.every_memory(conn, owner)
+    near = None
+    if config is not None:
+        near = await store.near_pairs(
+            conn, owner, config.model, config.dimensions, consolidation.DUPLICATE_COSINE
+        )
+    plan = consolidation.plan(memories, near)
+    records = consolidation.plan_changes(plan, actor)
+    for kept, merged in plan.merges:
+        await store.add_sources(
+            conn, owner, kept, [s for m in merged for s in m.source_message_ids]
+        )
+    await store.remove(conn, owner, [m.id for m in plan.removed])
+    await store.record_changes(conn, owner, records, now)
+    return plan, records
 
 
 class MemoryServicer(pb_grpc.MemoryServiceServicer):
@@ -60,14 +136,33 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
         )
         actor = core.validate_actor(request.actor)
         async with self.engine.begin() as conn:
-            now = store.utc_now()
-            memory, created = await store.write(conn, owner, fact, now)
-            await store.record_changes(
-                conn, owner, [core.write_change(memory, created, fact, actor)], now
-            )
-        if self.embedder is not None:
+            written = await write_fact(conn, owner, fact, actor, store.utc_now())
+        if self.embedder is not None and not written.merged:
             self.embedder.wake()
-        return pb.WriteMemoryResponse(memory=convert.memory_to_pb(memory), created=created)
+        return pb.WriteMemoryResponse(
+            memory=convert.memory_to_pb(written.memory),
+            created=written.created,
+            merged=written.merged,
+            superseded_memories=[convert.memory_to_pb(m) for m in written.superseded],
+            similar_memories=[convert.memory_to_pb(m) for m in written.similar],
+        )
+
+    async def ConsolidateMemories(
+        self, request: pb.ConsolidateMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ConsolidateMemoriesResponse:
+        owner = owner_id(context)
+        actor = core.validate_actor(request.actor)
+        config = None if self.embedder is None else self.embedder.client.config
+        async with self.engine.begin() as conn:
+            now = store.utc_now()
+            plan, records = await consolidate_owner(conn, owner, actor, now, config)
+        return pb.ConsolidateMemoriesResponse(
+            merged_count=sum(len(merged) for _, merged in plan.merges),
+            superseded_count=sum(len(older) for _, older in plan.supersessions),
+            changes=[
+                convert.change_to_pb(dataclasses.replace(c, create_time=now)) for c in records
+            ],
+        )
 
     async def ForgetMemory(
         self, request: pb.ForgetMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import uuid
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -28,9 +29,11 @@ from services.memory.tables import (
     changes,
     memories,
     memory_embeddings,
+    memory_vector_stamps,
     watermarks,
     webhook_outbox,
 )
+from services.memory.vector_cache import OwnerVectors, VectorCache
 from shared import outbox
 from shared.db import is_postgres
 from shared.errors import Aborted, AlreadyExists, NotFound
@@ -199,6 +202,93 @@ async def forget_matching(conn: AsyncConnection, owner: str, query: str) -> list
         )
     ).all()
     return sorted(map(_memory, deleted), key=lambda m: ids.index(m.id))
+
+
+# How many of the owner's memories sharing words with a new fact WriteMemory compares it
+# with (consolidation.on_write), best full-text rank first.
+RELATED_LIMIT = 20
+
+
+async def related(
+    conn: AsyncConnection, owner: str, groups: Sequence[Sequence[str]]
+) -> list[Memory]:
+    """The owner's memories holding every token of at least one of `groups`
+    (consolidation.candidate_groups), best ranked first, at most RELATED_LIMIT."""
+    return await _lexical(conn, owner, groups, RELATED_LIMIT)
+
+
+async def every_memory(conn: AsyncConnection, owner: str) -> list[Memory]:
+    """All of the owner's memories (a consolidation pass reads them at once)."""
+    stmt = sa.select(*MEMORY_COLUMNS).where(memories.c.owner_id == owner)
+    return [_memory(r) for r in (await conn.execute(stmt.order_by(memories.c.seq))).all()]
+
+
+async def add_sources(
+    conn: AsyncConnection, owner: str, kept: Memory, sources: Sequence[str]
+) -> Memory:
+    """`kept` with `sources` merged into its source messages (core.merge_sources)."""
+    merged = core.merge_sources(kept.source_message_ids, sources)
+    if merged == kept.source_message_ids:
+        return kept
+    await conn.execute(
+        memories.update()
+        .where(memories.c.owner_id == owner, memories.c.id == kept.id)
+        .values(source_message_ids=list(merged))
+    )
+    return dataclasses.replace(kept, source_message_ids=merged)
+
+
+async def remove(conn: AsyncConnection, owner: str, ids: Sequence[str]) -> list[Memory]:
+    """Deletes the owner's memories `ids` (merged or superseded); them, as they were."""
+    if not ids:
+        return []
+    gone = await conn.execute(
+        memories.delete()
+        .where(memories.c.owner_id == owner, memories.c.id.in_(list(ids)))
+        .returning(*MEMORY_COLUMNS)
+    )
+    return [_memory(r) for r in gone.all()]
+
+
+async def near_pairs(
+    conn: AsyncConnection, owner: str, model: str, dims: int, threshold: float
+) -> dict[str, dict[str, float]]:
+    """id -> {id: cosine} of the owner's memories whose current embeddings by `model` have
+    a cosine of at least `threshold` (both directions). Embeddings of an older version of
+    their memory take no part."""
+    e = memory_embeddings
+    vector = sa.cast(e.c.embedding, sa.Text) if is_postgres(conn) else e.c.embedding
+    rows = (
+        await conn.execute(
+            sa.select(e.c.memory_id, vector.label("embedding"))
+            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
+            .where(
+                e.c.owner_id == owner,
+                e.c.model == model,
+                e.c.dimensions == dims,
+                e.c.memory_version == memories.c.version,
+            )
+            .order_by(e.c.memory_id)
+        )
+    ).all()
+    if len(rows) < 2:
+        return {}
+    import numpy as np  # lazily: see the note at the imports
+
+    if is_postgres(conn):
+        matrix = np.asarray([json.loads(r.embedding) for r in rows], dtype=np.float32)
+    else:
+        matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
+        matrix = matrix.reshape(len(rows), dims)
+    near: dict[str, dict[str, float]] = {}
+    # In blocks of rows: the whole square of 20,000 memories would be 1.6 GB.
+    for start in range(0, len(rows), 512):
+        block = matrix[start : start + 512] @ matrix.T
+        for i, j in zip(*np.nonzero(block >= threshold), strict=True):
+            a, b = rows[start + int(i)].memory_id, rows[int(j)].memory_id
+            if a != b:
+                near.setdefault(a, {})[b] = float(block[i, j])
+    return near
 
 
 async def update(
@@ -450,27 +540,16 @@ async def _sqlite_nearest(
     query_cjk: bool,
 ) -> dict[str, float]:
     """SQLite's nearest memories (every vector of the owner compared, centered per script
-    when services.memory.centering says so): memory id -> distance."""
-    dims = len(embedding)
-    e = memory_embeddings
-    rows = (
-        await conn.execute(
-            sa.select(e.c.memory_id, e.c.embedding, memories.c.content)
-            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
-            .where(e.c.owner_id == owner, e.c.model == model, e.c.dimensions == dims)
-        )
-    ).all()
-    if not rows:
+    when services.memory.centering says so; the vectors from the engine's cache,
+    vector_cache.py): memory id -> distance."""
+    vectors = await _owner_vectors(conn, owner, model, len(embedding))
+    if vectors is None:
         return {}
     import numpy as np  # lazily: see the note at the imports
 
-    matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4").reshape(
-        len(rows), dims
-    )
-    cjk = np.asarray([centering.is_cjk_text(r.content) for r in rows], dtype=bool)
-    distances = centering.distances(matrix, cjk, embedding, query_cjk)
+    distances = centering.distances(vectors.matrix, vectors.cjk, embedding, query_cjk)
     best = np.argsort(distances, kind="stable")[:limit]
-    return {rows[i].memory_id: float(distances[i]) for i in best}
+    return {vectors.ids[i]: float(distances[i]) for i in best}
 
 
 async def _pg_centered(
@@ -501,6 +580,52 @@ async def _pg_centered(
         },
     )
     return {r.memory_id: float(r.distance) for r in found.all()}
+
+
+# Each SQLite engine's owners' vectors (vector_cache.py), by the engine: a process's
+# engines of one file (a test's replicas) each keep their own, as processes would.
+_VECTOR_CACHES: weakref.WeakKeyDictionary[sa.Engine, VectorCache] = weakref.WeakKeyDictionary()
+
+# The owner's (:owner) vector stamp (migration 0005_vector_stamps); no row: no embeddings.
+_VECTOR_STAMP = sa.select(memory_vector_stamps.c.stamp).where(
+    memory_vector_stamps.c.owner_id == sa.bindparam("owner")
+)
+
+
+async def _owner_vectors(
+    conn: AsyncConnection, owner: str, model: str, dims: int
+) -> OwnerVectors | None:
+    """SQLite: the owner's embeddings by `model` in `dims` dimensions as one matrix, from the
+    engine's cache while the owner's stamp has not moved; None when there are none."""
+    cache = _VECTOR_CACHES.setdefault(conn.sync_engine, VectorCache())
+    # The stamp first: a change committed between the two reads then moves the stamp past
+    # the one kept with the vectors, and the next search reads them again.
+    stamp = (await conn.execute(_VECTOR_STAMP, {"owner": owner})).scalar_one_or_none()
+    if stamp is None:
+        cache.forget_owner(owner)
+        return None
+    key = (owner, model, dims)
+    vectors = cache.get(key, stamp)
+    if vectors is not None:
+        return vectors if vectors.ids else None
+    e = memory_embeddings
+    rows = (
+        await conn.execute(
+            sa.select(e.c.memory_id, e.c.embedding, memories.c.content)
+            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
+            .where(e.c.owner_id == owner, e.c.model == model, e.c.dimensions == dims)
+        )
+    ).all()
+    import numpy as np  # lazily: see the note at the imports
+
+    matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
+    # Each row's script, for centering: a memory's script changes only with its content,
+    # whose new vector moves the stamp once the embedder has stored it.
+    cjk = np.asarray([centering.is_cjk_text(r.content) for r in rows], dtype=bool)
+    ids = tuple(r.memory_id for r in rows)
+    vectors = OwnerVectors(stamp, ids, matrix.reshape(len(rows), dims), cjk)
+    cache.put(key, vectors)
+    return vectors if vectors.ids else None
 
 
 def _vector_text(embedding: Sequence[float]) -> str:

@@ -43,6 +43,15 @@ memory_embeddings = sa.Table(
     sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
 )
 
+# SQLite only (migration 0005_vector_stamps, whose triggers keep it): a new value at every
+# change of the owner's embeddings, what services/memory/vector_cache.py checks.
+memory_vector_stamps = sa.Table(
+    "memory_vector_stamps",
+    _meta,
+    sa.Column("owner_id", sa.String(128), primary_key=True),
+    sa.Column("stamp", sa.BigInteger, nullable=False),
+)
+
 watermarks = sa.Table(
     "watermarks",
     _meta,

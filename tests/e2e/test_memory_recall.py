@@ -444,3 +444,42 @@ def test_make_run_recalls_a_memory_asked_for_in_other_words(launched: Launched) 
     [recalled] = recalls(audit(suite, owner, thread), run_id)
     assert "User likes jasmine green tea" in recalled["content"]
     assert recalled["metadata"]["memorySearch"] == {"mode": "hybrid"}
+
+
+def test_the_memory_api_merges_duplicates_and_consolidates_what_edits_left(suite: Suite) -> None:
+    owner, other = _owner("tidy"), _owner("untidy")
+    url = f"{suite.gateway_url}/api/v1/memories"
+    tea = httpx.post(url, json={"content": "User likes tea"}, headers=_auth(owner)).json()
+    # The same fact in other words: merged into its memory on write.
+    again = httpx.post(url, json={"content": "The user likes tea."}, headers=_auth(owner))
+    assert again.status_code == 200 and again.json()["id"] == tea["id"], again.text
+    # Edits are not consolidated: one leaves a duplicate, one a contradiction.
+    made = {}
+    for content in ("User plays chess", "User lives in Shanghai", "User plays the violin"):
+        made[content] = httpx.post(url, json={"content": content}, headers=_auth(owner)).json()
+    for content, edited in (
+        ("User plays chess", "the user likes tea!"),
+        ("User plays the violin", "User lives in Hangzhou"),
+    ):
+        changed = httpx.patch(
+            f"{url}/{made[content]['id']}", json={"content": edited}, headers=_auth(owner)
+        )
+        assert changed.status_code == 200, changed.text
+
+    done = httpx.post(f"{url}:consolidate", headers=_auth(owner))
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert (body["merged"], body["superseded"]) == (1, 1)
+    assert [(c["action"], c["memoryId"]) for c in body["changes"]] == [
+        ("merge", made["User plays chess"]["id"]),
+        ("supersede", made["User lives in Shanghai"]["id"]),
+    ]
+    listed = httpx.get(url, headers=_auth(owner)).json()["memories"]
+    assert {m["content"] for m in listed} == {"User likes tea", "User lives in Hangzhou"}
+    recorded = httpx.get(f"{url}:changes", headers=_auth(owner)).json()["changes"]
+    assert [c["action"] for c in recorded].count("merge") == 2  # the write's and the pass's
+
+    nothing = httpx.post(f"{url}:consolidate", headers=_auth(other)).json()
+    assert nothing == {"merged": 0, "superseded": 0, "changes": []}
+    unknown = httpx.post(f"{url}:consolidate?dry_run=1", headers=_auth(owner))
+    assert unknown.status_code == 400, unknown.text

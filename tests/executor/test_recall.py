@@ -295,8 +295,8 @@ class Client:
         self, owner: str, content: str, kind: str, run_id: str, message_ids: Any
     ) -> Any:
         self.writes.append((content, tuple(message_ids)))
-        memory = type("M", (), {"id": "mem-1", "content": content})()
-        return type("R", (), {"created": True, "memory": memory})()
+        memory = pb.Memory(id="mem-1", content=content)
+        return pb.WriteMemoryResponse(created=True, memory=memory)
 
     async def forget(self, owner: str, **fields: Any) -> list[Any]:
         self.forgets.append(fields)

@@ -138,18 +138,41 @@ class WriteMemoryResponse(_message.Message):
 
     MEMORY_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    MERGED_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_MEMORIES_FIELD_NUMBER: _builtins.int
+    SIMILAR_MEMORIES_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
+    merged: _builtins.bool
+    """The content said an existing memory's fact in other words (the same person, polarity
+    and words, e.g. "The user is allergic to penicillin." for "User is allergic to
+    penicillin"): no memory was created, `memory` is that one, with the write's sources.
+    """
     @_builtins.property
     def memory(self) -> Global___Memory: ...
+    @_builtins.property
+    def superseded_memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___Memory]:
+        """The memories the new one contradicts (the opposite statement, or another value of a
+        single-valued attribute), removed by this write, as they were.
+        """
+
+    @_builtins.property
+    def similar_memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___Memory]:
+        """Memories about the same person sharing most of the new one's words, left as they are
+        (the writer may update or forget them).
+        """
+
     def __init__(
         self,
         *,
         memory: Global___Memory | None = ...,
         created: _builtins.bool = ...,
+        merged: _builtins.bool = ...,
+        superseded_memories: _abc.Iterable[Global___Memory] | None = ...,
+        similar_memories: _abc.Iterable[Global___Memory] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "memory", b"memory", "merged", b"merged", "similar_memories", b"similar_memories", "superseded_memories", b"superseded_memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -441,7 +464,12 @@ class MemoryChange(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     action: _builtins.str
-    """write (a new memory), update, forget."""
+    """write (a new memory), rewrite (the same fact written again), update, forget, merge, or
+    supersede. merge: a duplicate merged, memory_id the duplicate removed by a
+    consolidation, or the memory a write of the same fact was merged into; content the
+    memory kept; previous_content the duplicate's words. supersede: memory_id the memory
+    removed; content the newer memory that contradicts it; previous_content its words.
+    """
     memory_id: _builtins.str
     content: _builtins.str
     """The content after the change (before it, for a forget)."""
@@ -477,6 +505,55 @@ class MemoryChange(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemoryChange: _TypeAlias = MemoryChange  # noqa: Y015
+
+@_typing.final
+class ConsolidateMemoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTOR_FIELD_NUMBER: _builtins.int
+    actor: _builtins.str
+    """As in WriteMemoryRequest."""
+    def __init__(
+        self,
+        *,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsolidateMemoriesRequest: _TypeAlias = ConsolidateMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ConsolidateMemoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MERGED_COUNT_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_COUNT_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    merged_count: _builtins.int
+    """How many memories were merged into another, and how many were superseded."""
+    superseded_count: _builtins.int
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryChange]:
+        """The change records of this pass, in order."""
+
+    def __init__(
+        self,
+        *,
+        merged_count: _builtins.int = ...,
+        superseded_count: _builtins.int = ...,
+        changes: _abc.Iterable[Global___MemoryChange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "merged_count", b"merged_count", "superseded_count", b"superseded_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsolidateMemoriesResponse: _TypeAlias = ConsolidateMemoriesResponse  # noqa: Y015
 
 @_typing.final
 class ListMemoryChangesRequest(_message.Message):

@@ -111,6 +111,11 @@ class MemoryServiceStub:
                 request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.FromString,
                 _registered_method=True)
+        self.ConsolidateMemories = channel.unary_unary(
+                '/agentmesh.memory.v1.MemoryService/ConsolidateMemories',
+                request_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -232,6 +237,18 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsolidateMemories(self, request, context):
+        """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
+        memories (the same person, polarity and words, or with an embedding model, vectors at
+        least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
+        memories a newer one
+        contradicts (the opposite statement, or another value of a single-valued attribute such
+        as where the user lives). Each is a change record (merge, supersede).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -309,6 +326,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteConversation,
                     request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.FromString,
                     response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.SerializeToString,
+            ),
+            'ConsolidateMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsolidateMemories,
+                    request_deserializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesRequest.FromString,
+                    response_serializer=agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -718,6 +740,33 @@ class MemoryService:
             '/agentmesh.memory.v1.MemoryService/DeleteConversation',
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationRequest.SerializeToString,
             agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.DeleteConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsolidateMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.memory.v1.MemoryService/ConsolidateMemories',
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesRequest.SerializeToString,
+            agentmesh_dot_memory_dot_v1_dot_memory__service__pb2.ConsolidateMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -82,6 +82,14 @@ class MemoryServiceStub:
     deleted). A message of the thread written before this call is not indexed afterwards
     (an IndexConversation that arrives late); one written later is. Idempotent.
     """
+    ConsolidateMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]
+    """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
+    memories (the same person, polarity and words, or with an embedding model, vectors at
+    least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
+    memories a newer one
+    contradicts (the opposite statement, or another value of a single-valued attribute such
+    as where the user lives). Each is a change record (merge, supersede).
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -136,6 +144,14 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """Removes one thread's messages from the caller's conversation index (the thread was
     deleted). A message of the thread written before this call is not indexed afterwards
     (an IndexConversation that arrives late); one written later is. Idempotent.
+    """
+    ConsolidateMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ConsolidateMemoriesRequest, _memory_service_pb2.ConsolidateMemoriesResponse]  # type: ignore[assignment]
+    """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
+    memories (the same person, polarity and words, or with an embedding model, vectors at
+    least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
+    memories a newer one
+    contradicts (the opposite statement, or another value of a single-valued attribute such
+    as where the user lives). Each is a change record (merge, supersede).
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -278,6 +294,20 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """Removes one thread's messages from the caller's conversation index (the thread was
         deleted). A message of the thread written before this call is not indexed afterwards
         (an IndexConversation that arrives late); one written later is. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def ConsolidateMemories(
+        self,
+        request: _memory_service_pb2.ConsolidateMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ConsolidateMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ConsolidateMemoriesResponse]]:
+        """Consolidation (services/memory/consolidation.py): merges the caller's duplicate
+        memories (the same person, polarity and words, or with an embedding model, vectors at
+        least 0.98 alike sharing 90% of their words) into the oldest of each, and removes the
+        memories a newer one
+        contradicts (the opposite statement, or another value of a single-valued attribute such
+        as where the user lives). Each is a change record (merge, supersede).
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
