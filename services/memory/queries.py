@@ -24,6 +24,7 @@ _EMBEDDING_VALUES = (
     "memory_version",
     "content_digest",
     "update_time",
+    "cjk",
 )
 _EMBEDDING_UPDATES = ", ".join(
     f"{k} = excluded.{k}" for k in [*_EMBEDDING_VALUES, "embedding"] if k != "memory_id"
@@ -73,23 +74,31 @@ def pg_nearest(dims: int) -> sa.TextClause:
 
 
 def _owners_vectors(dims: int) -> str:
-    """The owner's current embeddings by :model in `dims` dimensions, each with its
-    memory's script (:cjk, centering.is_cjk_text's pattern)."""
+    """The owner's current embeddings by :model in `dims` dimensions, each with the script
+    of its content (cjk, migration 0006)."""
     return (
-        f"SELECT e.memory_id, e.embedding::public.vector({dims}) AS v, "
-        "m.content ~ CAST(:cjk AS text) AS cjk "
-        "FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id "
-        "WHERE e.owner_id = :owner AND m.owner_id = :owner AND e.model = :model "
-        "AND e.dimensions = :dims"
+        f"SELECT memory_id, embedding::public.vector({dims}) AS v, cjk FROM memory_embeddings "
+        "WHERE owner_id = :owner AND model = :model AND dimensions = :dims"
     )
 
 
+# Per script of the owner's embeddings by :model in :dims dimensions (cjk true or false):
+# how many, and a value any change to them moves (the newest write, and a sum over each
+# vector's memory and content), which keys the process's kept means (store._pg_centered).
+PG_SCRIPT_STAMPS = sa.text(
+    "SELECT cjk, count(*) AS n, max(update_time) AS newest, "
+    "sum(hashtextextended(memory_id || ':' || content_digest, 0)) AS digest "
+    "FROM memory_embeddings WHERE owner_id = :owner AND model = :model "
+    "AND dimensions = :dims GROUP BY cjk"
+)
+
+
 def pg_script_means(dims: int) -> sa.TextClause:
-    """Per script of the owner's memories (cjk true or false): how many have an embedding
-    and their mean vector (text form)."""
+    """Per script of the owner's memories (cjk true or false): their mean vector (text
+    form)."""
     return sa.text(
-        "SELECT cjk, count(*) AS n, CAST(public.avg(v) AS text) AS mean "
-        f"FROM ({_owners_vectors(dims)}) mine GROUP BY cjk"
+        f"SELECT cjk, CAST(public.avg(v) AS text) AS mean FROM ({_owners_vectors(dims)}) mine "
+        "GROUP BY cjk"
     )
 
 

@@ -14,6 +14,8 @@ import json
 import math
 import uuid
 import weakref
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -563,11 +565,11 @@ async def _pg_centered(
     """PostgreSQL's nearest memories by centered vectors (services.memory.centering):
     memory id -> distance; None when the owner is not searched centered."""
     dims = len(embedding)
-    where = {"owner": owner, "model": model, "dims": dims, "cjk": core.CJK_PATTERN}
-    stats = (await conn.execute(queries.pg_script_means(dims), where)).all()
+    where = {"owner": owner, "model": model, "dims": dims}
+    stats = (await conn.execute(queries.PG_SCRIPT_STAMPS, where)).all()
     if not centering.centers({bool(r.cjk): int(r.n) for r in stats}):
         return None
-    means = {bool(r.cjk): json.loads(r.mean) for r in stats}
+    means = await _pg_script_means(conn, where, tuple(sorted(tuple(r) for r in stats)))
     query = [x - m for x, m in zip(embedding, means[query_cjk], strict=True)]
     found = await conn.execute(
         queries.pg_centered_nearest(dims),
@@ -580,6 +582,33 @@ async def _pg_centered(
         },
     )
     return {r.memory_id: float(r.distance) for r in found.all()}
+
+
+# PostgreSQL: each engine's owners' per-script means, kept while the owner's embeddings
+# have not moved (their stamp, queries.PG_SCRIPT_STAMPS): averaging 2,000 vectors took
+# most of a centered search (issue 31), a stamp about 1 ms. The newest entries kept.
+_MEANS_KEPT = 1024
+_PG_MEANS: weakref.WeakKeyDictionary[
+    sa.Engine, OrderedDict[tuple[str, str, int], tuple[object, dict[bool, array[float]]]]
+] = weakref.WeakKeyDictionary()
+
+
+async def _pg_script_means(
+    conn: AsyncConnection, where: dict[str, Any], stamp: object
+) -> dict[bool, array[float]]:
+    """The owner's mean vector per script (CJK: True), kept per engine while `stamp` holds."""
+    kept = _PG_MEANS.setdefault(conn.sync_engine, OrderedDict())
+    key = (where["owner"], where["model"], where["dims"])
+    if (hit := kept.get(key)) is not None and hit[0] == stamp:
+        kept.move_to_end(key)
+        return hit[1]
+    rows = (await conn.execute(queries.pg_script_means(where["dims"]), where)).all()
+    means = {bool(r.cjk): array("d", json.loads(r.mean)) for r in rows}
+    kept[key] = (stamp, means)
+    kept.move_to_end(key)
+    while len(kept) > _MEANS_KEPT:
+        kept.popitem(last=False)
+    return means
 
 
 # Each SQLite engine's owners' vectors (vector_cache.py), by the engine: a process's
@@ -611,17 +640,15 @@ async def _owner_vectors(
     e = memory_embeddings
     rows = (
         await conn.execute(
-            sa.select(e.c.memory_id, e.c.embedding, memories.c.content)
-            .select_from(e.join(memories, memories.c.id == e.c.memory_id))
-            .where(e.c.owner_id == owner, e.c.model == model, e.c.dimensions == dims)
+            sa.select(e.c.memory_id, e.c.embedding, e.c.cjk).where(
+                e.c.owner_id == owner, e.c.model == model, e.c.dimensions == dims
+            )
         )
     ).all()
     import numpy as np  # lazily: see the note at the imports
 
     matrix = np.frombuffer(b"".join(r.embedding for r in rows), dtype="<f4")
-    # Each row's script, for centering: a memory's script changes only with its content,
-    # whose new vector moves the stamp once the embedder has stored it.
-    cjk = np.asarray([centering.is_cjk_text(r.content) for r in rows], dtype=bool)
+    cjk = np.asarray([bool(r.cjk) for r in rows], dtype=bool)
     ids = tuple(r.memory_id for r in rows)
     vectors = OwnerVectors(stamp, ids, matrix.reshape(len(rows), dims), cjk)
     cache.put(key, vectors)
@@ -728,6 +755,7 @@ async def put_embedding(
         "memory_version": task.version,
         "content_digest": digest(task.content),
         "update_time": now,
+        "cjk": centering.is_cjk_text(task.content),
     }
     # pgvector reads its text form; SQLite keeps float32 bytes.
     stored: str | bytes

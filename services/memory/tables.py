@@ -41,6 +41,8 @@ memory_embeddings = sa.Table(
     # pgvector `vector` on PostgreSQL (written and read as text here), float32 bytes on SQLite.
     sa.Column("embedding", sa.LargeBinary, nullable=False),
     sa.Column("update_time", sa.DateTime(timezone=True), nullable=False),
+    # The script of the content the vector was made from (centering.is_cjk_text; 0006).
+    sa.Column("cjk", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 # SQLite only (migration 0005_vector_stamps, whose triggers keep it): a new value at every

@@ -5,15 +5,18 @@ PostgreSQL reads them in the database. Both backends answer alike."""
 
 from __future__ import annotations
 
+import random
+import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.memory import core, store
+from services.memory import centering, core, store
 from services.memory.service import MIGRATIONS
 from shared import db
 from shared.settings import Settings
@@ -124,17 +127,93 @@ async def test_a_search_of_unchanged_vectors_does_not_read_them_again(
         event.remove(searcher.sync_engine, "before_cursor_execute", record)
 
 
-async def test_vectors_stored_before_migration_0005_are_searched_after_it(
+async def put_as_at_0004(
+    engine: AsyncEngine, owner: str, content: str, vector: list[float]
+) -> None:
+    """Writes the memory and its embedding as the store did at migration 0004 (no script
+    column yet)."""
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        memory, _ = await store.write(conn, owner, core.validate_write(content, "", "", []), now)
+        stored: str | bytes = (
+            store._vector_text(vector) if USES_POSTGRES else struct.pack("<4f", *vector)
+        )
+        cast = "CAST(CAST(:embedding AS text) AS public.vector)" if USES_POSTGRES else ":embedding"
+        await conn.execute(
+            sa.text(
+                "INSERT INTO memory_embeddings (memory_id, owner_id, model, dimensions, "
+                "memory_version, content_digest, update_time, embedding) VALUES (:memory_id, "
+                f":owner_id, :model, 4, :version, :digest, :now, {cast})"
+            ),
+            {
+                "memory_id": memory.id,
+                "owner_id": owner,
+                "model": MODEL,
+                "version": memory.version,
+                "digest": store.digest(content),
+                "now": now,
+                "embedding": stored,
+            },
+        )
+
+
+async def test_vectors_stored_before_migrations_0005_and_0006_are_searched_after_them(
     settings: Settings,
 ) -> None:
     engine = db.create_engine(settings, "memory")
     schema = settings.schema_for("memory")
     try:
         await db.migrate(engine, MIGRATIONS, schema, revision="0004_conversation")
-        await put(engine, "alice", "alpha", axis(0))
-        await put(engine, "alice", "beta", axis(1))
+        await put_as_at_0004(engine, "alice", "alpha", axis(0))
+        await put_as_at_0004(engine, "alice", "贝塔 beta", axis(1))
         await db.migrate(engine, MIGRATIONS, schema)
-        assert await nearest(engine, "alice", axis(1)) == ["beta"]
+        assert await nearest(engine, "alice", axis(1)) == ["贝塔 beta"]
         assert await nearest(engine, "alice", axis(0)) == ["alpha"]
+        # Each vector's script, filled from its memory's content (0006).
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                sa.text(
+                    "SELECT m.content, e.cjk FROM memory_embeddings e "
+                    "JOIN memories m ON m.id = e.memory_id"
+                )
+            )
+            assert {r.content: bool(r.cjk) for r in rows} == {"alpha": False, "贝塔 beta": True}
     finally:
         await engine.dispose()
+
+
+async def test_a_centered_search_averages_the_owners_vectors_again_only_after_a_change(
+    replicas: tuple[AsyncEngine, AsyncEngine],
+) -> None:
+    """PostgreSQL keeps each owner's per-script means while the owner's vectors have not
+    moved (a search averaged every vector of the owner each time); another replica's
+    change is seen at the next search."""
+    searcher, writer = replicas
+    rng = random.Random(31)
+    for i in range(centering.MIN_PER_SCRIPT):
+        await put(writer, "alice", f"fact {i}", store.unit([rng.random() for _ in range(4)]))
+        await put(writer, "alice", f"事实 {i}", store.unit([rng.random() for _ in range(4)]))
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    def averaged() -> bool:
+        return any("avg(" in s for s in sent)
+
+    event.listen(searcher.sync_engine, "before_cursor_execute", record)
+    try:
+        first = await nearest(searcher, "alice", axis(0), limit=20)
+        assert averaged() == USES_POSTGRES
+        sent.clear()
+        assert await nearest(searcher, "alice", axis(0), limit=20) == first
+        assert not averaged()
+        # Another replica moves one vector (the same memory, a new version): averaged again,
+        # and the ranking follows the new vector.
+        await put(writer, "alice", "fact 0", store.unit([0, 0, 0, 1]))
+        sent.clear()
+        moved = await nearest(searcher, "alice", axis(3), limit=1)
+        assert averaged() == USES_POSTGRES
+        assert moved == ["fact 0"]
+    finally:
+        event.remove(searcher.sync_engine, "before_cursor_execute", record)
