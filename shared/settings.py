@@ -158,6 +158,8 @@ class Settings(BaseSettings):
     model_provider: str = "scripted"
     # Scripted model: simulated latency per streamed token, in seconds.
     scripted_token_latency: float = 0.0
+    # Scripted model: simulated time to the first token, in seconds (0: as any token).
+    scripted_first_token_latency: float = 0.0
     # Orchestrator: a YAML file of extra execution profiles (validated at start-up; a bad
     # file stops the service). Empty: the built-ins only.
     profiles_file: Path | None = None

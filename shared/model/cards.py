@@ -53,6 +53,12 @@ class ScriptedParameters(BaseModel):
     token_latency: float | None = Field(
         None, ge=0, le=10, description="Simulated latency per streamed token, in seconds."
     )
+    first_token_latency: float | None = Field(
+        None,
+        ge=0,
+        le=60,
+        description="Simulated time to the first streamed token, in seconds (0: as any token).",
+    )
     thinking: bool | None = Field(
         None,
         description="Stream a short reasoning before the reply.",

@@ -158,7 +158,11 @@ def create_model(settings: Settings, card_name: str | None = None) -> ChatModel:
             DEPLOYMENT_BASE_URL,
         )
     if card.provider == "scripted":
-        return ScriptedModel(token_latency=settings.scripted_token_latency, card=card)
+        return ScriptedModel(
+            token_latency=settings.scripted_token_latency,
+            first_token_latency=settings.scripted_first_token_latency,
+            card=card,
+        )
     # Imported for an openai card only: the client and httpx (~5 MB of RSS with what httpx
     # loads) are held for nothing by a process on the scripted model (issue 24).
     from shared.model.openai import OpenAIChatModel, read_api_key

@@ -32,7 +32,8 @@ What it does, decided from the conversation in this order (`respond` is the pure
 
 Parameters (see models/scripted.yaml): thinking (stream a short reasoning first),
 max_tokens (cut the text, finished_reason "length"), token_latency (seconds per token,
-overriding the constructor's).
+overriding the constructor's), first_token_latency (seconds before the first token, a real
+model's time to first token; 0: as any token).
 
 `extract_facts(text)` is also usable directly: English and Chinese preferences ("I
 love/like/prefer/enjoy X", "我喜欢X"), dislikes ("I hate/dislike X", "I don't like X",
@@ -452,13 +453,21 @@ class _Params:
     thinking: bool = False
     max_tokens: int | None = None
     token_latency: float | None = None
+    first_token_latency: float | None = None
 
 
 class ScriptedModel:
     name = "scripted"
 
-    def __init__(self, token_latency: float = 0.0, *, card: ModelCard | None = None) -> None:
+    def __init__(
+        self,
+        token_latency: float = 0.0,
+        *,
+        first_token_latency: float = 0.0,
+        card: ModelCard | None = None,
+    ) -> None:
         self.token_latency = token_latency
+        self.first_token_latency = first_token_latency
         self.card = card
 
     def _params(self, options: Mapping[str, Any] | None) -> _Params:
@@ -469,6 +478,7 @@ class ScriptedModel:
             thinking=bool(values.get("thinking", False)),
             max_tokens=values.get("max_tokens"),
             token_latency=values.get("token_latency"),
+            first_token_latency=values.get("first_token_latency"),
         )
 
     async def stream(
@@ -481,12 +491,23 @@ class ScriptedModel:
     ) -> AsyncGenerator[ChatResponse, None]:
         params = self._params(options)
         latency = self.token_latency if params.token_latency is None else params.token_latency
+        first = (
+            self.first_token_latency
+            if params.first_token_latency is None
+            else params.first_token_latency
+        )
         reply = respond(messages, tools, thinking=params.thinking, output_schema=output_schema)
         emitted = 0
+        waited = False
 
         async def pause() -> None:
-            if latency:
-                await asyncio.sleep(latency)
+            # The first token waits the time to first token (a real model's prefill), if
+            # one is set; every token after it, the time per token.
+            nonlocal waited
+            wait = first if first and not waited else latency
+            waited = True
+            if wait:
+                await asyncio.sleep(wait)
 
         for token in _WORD.findall(reply.thinking):
             await pause()

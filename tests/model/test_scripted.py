@@ -65,6 +65,22 @@ async def test_token_latency_is_simulated_per_token() -> None:
     assert time.perf_counter() - start >= 0.01 * (len(out) - 1)
 
 
+async def test_the_first_token_waits_the_time_to_first_token_and_the_rest_the_time_per_token() -> (
+    None
+):
+    model = ScriptedModel(token_latency=0.001, first_token_latency=0.2)
+    start = time.perf_counter()
+    stream = model.stream([user("a b c")])
+    await anext(stream)
+    assert time.perf_counter() - start >= 0.2
+    # A call's option overrides the process's (the card's parameter).
+    model = ScriptedModel(card=load_card("scripted"), first_token_latency=5)
+    start = time.perf_counter()
+    out = await chunks(model, [user("a b c")], options={"first_token_latency": 0.05})
+    assert 0.05 <= time.perf_counter() - start < 5
+    assert len(out) > 3
+
+
 async def test_thinking_option_streams_reasoning_before_the_text() -> None:
     model = ScriptedModel(card=load_card("scripted"))
     msg = await collect(model.stream([user("hi")], options={"thinking": True}))
