@@ -450,6 +450,9 @@ async def test_trigger_records_a_manual_run_dispatched_as_automation(
     assert run["jobId"] == job["id"] and run["trigger"] == "manual" and run["attempt"] == 1
     assert run["state"] == "dispatching" and run["errors"] == []
     assert "leaseOwner" not in run
+    # A manual run is a run: the job says when it last ran (issue 33 item 9: it stayed null).
+    got = await http.get(f"{JOBS}/{job['id']}", headers=headers)
+    assert got.status_code == 200 and got.json()["lastRunTime"] == run["scheduledSlot"], got.text
 
     [done] = await _settled(http, job["id"], headers)
     assert done["id"] == run["id"] and done["state"] == "succeeded"

@@ -519,6 +519,51 @@ async def test_a_hanging_endpoint_does_not_delay_another_owners_deliveries(
     assert max(latencies) < 2, latencies
 
 
+async def test_a_hanging_endpoint_with_a_backlog_holds_only_its_share_of_the_sends(
+    store: WebhookStore, receiver: Receiver
+) -> None:
+    """Issue 33 (per-endpoint concurrency): a hanging endpoint whose backlog is larger than
+    the deliverer's whole concurrency holds at most AGENTMESH_WEBHOOK_ENDPOINT_CONCURRENCY
+    sends, so another owner's delivery still has a free slot and goes at once."""
+    hanging = _Hanging()
+    dead = Endpoint("whe_dead", "mallory", await hanging.start(), webhooks.new_secret())
+    alive = Endpoint("whe_alive", "alice", receiver.url("/alive"), webhooks.new_secret())
+    receiver.secrets["/alive"] = alive.secret
+    for e in (dead, alive):
+        await store.insert_endpoint(e)
+    for _ in range(12):
+        await _one_delivery(store, dead)
+    deliverer = webhooks.Deliverer(
+        None,  # type: ignore[arg-type]
+        store,
+        Settings(
+            webhook_allow_private_addresses=True,
+            webhook_timeout_seconds=8,
+            webhook_poll_seconds=0.05,
+            webhook_concurrency=4,
+            webhook_endpoint_concurrency=2,
+        ),
+        sources=(),
+    )
+    delivering = asyncio.create_task(deliverer.run_forever())
+    try:
+        while hanging.requests == 0:
+            await asyncio.sleep(0.02)
+        # The dead endpoint's sends are due first, yet only its share of the slots is taken.
+        await _one_delivery(store, alive)
+        took = await _received(receiver, "/alive", 1, within=20)
+        await asyncio.sleep(0.5)  # more passes: none claims another of the dead endpoint's
+        in_flight = hanging.requests
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
+        await deliverer.aclose()
+        await hanging.stop()
+    assert took < 2, took
+    assert in_flight == 2
+
+
 def _breaker(**settings: Any) -> Settings:
     return Settings(
         **{

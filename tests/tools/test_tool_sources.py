@@ -340,3 +340,34 @@ async def test_an_http_tools_status_follows_its_last_call(http_tool_server: Http
         assert answered.state is SourceState.CONNECTED and answered.last_success_at is not None
         assert gone.state is SourceState.FAILED and gone.last_error.startswith("unreachable")
         assert gone.next_attempt_at is None  # tried again at its next call
+
+
+async def test_a_connected_server_that_goes_away_is_shown_failed_without_any_run(
+    quick_retries: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 8: a server that listed its tools is listed again on a schedule
+    (RELIST_SECONDS), not only when runs happen, so its state follows the server."""
+    monkeypatch.setattr(tool_sources, "RELIST_SECONDS", 0.3)
+    port = free_port()
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tests.tools.notes_mcp_server", "http", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = {"name": "notes", "transport": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+    try:
+        async with sources({"mcp_servers": [server]}, timeout=2) as s:
+            [status] = s.statuses()
+            await eventually(lambda: status.state is SourceState.CONNECTED, seconds=60)
+            listed = status.last_success_at
+            # Listed again while connected, with no run asking.
+            await eventually(lambda: status.last_success_at != listed)
+            proc.terminate()
+            proc.wait(10)
+            await eventually(lambda: status.state is SourceState.FAILED)
+            assert status.last_error and status.last_error_at is not None
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
