@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
@@ -12,16 +11,14 @@ from zoneinfo import ZoneInfo
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, deletions, pgdirect, sqlitedirect, store, tables
+from services.history import convert, core, deletions, store, tables
 from services.history.core import Message, NewMessage, Run, Thread
-from services.history.pgdirect import Conn
 from services.history.store import ContextKey
+from services.history.unit import Conn, Units
 from services.history.visibility import in_context
 from shared import outbox
-from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
@@ -64,51 +61,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     def __init__(
         self, engine: AsyncEngine, *, clock: Clock = utc_now, tokens: PageTokens | None = None
     ) -> None:
-        self._engine = engine
+        self._units = Units(engine)
         self._clock = clock
         self._tokens = tokens or PageTokens(Settings().page_token_secret)
-        self._postgres = is_postgres(engine)
-
-    @asynccontextmanager
-    async def _unit(self, *, write: bool) -> AsyncIterator[Conn]:
-        # Reads need no transaction on PostgreSQL (READ COMMITTED: each statement sees
-        # committed data anyway); autocommit saves the BEGIN/ROLLBACK round trips. SQLite
-        # keeps shared.db's transaction handling; its write units run their hot statements
-        # on sqlite3 directly (services/history/sqlitedirect.py).
-        if self._postgres:
-            async with pgdirect.unit(self._engine, transaction=write) as conn:
-                yield conn
-        elif write:
-            async with self._engine.begin() as sqlite:
-                yield await sqlitedirect.connection(sqlite)
-        else:
-            async with self._engine.connect() as sqlite:
-                yield sqlite
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Conn]:
-        try:
-            async with self._unit(write=True) as conn:
-                yield conn
-        except IntegrityError:
-            # Two requests created the same id at once; the retry finds the stored one.
-            raise Aborted("a concurrent request stored the same ids; retry") from None
-
-    def _read(self) -> AbstractAsyncContextManager[Conn]:
-        return self._unit(write=False)
-
-    async def _write_trusting_ids(self, work: Callable[[Conn, bool], Awaitable[T]]) -> T:
-        """`work(conn, check_ids)` in a write unit: first trusting that the ids of the
-        messages it stores are new, which saves looking them up (a round trip); if one was
-        not, the unique violation rolls everything back and it runs again, checking them.
-        Run ids and message ids are new in nearly every run; a repeated one is a retry."""
-        try:
-            async with self._unit(write=True) as conn:
-                return await work(conn, False)
-        except IntegrityError:
-            pass
-        async with self._write() as conn:
-            return await work(conn, True)
 
     # --- writing ------------------------------------------------------------------------
 
@@ -237,7 +192,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             )
             return thread, run, plan, ctx
 
-        thread, run, plan, ctx = await self._write_trusting_ids(admit)
+        thread, run, plan, ctx = await self._units.write_trusting_ids(admit)
         run_pb = convert.run_to_pb(run)
         run_pb.ahead_run_ids.extend(plan.ahead)
         return pb.BeginRunResponse(
@@ -329,7 +284,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             await store.hide_run_messages(conn, owner, writes.hide)
             return finished
 
-        run = await self._write_trusting_ids(finish)
+        run = await self._units.write_trusting_ids(finish)
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(
@@ -344,7 +299,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if mode is None:
             mode = next((m.origin for m in items if m.origin is not None), None)
         now = self._clock()
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             thread = await self._open_thread(conn, owner, thread_id, mode, now)
             items = await self._with_runs(conn, thread, items)
             _, stored = await self._append(conn, thread, items, "messages", now)
@@ -389,7 +344,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         scope = ["history", owner, thread_id, "backward" if backward else "forward"]
         raw = self._tokens.decode(request.page_token, scope)
         after = None if raw is None else position_int(raw)
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             rows = await store.history_page(
                 conn, owner, thread_id, after=after, backward=backward, limit=size + 1
             )
@@ -434,7 +389,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
             upto = position_int(token["u"])
             after = _key_from_token(token["a"])
         response = pb.LoadContextResponse()
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             # Read before the messages: every message numbered up to it is among them (or
             # outside the window).
             response.sequence_horizon = await store.sequence_horizon(conn, owner)
@@ -513,7 +468,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if raw is not None:
             update_time, thread_id = position_list(raw, 2)
             after = store.ThreadKey(position_time(update_time), position_str(thread_id))
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             rows = await store.list_threads(conn, owner, after, size + 1)
         page = rows[:size]
         token = ""
@@ -528,7 +483,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             thread = await store.get_thread(conn, owner, thread_id, counted=True)
         if thread is None:
             raise NotFound(f"thread {thread_id} not found")
@@ -539,7 +494,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             run = await store.get_run(conn, owner, run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")
@@ -551,7 +506,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
         lease = core.renewal(request.lease_holder, request.lease_seconds, self._clock())
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             renewed = await store.renew_lease(conn, owner, run_id, lease)
             run = renewed or await store.get_run(conn, owner, run_id)
         if run is None:
@@ -563,7 +518,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.RequestRunCancellationResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             run = await store.lock_run(conn, owner, run_id)
             if run is None:
                 raise NotFound(f"run {run_id} not found")
@@ -578,7 +533,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         require_admin(context)
         limit = page_size(request.page_size, default=100)
         now = self._clock()
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             expired = await store.expire_leases(conn, now, core.plan_expiry(), limit=limit)
         response = pb.ExpireRunLeasesResponse()
         for run in expired:
@@ -602,7 +557,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         cursor = _AuditCursor.from_token(self._tokens.decode(request.page_token, scope))
         messages: list[Message] = []
         denials: list[core.ToolDenial] = []
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             if not cursor.messages_done:
                 messages = await store.audit_page(
                     conn, request.owner_id, flt, after=cursor.message, limit=size + 1
@@ -638,7 +593,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.DeleteThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             deletion, run_ids = await _delete_thread(
                 conn,
                 owner,
@@ -653,7 +608,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             active = await store.active_run_ids(conn, owner)
             if not active:
                 counts = await store.delete_owner_data(conn, owner)
@@ -676,13 +631,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         requested_by = _requester(request.requested_by, owner, context)
         deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
         try:
-            async with self._write() as conn:
+            async with self._units.write() as conn:
                 current = await store.unfinished_owner_deletion(conn, owner)
                 if current is None:
                     await store.insert_deletion(conn, deletion)
         except Aborted:
             # A concurrent request started it first (one running deletion per owner).
-            async with self._read() as conn:
+            async with self._units.read() as conn:
                 current = await store.unfinished_owner_deletion(conn, owner)
             if current is None:
                 raise
@@ -698,7 +653,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
         counts = {k: v for k, v in request.deleted_counts.items() if v >= 0}
-        async with self._write() as conn:
+        async with self._units.write() as conn:
             current = await store.get_deletion(conn, owner, deletion_id, lock=True)
             if current is None:
                 raise NotFound(f"deletion {deletion_id} not found")
@@ -718,7 +673,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetDeletionResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             deletion = await store.get_deletion(conn, owner, deletion_id)
         if deletion is None:
             raise NotFound(f"deletion {deletion_id} not found")
@@ -768,7 +723,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if raw is not None:
             when, item_id = position_list(raw, 2)
             after = (position_time(when), position_str(item_id))
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             rows = await fetch(conn, after, size + 1)
         page = rows[:size]
         token = ""
@@ -785,7 +740,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner_id(context)
         require_admin(context)
         limit = page_size(request.page_size, default=100)
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             found = await store.unfinished_owner_deletions(conn, limit)
         return pb.ListUnfinishedDeletionsResponse(
             deletions=[convert.deletion_to_pb(d) for d in found]
@@ -799,7 +754,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
-            context, self._read(), tables.webhook_outbox, request.page_size
+            context, self._units.read(), tables.webhook_outbox, request.page_size
         )
         return pb.ListWebhookEventsResponse(events=events)
 
@@ -809,7 +764,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
-            context, self._write(), tables.webhook_outbox, request.event_ids
+            context, self._units.write(), tables.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
@@ -820,7 +775,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetOwnerUsageResponse:
         owner = owner_id(context)
         start, end = core.usage_span(request.from_day, request.to_day)
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             found = await store.owner_usage(conn, owner, start, end)
         return pb.GetOwnerUsageResponse(days=[convert.usage_day_to_pb(d) for d in found])
 
@@ -830,12 +785,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         cutoff = deletions.retention_cutoff(self._clock(), days)
         if cutoff is None:
             return 0
-        async with self._read() as conn:
+        async with self._units.read() as conn:
             expired = await store.expired_threads(conn, cutoff, limit)
         done = 0
         for owner, thread_id in expired:
             try:
-                async with self._write() as conn:
+                async with self._units.write() as conn:
                     thread = await store.lock_thread(conn, owner, thread_id)
                     if thread is None or thread.update_time >= cutoff:
                         continue  # deleted meanwhile, or a message arrived since the pick

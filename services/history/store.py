@@ -37,7 +37,6 @@ from services.history.core import (
     ledger_entry,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
-from services.history.pgdirect import Conn
 from services.history.rows import (
     deletion_from_row,
     deletion_values,
@@ -61,6 +60,7 @@ from services.history.tables import (
     usage_ledger,
     webhook_outbox,
 )
+from services.history.unit import Conn
 from shared import outbox
 from shared.db import is_postgres
 from shared.domain import ExecutorKind, RunState, RuntimeMode
