@@ -5,14 +5,15 @@ from __future__ import annotations
 import calendar
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
-from services.history import core
+from services.history import context, core
+from services.history.context import ContextKey, ContextOptions
 from services.history.core import (
     Message,
     MultitaskStrategy,
@@ -306,14 +307,42 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
 # --- context options ----------------------------------------------------------------------
 
 
-def context_options(
-    opts: pb.ContextOptions, default_window: str = "all"
-) -> tuple[core.Window, Any, int]:
-    window = core.parse_window(opts.window or default_window, "context.window")
-    zone = core.parse_zone(opts.time_zone, "context.time_zone")
+def context_options(opts: pb.ContextOptions, default_window: str = "all") -> ContextOptions:
+    window = context.parse_window(opts.window or default_window, "context.window")
+    zone = context.parse_zone(opts.time_zone, "context.time_zone")
     if opts.max_chars < 0:
         raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
-    return window, zone, opts.max_chars
+    return ContextOptions(window, zone, opts.max_chars)
+
+
+def context_thread(thread_id: str, across_threads: bool) -> str | None:
+    """The thread of a LoadContext, or None for a context across the owner's threads."""
+    if not across_threads:
+        return identifier(thread_id, "thread_id")
+    if thread_id:
+        raise InvalidArgument("thread_id", "must be empty when across_threads is set")
+    return None
+
+
+def context_scope(
+    owner: str, thread_id: str | None, request: pb.LoadContextRequest, options: ContextOptions
+) -> list[Any]:
+    """What a LoadContext page token is good for: the same owner, thread and options."""
+    return [
+        "context",
+        owner,
+        thread_id,
+        request.across_threads,
+        request.context.window or "all",
+        options.zone.key,
+        options.max_chars,
+    ]
+
+
+def context_key(serving_copy: bytes) -> ContextKey:
+    """The context key of a stored serving copy (the columns it was stored from)."""
+    m = message_pb2.Message.FromString(serving_copy)
+    return ContextKey(m.created_at.ToDatetime(tzinfo=UTC), m.thread_id, m.position)
 
 
 _DELETION_KIND_TO_PB = {

@@ -1,5 +1,6 @@
 """The history service's rules, without I/O: message stamping (mask and metadata), the
-mode and run-state checks, and context assembly (window, tool groups, character budget).
+mode and run-state checks and the run plans. Context assembly (window, tool groups,
+character budget, paging) is services/history/context.py.
 
 Message content travels here as the protobuf JSON of its ContentBlock list (plain dicts,
 field names as in the .proto), which is also how it is stored.
@@ -12,18 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from typing import Any, Literal
-from zoneinfo import ZoneInfo
+from typing import Any
 
 from services.history.visibility import in_history, visibility_mask_for
 from shared.domain import TERMINAL_RUN_STATES, ExecutorKind, MessageKind, RuntimeMode
 from shared.domain import RunState as RunState  # the one vocabulary of run states, re-exported
 from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from shared.ids import check_time_zone
 from shared.messages import Usage
-from shared.profiles import WINDOW_RE, ExecutionProfile
-
-DEFAULT_TIME_ZONE = "Asia/Shanghai"
+from shared.profiles import ExecutionProfile
 
 JsonBlock = Mapping[str, Any]
 
@@ -660,163 +657,6 @@ def plan_expiry() -> RunEnd:
     """How a run whose lease ran out ends: failed, whether or not its cancel was requested,
     since no orchestrator is left to finish it."""
     return RunEnd(RunState.FAILED, LEASE_EXPIRED, LEASE_EXPIRED_MESSAGE)
-
-
-# --- context windows ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Window:
-    kind: Literal["all", "last_n", "today_yesterday"]
-    n: int = 0
-
-
-ALL = Window("all")
-
-
-def parse_window(text: str, field: str = "context.window") -> Window:
-    if not text or text == "all":
-        return ALL
-    if not WINDOW_RE.match(text):
-        raise InvalidArgument(
-            field, "must be all, today_yesterday or last_n:<N> (N from 1 to 999999)"
-        )
-    if text == "today_yesterday":
-        return Window("today_yesterday")
-    return Window("last_n", int(text.split(":", 1)[1]))
-
-
-def parse_zone(name: str, field: str = "context.time_zone") -> ZoneInfo:
-    return check_time_zone(name or DEFAULT_TIME_ZONE, field)
-
-
-def yesterday_start(now: datetime, zone: ZoneInfo) -> datetime:
-    """Local midnight at the start of yesterday, as a UTC instant.
-
-    The local date is taken first and midnight built from it, so a DST change between
-    then and now (a 23- or 25-hour day) does not shift the boundary.
-    """
-    local_yesterday = now.astimezone(zone).date() - timedelta(days=1)
-    return datetime.combine(local_yesterday, time(0), tzinfo=zone).astimezone(UTC)
-
-
-def window_since(window: Window, now: datetime, zone: ZoneInfo) -> datetime | None:
-    return yesterday_start(now, zone) if window.kind == "today_yesterday" else None
-
-
-def window_limit(window: Window) -> int | None:
-    return window.n if window.kind == "last_n" else None
-
-
-def apply_window(
-    messages: Sequence[Message], window: Window, now: datetime, zone: ZoneInfo
-) -> list[Message]:
-    """The window's part of a chronological list."""
-    if window.kind == "last_n":
-        return list(messages[-window.n :])
-    if window.kind == "today_yesterday":
-        since = yesterday_start(now, zone)
-        return [m for m in messages if m.created_at >= since]
-    return list(messages)
-
-
-# --- tool groups and the character budget ------------------------------------------------
-
-
-def _text_chars(block: JsonBlock) -> int:
-    if "text" in block:
-        return len(block["text"].get("text", ""))
-    if "thinking" in block:
-        return len(block["thinking"].get("thinking", ""))
-    if "hint" in block:
-        return len(block["hint"].get("hint", ""))
-    if "tool_call" in block:
-        call = block["tool_call"]
-        return len(call.get("name", "")) + len(call.get("input", ""))
-    if "tool_result" in block:
-        result = block["tool_result"]
-        nested = result.get("blocks", {}).get("blocks", [])
-        return len(result.get("text", "")) + sum(_text_chars(b) for b in nested)
-    if "data" in block:
-        # Media counts by what the model reads about it, not by its bytes.
-        return len(block["data"].get("url", ""))
-    return 0
-
-
-def message_chars(message: Message) -> int:
-    """Characters the model reads of a message (what a budget counts)."""
-    return sum(_text_chars(b) for b in message.content)
-
-
-def tool_call_ids(message: Message) -> list[str]:
-    return [b["tool_call"].get("id", "") for b in message.content if "tool_call" in b]
-
-
-def tool_result_ids(message: Message) -> list[str]:
-    return [b["tool_result"].get("id", "") for b in message.content if "tool_result" in b]
-
-
-def _tool_groups(messages: Sequence[Message]) -> list[int]:
-    """For each message, the index of its group: a tool call and its results share one."""
-    parent = list(range(len(messages)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    caller: dict[str, int] = {}
-    for i, message in enumerate(messages):
-        for call_id in tool_call_ids(message):
-            caller.setdefault(call_id, i)
-    for i, message in enumerate(messages):
-        for result_id in tool_result_ids(message):
-            j = caller.get(result_id)
-            if j is not None:
-                a, b = root(i), root(j)
-                parent[max(a, b)] = min(a, b)
-    return [root(i) for i in range(len(messages))]
-
-
-def drop_orphan_results(messages: Sequence[Message]) -> list[Message]:
-    """Tool results whose call lies outside the list (cut off by the window) go too."""
-    calls = {call_id for m in messages for call_id in tool_call_ids(m)}
-    return [m for m in messages if all(r in calls for r in tool_result_ids(m))]
-
-
-def apply_budget(messages: Sequence[Message], max_chars: int) -> list[Message]:
-    """Drop the oldest messages until the rest fits in `max_chars` (0: no budget).
-
-    A tool call and its results are one group, kept or dropped together; groups go in the
-    order of their oldest member.
-    """
-    if max_chars <= 0:
-        return list(messages)
-    groups = _tool_groups(messages)
-    size: dict[int, int] = {}
-    for message, group in zip(messages, groups, strict=True):
-        size[group] = size.get(group, 0) + message_chars(message)
-    total = sum(size.values())
-    dropped: set[int] = set()
-    # A group's id is the index of its oldest member, so sorting ids is oldest first.
-    for group in sorted(size):
-        if total <= max_chars:
-            break
-        dropped.add(group)
-        total -= size[group]
-    return [m for m, g in zip(messages, groups, strict=True) if g not in dropped]
-
-
-def assemble_context(
-    messages: Sequence[Message],
-    window: Window,
-    now: datetime,
-    zone: ZoneInfo,
-    max_chars: int,
-) -> list[Message]:
-    """The context of a chronological list of context-visible messages."""
-    return apply_budget(drop_orphan_results(apply_window(messages, window, now, zone)), max_chars)
 
 
 # --- usage -------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from zoneinfo import ZoneInfo
 
 import grpc
 from agentmesh.history.v1 import history_service_pb2 as pb
@@ -14,8 +13,16 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, deletions, store, tables
+from services.history.context import (
+    ContextKey,
+    ContextOptions,
+    Snapshot,
+    assemble_context,
+    window_limit,
+    window_since,
+)
 from services.history.core import Message, NewMessage, Run, Thread
-from services.history.store import ContextKey
+from services.history.handlers.context import load_page
 from services.history.unit import Conn, Units
 from services.history.visibility import in_context
 from shared import outbox
@@ -42,19 +49,6 @@ T = TypeVar("T")
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _key_to_token(key: ContextKey) -> list[Any]:
-    return [key.created_at.isoformat(), key.thread_id, key.position]
-
-
-def _key_from_token(raw: Any) -> ContextKey:
-    created, thread_id, position = position_list(raw, 3)
-    return ContextKey(position_time(created), position_str(thread_id), position_int(position))
-
-
-def _context_key(m: Message) -> ContextKey:
-    return ContextKey(m.created_at, m.thread_id, m.position)
 
 
 class HistoryServicer(pb_grpc.HistoryServiceServicer):
@@ -207,14 +201,13 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         thread: Thread,
         run: Run,
         inputs: Sequence[NewMessage],
-        options: tuple[core.Window, ZoneInfo, int],
+        options: ContextOptions,
         now: datetime,
         *,
         check_ids: bool,
     ) -> tuple[Thread, list[Message]]:
         """Store a started run's input (its thread is locked); the thread, and the run's
         context."""
-        window, zone, max_chars = options
         was_empty = thread.message_count == 0
         thread, stored = await self._append(
             conn,
@@ -233,10 +226,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 thread.owner_id,
                 thread.id,
                 upto=thread.message_count,
-                since=core.window_since(window, now, zone),
-                last_n=core.window_limit(window),
+                since=window_since(options.window, now, options.zone),
+                last_n=window_limit(options.window),
             )
-        return thread, core.assemble_context(found, window, now, zone, max_chars)
+        return thread, assemble_context(found, options.window, now, options.zone, options.max_chars)
 
     async def FinishRun(
         self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -362,100 +355,22 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.LoadContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LoadContextResponse:
         owner = owner_id(context)
-        across = request.across_threads
-        if across and request.thread_id:
-            raise InvalidArgument("thread_id", "must be empty when across_threads is set")
-        thread_id = None if across else convert.identifier(request.thread_id, "thread_id")
-        window, zone, max_chars = convert.context_options(request.context)
+        thread_id = convert.context_thread(request.thread_id, request.across_threads)
+        options = convert.context_options(request.context)
         size = page_size(request.page_size)
-        scope = [
-            "context",
-            owner,
-            thread_id,
-            across,
-            request.context.window or "all",
-            zone.key,
-            max_chars,
-        ]
+        scope = convert.context_scope(owner, thread_id, request, options)
         # A paged context is a snapshot: later pages use the first page's time and end.
         token = self._tokens.decode(request.page_token, scope)
-        after: ContextKey | None = None
-        upto: int | None = None
-        if token is None:
-            now = self._clock()
-        else:
-            token = position_dict(token, ("n", "u", "a"))
-            now = position_time(token["n"])
-            upto = position_int(token["u"])
-            after = _key_from_token(token["a"])
-        response = pb.LoadContextResponse()
+        snapshot = Snapshot(self._clock()) if token is None else Snapshot.from_token(token)
         async with self._units.read() as conn:
-            # Read before the messages: every message numbered up to it is among them (or
-            # outside the window).
-            response.sequence_horizon = await store.sequence_horizon(conn, owner)
-            if window == core.ALL and max_chars == 0:
-                # Nothing is cut, so no snapshot bound is needed either: page in SQL and
-                # answer from the serving copies. Rows prove the thread is the caller's.
-                wires = await store.context_page(
-                    conn,
-                    owner,
-                    thread_id,
-                    upto=None if thread_id else now,
-                    after=after,
-                    limit=size + 1,
-                )
-                if not wires and thread_id is not None:
-                    await self._thread_or_not_found(conn, owner, thread_id)
-                convert.add_serialized(response, "messages", wires[:size])
-                last = None
-                if len(wires) > size:
-                    # The page's key is in its last copy (the columns it was stored from).
-                    end = response.messages[size - 1]
-                    last = ContextKey(
-                        end.created_at.ToDatetime(tzinfo=UTC), end.thread_id, end.position
-                    )
-            else:
-                if thread_id is not None and upto is None:
-                    thread = await self._thread_or_not_found(conn, owner, thread_id)
-                    upto = thread.message_count
-                found = await store.context_messages_served(
-                    conn,
-                    owner,
-                    thread_id,
-                    upto=upto if thread_id is not None and upto is not None else now,
-                    since=core.window_since(window, now, zone),
-                    last_n=core.window_limit(window),
-                )
-                kept = core.assemble_context([m for m, _ in found], window, now, zone, max_chars)
-                if after is not None:
-                    kept = [m for m in kept if self._is_after(m, after, across)]
-                # The rules pick the messages; the response is their serving copies.
-                copies = {m.id: wire for m, wire in found}
-                convert.add_serialized(response, "messages", [copies[m.id] for m in kept[:size]])
-                last = _context_key(kept[size - 1]) if len(kept) > size else None
-        if last is not None:
-            response.next_page_token = self._tokens.encode(
-                {"a": _key_to_token(last), "u": upto or 0, "n": now.isoformat()}, scope
+            page = await load_page(
+                conn, owner, thread_id, options, snapshot, size, convert.context_key
             )
+        response = pb.LoadContextResponse(sequence_horizon=page.sequence_horizon)
+        convert.add_serialized(response, "messages", page.messages)
+        if page.next is not None:
+            response.next_page_token = self._tokens.encode(page.next.to_token(), scope)
         return response
-
-    @staticmethod
-    async def _thread_or_not_found(conn: Conn, owner: str, thread_id: str) -> Thread:
-        thread = await store.get_thread(conn, owner, thread_id)
-        if thread is None:
-            raise NotFound(f"thread {thread_id} not found")
-        return thread
-
-    @staticmethod
-    def _is_after(m: Message, after: ContextKey, across: bool) -> bool:
-        if not across:
-            return m.position > after.position
-        key = _context_key(m)
-        return (key.created_at, key.thread_id, key.position) > (
-            after.created_at,
-            after.thread_id,
-            after.position,
-        )
 
     async def ListThreads(
         self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -573,7 +488,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if more_messages or more_denials:
             token = self._tokens.encode(
                 _AuditCursor(
-                    message=_context_key(messages[-1]) if more_messages else None,
+                    message=ContextKey.of(messages[-1]) if more_messages else None,
                     messages_done=not more_messages,
                     denial=_denial_key(denials[-1]) if more_denials else None,
                     denials_done=not more_denials,
@@ -866,7 +781,7 @@ class _AuditCursor:
 
     def to_token(self) -> dict[str, Any]:
         return {
-            "m": _key_to_token(self.message) if self.message else None,
+            "m": self.message.to_token() if self.message else None,
             "md": self.messages_done,
             "d": [self.denial.created_at.isoformat(), self.denial.run_id, self.denial.tool_call_id]
             if self.denial
@@ -888,7 +803,7 @@ class _AuditCursor:
                 position_time(created), position_str(run_id), position_str(call_id)
             )
         return cls(
-            message=_key_from_token(raw["m"]) if raw["m"] is not None else None,
+            message=ContextKey.from_token(raw["m"]) if raw["m"] is not None else None,
             messages_done=raw["md"],
             denial=denial,
             denials_done=raw["dd"],

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.history import queries
+from services.history.context import ContextKey
 from services.history.core import (
     BeginPlan,
     FinishPlan,
@@ -201,15 +202,6 @@ async def history_page(
     if after is not None:
         params["a"] = after
     return [(r[0], r[1]) for r in (await conn.execute(stmt, params)).all()]
-
-
-@dataclass(frozen=True)
-class ContextKey:
-    """Where a message sits in a context: by position within a thread, by time across."""
-
-    created_at: datetime
-    thread_id: str
-    position: int
 
 
 def _after_key(key: ContextKey) -> sa.ColumnElement[bool]:
