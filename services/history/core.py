@@ -412,6 +412,47 @@ def check_retry(existing: Message, thread_id: str, index: int, field: str) -> No
         )
 
 
+def new_in(
+    thread: Thread, items: Sequence[NewMessage], stored: Mapping[str, Message], field: str
+) -> list[NewMessage]:
+    """The messages of `items` to store in the thread, once each and in order: those not
+    among `stored` (the ones of their ids already stored). Every origin must be the
+    thread's mode, and a stored one must be a retry in the same thread."""
+    check_origins(items, thread.runtime_mode, field)
+    for i, m in enumerate(items):
+        if m.id in stored:
+            check_retry(stored[m.id], thread.id, i, field)
+    return [m for m in unique_by_id(items) if m.id not in stored]
+
+
+def plan_append(
+    thread: Thread,
+    fresh: Sequence[NewMessage],
+    first_sequence: int,
+    now: datetime,
+    *,
+    run_failed: bool = False,
+) -> tuple[Thread, list[Message]]:
+    """New messages as stored, and the thread after them. The thread is locked, so its count
+    is the last position taken: they take the positions after it and the owner's sequences
+    from `first_sequence` on, in order."""
+    stamped = [
+        stamp(
+            m,
+            owner_id=thread.owner_id,
+            thread_id=thread.id,
+            mode=thread.runtime_mode,
+            position=thread.message_count + 1 + i,
+            created_at=now,
+            sequence=first_sequence + i,
+            run_failed=run_failed,
+        )
+        for i, m in enumerate(fresh)
+    ]
+    count = thread.message_count + len(stamped)
+    return replace(thread, message_count=count, update_time=now), stamped
+
+
 def check_run_retry(existing: Run, thread_id: str) -> None:
     if existing.thread_id != thread_id:
         raise AlreadyExists(

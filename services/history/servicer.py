@@ -22,11 +22,12 @@ from services.history.context import (
     window_since,
 )
 from services.history.core import Message, NewMessage, Run, Thread
+from services.history.handlers import threads
 from services.history.handlers.context import load_page
 from services.history.unit import Conn, Units
 from services.history.visibility import in_context
 from shared import outbox
-from shared.domain import RuntimeMode, runtime_mode_from_pb
+from shared.domain import runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
 from shared.ids import OWNER_RULE, is_owner_id, optional_identifier
@@ -61,79 +62,6 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
 
     # --- writing ------------------------------------------------------------------------
 
-    async def _open_thread(
-        self,
-        conn: Conn,
-        owner: str,
-        thread_id: str,
-        mode: RuntimeMode | None,
-        now: datetime,
-    ) -> Thread:
-        """The thread, locked; created with `mode` when missing; refused if of another mode."""
-        if mode is None:
-            thread = await store.lock_thread(conn, owner, thread_id)
-            if thread is None:
-                raise InvalidArgument("runtime_mode", "is required to create a new thread")
-            return thread
-        thread = await store.open_thread(conn, owner, thread_id, mode, now)
-        core.require_mode(thread, mode)
-        return thread
-
-    async def _append(
-        self,
-        conn: Conn,
-        thread: Thread,
-        items: Sequence[NewMessage],
-        field: str,
-        now: datetime,
-        *,
-        check_ids: bool = True,
-        run_failed: bool = False,
-    ) -> tuple[Thread, list[Message]]:
-        """Store the new ones of `items` (the thread is locked); all of them, as stored.
-        Without `check_ids`, every id is taken to be new (a stored one fails the insert)."""
-        core.check_origins(items, thread.runtime_mode, field)
-        existing = (
-            await store.messages_by_id(conn, thread.owner_id, [m.id for m in items])
-            if check_ids
-            else {}
-        )
-        for i, m in enumerate(items):
-            if m.id in existing:
-                core.check_retry(existing[m.id], thread.id, i, field)
-        fresh = [m for m in core.unique_by_id(items) if m.id not in existing]
-        if fresh:
-            # The thread is locked: its count is the last position taken.
-            first = thread.message_count + 1
-            last = thread.message_count + len(fresh)
-            # Taken last, just before the insert: the owner's counter stays locked until
-            # commit (the order of commits is the order of sequences).
-            sequence = await store.next_sequences(conn, thread.owner_id, len(fresh))
-            stamped = [
-                core.stamp(
-                    m,
-                    owner_id=thread.owner_id,
-                    thread_id=thread.id,
-                    mode=thread.runtime_mode,
-                    position=first + i,
-                    created_at=now,
-                    sequence=sequence + i,
-                    run_failed=run_failed,
-                )
-                for i, m in enumerate(fresh)
-            ]
-            await store.insert_messages(
-                conn,
-                thread.owner_id,
-                thread.id,
-                [(m, convert.message_to_pb(m).SerializeToString()) for m in stamped],
-                count=last,
-                now=now,
-            )
-            existing.update({m.id: m for m in stamped})
-            thread = dataclasses.replace(thread, message_count=last, update_time=now)
-        return thread, [existing[m.id] for m in core.unique_by_id(items)]
-
     async def BeginRun(
         self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BeginRunResponse:
@@ -159,7 +87,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         async def admit(
             conn: Conn, check_ids: bool
         ) -> tuple[Thread, Run, core.BeginPlan, list[Message]]:
-            thread = await self._open_thread(conn, owner, thread_id, mode, now)
+            thread = await threads.open_thread(conn, owner, thread_id, mode, now)
             # A new run on an idle thread, the common case: the plan for no stored run and
             # no active one, which its INSERT checks (one round trip). Otherwise, and when
             # the unit runs again because an id was taken, the lookup decides.
@@ -209,7 +137,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         """Store a started run's input (its thread is locked); the thread, and the run's
         context."""
         was_empty = thread.message_count == 0
-        thread, stored = await self._append(
+        thread, stored = await threads.append(
             conn,
             thread,
             core.for_run(inputs, run, "input_messages"),
@@ -260,7 +188,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
                 core.finish_is_noop(current.state, end.state, current.cancel_requested)
                 return current
             writes = core.plan_finished(finished, outputs, denials, now)
-            await self._append(
+            await threads.append(
                 conn,
                 thread,
                 writes.outputs,
@@ -291,32 +219,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         mode = convert.optional_mode(request.runtime_mode, "runtime_mode")
         if mode is None:
             mode = next((m.origin for m in items if m.origin is not None), None)
-        now = self._clock()
         async with self._units.write() as conn:
-            thread = await self._open_thread(conn, owner, thread_id, mode, now)
-            items = await self._with_runs(conn, thread, items)
-            _, stored = await self._append(conn, thread, items, "messages", now)
+            stored = await threads.append_messages(
+                conn, owner, thread_id, mode, items, self._clock()
+            )
         return pb.AppendMessagesResponse(messages=[convert.message_to_pb(m) for m in stored])
-
-    async def _with_runs(
-        self, conn: Conn, thread: Thread, items: list[NewMessage]
-    ) -> list[NewMessage]:
-        """Messages naming a run must name one of this thread; they take its defaults."""
-        runs: dict[str, Run] = {}
-        out = []
-        for i, m in enumerate(items):
-            if not m.run_id:
-                out.append(m)
-                continue
-            if m.run_id not in runs:
-                run = await store.get_run(conn, thread.owner_id, m.run_id)
-                if run is None or run.thread_id != thread.id:
-                    raise InvalidArgument(
-                        f"messages[{i}].run_id", f"is not a run of thread {thread.id}"
-                    )
-                runs[m.run_id] = run
-            out.extend(core.for_run([m], runs[m.run_id], "messages"))
-        return out
 
     # --- reading ------------------------------------------------------------------------
 
