@@ -12,7 +12,7 @@ from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
-from services.history import context, core
+from services.history import context, core, runs
 from services.history.context import ContextKey, ContextOptions
 from services.history.core import (
     Message,
@@ -25,6 +25,7 @@ from services.history.core import (
     UsageDay,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
+from services.history.runs import BeginRequest, Begun, FinishRequest
 from shared import timestamps, wire
 from shared.domain import (
     EXECUTOR_FROM_PB,
@@ -37,11 +38,12 @@ from shared.domain import (
     ExecutorKind,
     RuntimeMode,
     message_kind_from_pb,
+    runtime_mode_from_pb,
 )
 from shared.errors import InvalidArgument
 from shared.ids import check_identifier, optional_identifier
 from shared.messages import Usage
-from shared.profiles import profile_to_pb
+from shared.profiles import profile_from_pb, profile_to_pb
 
 MAX_NAME = 200
 
@@ -302,6 +304,54 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
         execution_profile_name=d.execution_profile_name,
         create_time=_ts(d.created_at),
     )
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+def begin_request(request: pb.BeginRunRequest, owner: str, now: datetime) -> BeginRequest:
+    thread_id = identifier(request.thread_id, "thread_id")
+    run_id = identifier(request.run_id, "run_id")
+    mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
+    profile = profile_from_pb(request.profile, "profile")
+    inputs = new_messages(request.input_messages, "input_messages")
+    options = context_options(request.context, profile.history_policy.window)
+    strategy = multitask_strategy(request.multitask_strategy)
+    answers = [
+        identifier(call_id, f"answered_interrupt_ids[{i}]")
+        for i, call_id in enumerate(request.answered_interrupt_ids)
+    ]
+    lease = runs.begin_lease(request.lease_holder, request.lease_seconds, now)
+    begin = runs.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
+    return BeginRequest(begin, inputs, answers, options)
+
+
+def begun_to_pb(begun: Begun) -> pb.BeginRunResponse:
+    run = run_to_pb(begun.run)
+    run.ahead_run_ids.extend(begun.ahead)
+    return pb.BeginRunResponse(
+        thread=thread_to_pb(begun.thread),
+        run=run,
+        context_messages=[message_to_pb(m) for m in begun.context],
+    )
+
+
+def finish_request(request: pb.FinishRunRequest, owner: str, now: datetime) -> FinishRequest:
+    run_id = identifier(request.run_id, "run_id")
+    end = runs.run_end(run_state(request.state), request.error_code, request.error_message)
+    outputs = new_messages(request.output_messages, "output_messages")
+    denials = new_denials(request.tool_denials, "tool_denials")
+    spent = messages_usage(request.output_messages, "output_messages")
+    if request.HasField("unstored_usage"):
+        spent += usage(request.unstored_usage, "unstored_usage")
+    return FinishRequest(owner, runs.plan_finish(run_id, end, spent, now), outputs, denials)
+
+
+def expired_run_to_pb(r: Run) -> pb.Run:
+    """A run ExpireRunLeases ended (an admin call, across owners): with its owner."""
+    out = run_to_pb(r)
+    out.owner_id = r.owner_id
+    return out
 
 
 # --- context options ----------------------------------------------------------------------

@@ -241,7 +241,7 @@ INSERT_RUN_IF_IDLE = reused(
     )
     .returning(_R.thread_seq)
 )
-# The state core.plan_finish gives for the run as it is: :state_if_cancel_requested for a
+# The state runs.plan_finish gives for the run as it is: :state_if_cancel_requested for a
 # run whose cancel was requested before it finished, :state for the others.
 _FINISHED_STATE = sa.case(
     (

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -12,22 +13,14 @@ from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.history import convert, core, deletions, store, tables
+from services.history import convert, core, deletions, handlers, runs, store, tables
 from services.history.context import (
     ContextKey,
-    ContextOptions,
     Snapshot,
-    assemble_context,
-    window_limit,
-    window_since,
 )
-from services.history.core import Message, NewMessage, Run, Thread
-from services.history.handlers import threads
-from services.history.handlers.context import load_page
+from services.history.core import Message
 from services.history.unit import Conn, Units
-from services.history.visibility import in_context
 from shared import outbox
-from shared.domain import runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
 from shared.ids import OWNER_RULE, is_owner_id, optional_identifier
@@ -41,7 +34,6 @@ from shared.pagination import (
     position_str,
     position_time,
 )
-from shared.profiles import profile_from_pb
 from shared.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -65,147 +57,15 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def BeginRun(
         self, request: pb.BeginRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BeginRunResponse:
-        """Create the run (or, called again, start it when it was queued): one active run
-        per thread, planned by core.plan_begin under the thread's row lock, so every
-        orchestrator replica sees the same order."""
-        owner = owner_id(context)
-        thread_id = convert.identifier(request.thread_id, "thread_id")
-        run_id = convert.identifier(request.run_id, "run_id")
-        mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
-        profile = profile_from_pb(request.profile, "profile")
-        inputs = convert.new_messages(request.input_messages, "input_messages")
-        options = convert.context_options(request.context, profile.history_policy.window)
-        strategy = convert.multitask_strategy(request.multitask_strategy)
-        answers = [
-            convert.identifier(call_id, f"answered_interrupt_ids[{i}]")
-            for i, call_id in enumerate(request.answered_interrupt_ids)
-        ]
-        now = self._clock()
-        lease = core.begin_lease(request.lease_holder, request.lease_seconds, now)
-        begin = core.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
-
-        async def admit(
-            conn: Conn, check_ids: bool
-        ) -> tuple[Thread, Run, core.BeginPlan, list[Message]]:
-            thread = await threads.open_thread(conn, owner, thread_id, mode, now)
-            # A new run on an idle thread, the common case: the plan for no stored run and
-            # no active one, which its INSERT checks (one round trip). Otherwise, and when
-            # the unit runs again because an id was taken, the lookup decides.
-            plan = core.plan_begin(begin, None, ())
-            run = None if check_ids else await store.insert_run_if_idle(conn, plan.run)
-            if run is None:
-                stored, active = await store.begin_lookup(conn, owner, thread_id, run_id)
-                if answers and stored is None and active:
-                    taken = await store.interrupt_answerers(conn, owner, thread_id, answers)
-                    core.check_answers(answers, taken, run_id, "answered_interrupt_ids")
-                    raise core.refuse_answers_while_busy(active, "answered_interrupt_ids")
-                plan = core.plan_begin(begin, stored, active)
-                run = await store.write_begin(conn, plan)
-            if answers:
-                # Under the thread's row lock, in the transaction that admits the run: of
-                # two runs answering one approval, the second is refused and stores nothing.
-                answerers = await store.interrupt_answerers(conn, owner, thread_id, answers)
-                core.check_answers(answers, answerers, run_id, "answered_interrupt_ids")
-                await store.take_interrupts(conn, owner, thread_id, run_id, answers, now)
-            if not plan.stores_input:
-                return thread, run, plan, []
-            thread, ctx = await self._store_input(
-                conn, thread, run, inputs, options, now, check_ids=check_ids or plan.retry
-            )
-            return thread, run, plan, ctx
-
-        thread, run, plan, ctx = await self._units.write_trusting_ids(admit)
-        run_pb = convert.run_to_pb(run)
-        run_pb.ahead_run_ids.extend(plan.ahead)
-        return pb.BeginRunResponse(
-            thread=convert.thread_to_pb(thread),
-            run=run_pb,
-            context_messages=[convert.message_to_pb(m) for m in ctx],
-        )
-
-    async def _store_input(
-        self,
-        conn: Conn,
-        thread: Thread,
-        run: Run,
-        inputs: Sequence[NewMessage],
-        options: ContextOptions,
-        now: datetime,
-        *,
-        check_ids: bool,
-    ) -> tuple[Thread, list[Message]]:
-        """Store a started run's input (its thread is locked); the thread, and the run's
-        context."""
-        was_empty = thread.message_count == 0
-        thread, stored = await threads.append(
-            conn,
-            thread,
-            core.for_run(inputs, run, "input_messages"),
-            "input_messages",
-            now,
-            check_ids=check_ids,
-        )
-        if was_empty:
-            # A new thread holds only what was just stored: no need to read it back.
-            found = [m for m in stored if in_context(m.visibility_mask)]
-        else:
-            found = await store.context_messages(
-                conn,
-                thread.owner_id,
-                thread.id,
-                upto=thread.message_count,
-                since=window_since(options.window, now, options.zone),
-                last_n=window_limit(options.window),
-            )
-        return thread, assemble_context(found, options.window, now, options.zone, options.max_chars)
+        begin = convert.begin_request(request, owner_id(context), self._clock())
+        begun = await self._units.write_trusting_ids(partial(handlers.runs.begin, begin))
+        return convert.begun_to_pb(begun)
 
     async def FinishRun(
         self, request: pb.FinishRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FinishRunResponse:
-        owner = owner_id(context)
-        run_id = convert.identifier(request.run_id, "run_id")
-        end = core.run_end(
-            convert.run_state(request.state), request.error_code, request.error_message
-        )
-        outputs = convert.new_messages(request.output_messages, "output_messages")
-        denials = convert.new_denials(request.tool_denials, "tool_denials")
-        usage = convert.messages_usage(request.output_messages, "output_messages")
-        if request.HasField("unstored_usage"):
-            usage += convert.usage(request.unstored_usage, "unstored_usage")
-        plan = core.plan_finish(run_id, end, usage, self._clock())
-        now = plan.finish_time
-
-        async def finish(conn: Conn, check_ids: bool) -> Run:
-            # Locks in the order BeginRun takes them (thread, then run), so the two never
-            # deadlock; the plan is written only if the run is still active.
-            thread, finished = await store.lock_thread_finish_run(conn, owner, plan)
-            if thread is None:
-                raise NotFound(f"run {run_id} not found")
-            if finished is None:
-                # It ended meanwhile (or before): a retry of the same end, or a conflict.
-                current = await store.get_run(conn, owner, run_id)
-                assert current is not None  # runs are never deleted
-                core.finish_is_noop(current.state, end.state, current.cancel_requested)
-                return current
-            writes = core.plan_finished(finished, outputs, denials, now)
-            await threads.append(
-                conn,
-                thread,
-                writes.outputs,
-                "output_messages",
-                now,
-                check_ids=check_ids,
-                run_failed=writes.run_failed,
-            )
-            await store.insert_denials(conn, writes.denials)
-            # The approvals its output settled are answered (by whoever decided): a resume
-            # checked before this commit is refused when it is admitted.
-            settled = core.settled_interrupts(writes.outputs)
-            await store.take_interrupts(conn, owner, thread.id, run_id, settled, now)
-            await store.hide_run_messages(conn, owner, writes.hide)
-            return finished
-
-        run = await self._units.write_trusting_ids(finish)
+        finish = convert.finish_request(request, owner_id(context), self._clock())
+        run = await self._units.write_trusting_ids(partial(handlers.runs.finish, finish))
         return pb.FinishRunResponse(run=convert.run_to_pb(run))
 
     async def AppendMessages(
@@ -220,7 +80,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if mode is None:
             mode = next((m.origin for m in items if m.origin is not None), None)
         async with self._units.write() as conn:
-            stored = await threads.append_messages(
+            stored = await handlers.threads.append_messages(
                 conn, owner, thread_id, mode, items, self._clock()
             )
         return pb.AppendMessagesResponse(messages=[convert.message_to_pb(m) for m in stored])
@@ -270,7 +130,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         token = self._tokens.decode(request.page_token, scope)
         snapshot = Snapshot(self._clock()) if token is None else Snapshot.from_token(token)
         async with self._units.read() as conn:
-            page = await load_page(
+            page = await handlers.context.load_page(
                 conn, owner, thread_id, options, snapshot, size, convert.context_key
             )
         response = pb.LoadContextResponse(sequence_horizon=page.sequence_horizon)
@@ -327,13 +187,10 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.RenewRunLeaseResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        lease = core.renewal(request.lease_holder, request.lease_seconds, self._clock())
+        lease = runs.renewal(request.lease_holder, request.lease_seconds, self._clock())
         async with self._units.write() as conn:
-            renewed = await store.renew_lease(conn, owner, run_id, lease)
-            run = renewed or await store.get_run(conn, owner, run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} not found")
-        return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=renewed is not None)
+            run, held = await handlers.runs.renew_lease(conn, owner, run_id, lease)
+        return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=held)
 
     async def RequestRunCancellation(
         self, request: pb.RequestRunCancellationRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -341,11 +198,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
         async with self._units.write() as conn:
-            run = await store.lock_run(conn, owner, run_id)
-            if run is None:
-                raise NotFound(f"run {run_id} not found")
-            if core.plan_cancel(run):
-                run = await store.update_run(conn, owner, run_id, cancel_requested=True)
+            run = await handlers.runs.request_cancellation(conn, owner, run_id)
         return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
 
     async def ExpireRunLeases(
@@ -354,15 +207,9 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner_id(context)
         require_admin(context)
         limit = page_size(request.page_size, default=100)
-        now = self._clock()
         async with self._units.write() as conn:
-            expired = await store.expire_leases(conn, now, core.plan_expiry(), limit=limit)
-        response = pb.ExpireRunLeasesResponse()
-        for run in expired:
-            item = response.runs.add()
-            item.CopyFrom(convert.run_to_pb(run))
-            item.owner_id = run.owner_id
-        return response
+            expired = await handlers.runs.expire_leases(conn, self._clock(), limit)
+        return pb.ExpireRunLeasesResponse(runs=[convert.expired_run_to_pb(r) for r in expired])
 
     async def ListAudit(
         self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext[Any, Any]

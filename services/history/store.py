@@ -25,13 +25,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from services.history import queries
 from services.history.context import ContextKey
 from services.history.core import (
-    BeginPlan,
-    FinishPlan,
-    Lease,
     LedgerEntry,
     Message,
     Run,
-    RunEnd,
     Thread,
     ToolDenial,
     UsageDay,
@@ -50,6 +46,7 @@ from services.history.rows import (
     run_values,
     thread_from_row,
 )
+from services.history.runs import BeginPlan, FinishPlan, Lease, RunEnd
 from services.history.tables import (
     MESSAGE_FIELDS,
     deletions,

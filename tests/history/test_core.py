@@ -9,16 +9,9 @@ import pytest
 
 from services.history import core
 from shared.domain import MessageKind, RuntimeMode
-from shared.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from shared.errors import AlreadyExists, InvalidArgument
 
 # --- writing rules-----------------------------------------------------------------------
-
-
-def test_finishing_twice_with_the_same_state_is_a_noop_and_with_another_a_conflict() -> None:
-    assert core.finish_is_noop(core.RunState.RUNNING, core.RunState.SUCCEEDED) is False
-    assert core.finish_is_noop(core.RunState.FAILED, core.RunState.FAILED) is True
-    with pytest.raises(FailedPrecondition):
-        core.finish_is_noop(core.RunState.FAILED, core.RunState.SUCCEEDED)
 
 
 def test_stamp_takes_the_mask_from_mode_and_kind_only() -> None:
