@@ -19,6 +19,7 @@ from services.history.context import (
     Snapshot,
 )
 from services.history.core import Message
+from services.history.deletions import DeletionKind
 from services.history.unit import Conn, Units
 from shared import outbox
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -263,13 +264,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         async with self._units.write() as conn:
-            deletion, run_ids = await _delete_thread(
-                conn,
-                owner,
-                thread_id,
-                self._clock(),
-                requested_by=owner,
-                kind=deletions.DeletionKind.THREAD,
+            deletion, run_ids = await handlers.deletions.delete_thread(
+                conn, owner, thread_id, self._clock(), requested_by=owner, kind=DeletionKind.THREAD
             )
         return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
 
@@ -301,19 +297,15 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
         try:
             async with self._units.write() as conn:
-                current = await store.unfinished_owner_deletion(conn, owner)
-                if current is None:
-                    await store.insert_deletion(conn, deletion)
+                current = await handlers.deletions.start_owner_deletion(conn, deletion)
         except Aborted:
             # A concurrent request started it first (one running deletion per owner).
             async with self._units.read() as conn:
                 current = await store.unfinished_owner_deletion(conn, owner)
             if current is None:
                 raise
-        if current is not None:
-            return pb.StartOwnerDeletionResponse(deletion=convert.deletion_to_pb(current))
         return pb.StartOwnerDeletionResponse(
-            deletion=convert.deletion_to_pb(deletion), created=True
+            deletion=convert.deletion_to_pb(current or deletion), created=current is None
         )
 
     async def RecordDeletionStep(
@@ -323,18 +315,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
         counts = {k: v for k, v in request.deleted_counts.items() if v >= 0}
         async with self._units.write() as conn:
-            current = await store.get_deletion(conn, owner, deletion_id, lock=True)
-            if current is None:
-                raise NotFound(f"deletion {deletion_id} not found")
-            updated = deletions.record_step(
-                current,
+            updated = await handlers.deletions.record_step(
+                conn,
+                owner,
+                deletion_id,
                 request.service,
                 done=request.done,
                 error=request.error,
                 counts=counts,
                 now=self._clock(),
             )
-            await store.save_deletion(conn, updated)
         return pb.RecordDeletionStepResponse(deletion=convert.deletion_to_pb(updated))
 
     async def GetDeletion(
@@ -343,9 +333,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
         async with self._units.read() as conn:
-            deletion = await store.get_deletion(conn, owner, deletion_id)
-        if deletion is None:
-            raise NotFound(f"deletion {deletion_id} not found")
+            deletion = await handlers.deletions.get_deletion(conn, owner, deletion_id)
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
     async def ListRuns(
@@ -460,53 +448,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         for owner, thread_id in expired:
             try:
                 async with self._units.write() as conn:
-                    thread = await store.lock_thread(conn, owner, thread_id)
-                    if thread is None or thread.update_time >= cutoff:
-                        continue  # deleted meanwhile, or a message arrived since the pick
-                    await _delete_thread(
-                        conn,
-                        owner,
-                        thread_id,
-                        self._clock(),
-                        requested_by=deletions.RETENTION_REQUESTER,
-                        kind=deletions.DeletionKind.RETENTION,
+                    done += await handlers.deletions.expire_thread(
+                        conn, owner, thread_id, cutoff, self._clock()
                     )
-                    done += 1
             except (FailedPrecondition, Aborted):
                 continue
         return done
-
-
-async def _delete_thread(
-    conn: Conn,
-    owner: str,
-    thread_id: str,
-    now: datetime,
-    *,
-    requested_by: str,
-    kind: deletions.DeletionKind,
-) -> tuple[deletions.Deletion, list[str]]:
-    """Delete one thread in the caller's transaction and store its deletion record; the
-    record and the ids of the runs deleted. The thread row is locked first, so a run cannot
-    begin on it meanwhile."""
-    thread = await store.lock_thread(conn, owner, thread_id)
-    if thread is None:
-        raise NotFound(f"thread {thread_id} not found")
-    active = await store.active_run_ids(conn, owner, thread_id)
-    if active:
-        raise FailedPrecondition(
-            f"the thread has a run in flight ({active[0]}); cancel it or wait for it to "
-            "finish, then delete the thread",
-            reason="THREAD_BUSY",
-            metadata={"active_run_id": active[0]},
-        )
-    run_ids = await store.thread_run_ids(conn, owner, thread_id)
-    counts = await store.delete_thread_data(conn, owner, thread_id)
-    deletion = deletions.thread_deletion(
-        owner, thread_id, counts, now, requested_by=requested_by, kind=kind
-    )
-    await store.insert_deletion(conn, deletion)
-    return deletion, run_ids
 
 
 def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
