@@ -13,6 +13,7 @@ from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
 from services.history import context, core, runs
+from services.history.audit import AuditFilter
 from services.history.context import ContextKey, ContextOptions
 from services.history.core import (
     Message,
@@ -41,7 +42,7 @@ from shared.domain import (
     runtime_mode_from_pb,
 )
 from shared.errors import InvalidArgument
-from shared.ids import check_identifier, optional_identifier
+from shared.ids import OWNER_RULE, check_identifier, is_owner_id, optional_identifier
 from shared.messages import Usage
 from shared.profiles import profile_from_pb, profile_to_pb
 
@@ -352,6 +353,36 @@ def expired_run_to_pb(r: Run) -> pb.Run:
     out = run_to_pb(r)
     out.owner_id = r.owner_id
     return out
+
+
+# --- the audit ---------------------------------------------------------------------------
+
+
+def audited_owner(owner: str) -> str:
+    """The owner an admin names to audit."""
+    if not is_owner_id(owner):
+        raise InvalidArgument("owner_id", OWNER_RULE)
+    return owner
+
+
+def audit_filter(f: pb.AuditFilter) -> AuditFilter:
+    if len(f.execution_profile_name) > 100:
+        raise InvalidArgument("filter.execution_profile_name", "must be at most 100 characters")
+    start = end = None
+    if f.HasField("start_time"):
+        start = timestamp(f.start_time, "filter.start_time")
+    if f.HasField("end_time"):
+        end = timestamp(f.end_time, "filter.end_time")
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument("filter.end_time", "must be after filter.start_time")
+    return AuditFilter(
+        origin=optional_mode(f.origin, "filter.origin"),
+        executor=optional_executor(f.executor, "filter.executor"),
+        execution_profile_name=f.execution_profile_name,
+        thread_id=optional_identifier(f.thread_id, "filter.thread_id"),
+        start_time=start,
+        end_time=end,
+    )
 
 
 # --- context options ----------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""HistoryService: proto -> core/store -> proto. Each RPC is one unit of work (one transaction)."""
+"""HistoryService, the gRPC edge: each RPC converts its request (convert.py), opens one unit
+of work (unit.py; one transaction for a write), runs a use case of its aggregate
+(handlers/) and converts the answer back."""
 
 from __future__ import annotations
 
@@ -14,22 +16,17 @@ from agentmesh.history.v1 import history_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, deletions, handlers, runs, store, tables
-from services.history.context import (
-    ContextKey,
-    Snapshot,
-)
-from services.history.core import Message
+from services.history.audit import AuditCursor
+from services.history.context import Snapshot
 from services.history.deletions import DeletionKind
 from services.history.unit import Conn, Units
 from shared import outbox
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
-from shared.ids import OWNER_RULE, is_owner_id, optional_identifier
+from shared.ids import is_owner_id
 from shared.pagination import (
     PageTokens,
-    bad_token,
     page_size,
-    position_dict,
     position_int,
     position_list,
     position_str,
@@ -219,41 +216,16 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         # the admin scope then lets them read the owner they name.
         owner_id(context)
         require_admin(context)
-        if not is_owner_id(request.owner_id):
-            raise InvalidArgument("owner_id", OWNER_RULE)
-        flt = _audit_filter(request.filter)
+        owner, flt = convert.audited_owner(request.owner_id), convert.audit_filter(request.filter)
         size = page_size(request.page_size)
-        scope = ["audit", request.owner_id, dataclasses.asdict(flt)]
-        cursor = _AuditCursor.from_token(self._tokens.decode(request.page_token, scope))
-        messages: list[Message] = []
-        denials: list[core.ToolDenial] = []
+        scope = ["audit", owner, dataclasses.asdict(flt)]
+        cursor = AuditCursor.from_token(self._tokens.decode(request.page_token, scope))
         async with self._units.read() as conn:
-            if not cursor.messages_done:
-                messages = await store.audit_page(
-                    conn, request.owner_id, flt, after=cursor.message, limit=size + 1
-                )
-            if not cursor.denials_done:
-                denials = await store.denial_page(
-                    conn, request.owner_id, flt, after=cursor.denial, limit=size + 1
-                )
-        # Messages and denials page side by side, each with its own position.
-        more_messages, more_denials = len(messages) > size, len(denials) > size
-        messages, denials = messages[:size], denials[:size]
-        token = ""
-        if more_messages or more_denials:
-            token = self._tokens.encode(
-                _AuditCursor(
-                    message=ContextKey.of(messages[-1]) if more_messages else None,
-                    messages_done=not more_messages,
-                    denial=_denial_key(denials[-1]) if more_denials else None,
-                    denials_done=not more_denials,
-                ).to_token(),
-                scope,
-            )
+            page = await handlers.audit.audit_page(conn, owner, flt, cursor, size)
         return pb.ListAuditResponse(
-            messages=[convert.message_to_pb(m) for m in messages],
-            tool_denials=[convert.denial_to_pb(d) for d in denials],
-            next_page_token=token,
+            messages=[convert.message_to_pb(m) for m in page.messages],
+            tool_denials=[convert.denial_to_pb(d) for d in page.denials],
+            next_page_token=self._tokens.encode(page.next.to_token(), scope) if page.next else "",
         )
 
     # --- deletion -----------------------------------------------------------------------
@@ -465,67 +437,3 @@ def _requester(requested_by: str, owner: str, context: grpc.aio.ServicerContext[
         raise InvalidArgument("requested_by", "must be the owner id or admin:<owner id>")
     require_admin(context)
     return requested_by
-
-
-def _denial_key(d: core.ToolDenial) -> store.DenialKey:
-    return store.DenialKey(d.created_at, d.run_id, d.tool_call_id)
-
-
-@dataclasses.dataclass(frozen=True)
-class _AuditCursor:
-    """Where an audit listing stands in each of its two streams (messages, denials)."""
-
-    message: ContextKey | None = None
-    messages_done: bool = False
-    denial: store.DenialKey | None = None
-    denials_done: bool = False
-
-    def to_token(self) -> dict[str, Any]:
-        return {
-            "m": self.message.to_token() if self.message else None,
-            "md": self.messages_done,
-            "d": [self.denial.created_at.isoformat(), self.denial.run_id, self.denial.tool_call_id]
-            if self.denial
-            else None,
-            "dd": self.denials_done,
-        }
-
-    @classmethod
-    def from_token(cls, raw: Any) -> _AuditCursor:
-        if raw is None:
-            return cls()
-        raw = position_dict(raw, ("m", "md", "d", "dd"))
-        if not isinstance(raw["md"], bool) or not isinstance(raw["dd"], bool):
-            raise bad_token()
-        denial = None
-        if raw["d"] is not None:
-            created, run_id, call_id = position_list(raw["d"], 3)
-            denial = store.DenialKey(
-                position_time(created), position_str(run_id), position_str(call_id)
-            )
-        return cls(
-            message=ContextKey.from_token(raw["m"]) if raw["m"] is not None else None,
-            messages_done=raw["md"],
-            denial=denial,
-            denials_done=raw["dd"],
-        )
-
-
-def _audit_filter(f: pb.AuditFilter) -> store.AuditFilter:
-    if len(f.execution_profile_name) > 100:
-        raise InvalidArgument("filter.execution_profile_name", "must be at most 100 characters")
-    start = end = None
-    if f.HasField("start_time"):
-        start = convert.timestamp(f.start_time, "filter.start_time")
-    if f.HasField("end_time"):
-        end = convert.timestamp(f.end_time, "filter.end_time")
-    if start is not None and end is not None and end <= start:
-        raise InvalidArgument("filter.end_time", "must be after filter.start_time")
-    return store.AuditFilter(
-        origin=convert.optional_mode(f.origin, "filter.origin"),
-        executor=convert.optional_executor(f.executor, "filter.executor"),
-        execution_profile_name=f.execution_profile_name,
-        thread_id=optional_identifier(f.thread_id, "filter.thread_id"),
-        start_time=start,
-        end_time=end,
-    )

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.history import queries
+from services.history.audit import AuditFilter, DenialKey
 from services.history.context import ContextKey
 from services.history.core import (
     LedgerEntry,
@@ -61,7 +62,7 @@ from services.history.tables import (
 from services.history.unit import Conn
 from shared import outbox
 from shared.db import is_postgres
-from shared.domain import ExecutorKind, RunState, RuntimeMode
+from shared.domain import RunState, RuntimeMode
 from shared.timestamps import rfc3339
 
 
@@ -342,16 +343,6 @@ async def context_messages_served(
     rows = (await conn.execute(stmt)).all()
     found = [(message_from_row(r[:-1]), r[-1]) for r in rows]
     return found[::-1] if newest_first else found
-
-
-@dataclass(frozen=True)
-class AuditFilter:
-    origin: RuntimeMode | None = None
-    executor: ExecutorKind | None = None
-    execution_profile_name: str = ""
-    thread_id: str = ""
-    start_time: datetime | None = None
-    end_time: datetime | None = None
 
 
 def _audit_conditions(c: Any, owner_id: str, flt: AuditFilter) -> list[sa.ColumnElement[bool]]:
@@ -717,13 +708,6 @@ async def insert_denials(conn: Conn, denials: Sequence[ToolDenial]) -> None:
         index_elements=["owner_id", "run_id", "tool_call_id"]
     )
     await conn.execute(stmt, [denial_values(d) for d in denials])
-
-
-@dataclass(frozen=True)
-class DenialKey:
-    created_at: datetime
-    run_id: str
-    tool_call_id: str
 
 
 async def denial_page(

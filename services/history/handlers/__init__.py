@@ -2,6 +2,6 @@
 unit.py): read what the plan needs, ask the pure rules for the plan, write it. The servicer
 converts a request, opens the unit, calls one of these and converts the result back."""
 
-from services.history.handlers import context, deletions, runs, threads
+from services.history.handlers import audit, context, deletions, runs, threads
 
-__all__ = ["context", "deletions", "runs", "threads"]
+__all__ = ["audit", "context", "deletions", "runs", "threads"]
