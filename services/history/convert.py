@@ -307,6 +307,31 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
     )
 
 
+# --- threads and messages -----------------------------------------------------------------
+
+
+def append_request(
+    request: pb.AppendMessagesRequest,
+) -> tuple[str, RuntimeMode | None, list[NewMessage]]:
+    """An AppendMessages request's thread, mode (None: the thread's, which must exist) and
+    messages. Without a mode, the first message's origin names it."""
+    thread_id = identifier(request.thread_id, "thread_id")
+    items = new_messages(request.messages, "messages")
+    if not items:
+        raise InvalidArgument("messages", "must hold at least one message")
+    mode = optional_mode(request.runtime_mode, "runtime_mode")
+    if mode is None:
+        mode = next((m.origin for m in items if m.origin is not None), None)
+    return thread_id, mode, items
+
+
+def backward(direction: int) -> bool:
+    """Whether a ListHistory pages backward (newest first)."""
+    if direction not in (pb.DIRECTION_UNSPECIFIED, pb.DIRECTION_FORWARD, pb.DIRECTION_BACKWARD):
+        raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
+    return direction == pb.DIRECTION_BACKWARD
+
+
 # --- runs -------------------------------------------------------------------------------
 
 

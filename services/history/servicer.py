@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -18,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.history import convert, core, deletions, handlers, runs, store, tables
 from services.history.audit import AuditCursor
 from services.history.context import Snapshot
-from services.history.deletions import DeletionKind
 from services.history.unit import Conn, Units
 from shared import outbox
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -50,6 +50,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self._clock = clock
         self._tokens = tokens or PageTokens(Settings().page_token_secret)
 
+    def _read(self) -> AbstractAsyncContextManager[Conn]:
+        return self._units.read()
+
+    def _write(self) -> AbstractAsyncContextManager[Conn]:
+        return self._units.write()
+
     # --- writing ------------------------------------------------------------------------
 
     async def BeginRun(
@@ -70,14 +76,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.AppendMessagesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AppendMessagesResponse:
         owner = owner_id(context)
-        thread_id = convert.identifier(request.thread_id, "thread_id")
-        items = convert.new_messages(request.messages, "messages")
-        if not items:
-            raise InvalidArgument("messages", "must hold at least one message")
-        mode = convert.optional_mode(request.runtime_mode, "runtime_mode")
-        if mode is None:
-            mode = next((m.origin for m in items if m.origin is not None), None)
-        async with self._units.write() as conn:
+        thread_id, mode, items = convert.append_request(request)
+        async with self._write() as conn:
             stored = await handlers.threads.append_messages(
                 conn, owner, thread_id, mode, items, self._clock()
             )
@@ -91,29 +91,19 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
         size = page_size(request.page_size)
-        if request.direction not in (
-            pb.DIRECTION_UNSPECIFIED,
-            pb.DIRECTION_FORWARD,
-            pb.DIRECTION_BACKWARD,
-        ):
-            raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
-        backward = request.direction == pb.DIRECTION_BACKWARD
+        backward = convert.backward(request.direction)
         # Every scope names the owner: thread ids are per owner, and a position is not shared.
         scope = ["history", owner, thread_id, "backward" if backward else "forward"]
         raw = self._tokens.decode(request.page_token, scope)
         after = None if raw is None else position_int(raw)
-        async with self._units.read() as conn:
-            rows = await store.history_page(
-                conn, owner, thread_id, after=after, backward=backward, limit=size + 1
+        async with self._read() as conn:
+            page, last = await handlers.threads.history_page(
+                conn, owner, thread_id, after=after, backward=backward, size=size
             )
-            # Rows prove the thread is the caller's; only an empty page needs the check.
-            if not rows and await store.get_thread(conn, owner, thread_id) is None:
-                raise NotFound(f"thread {thread_id} not found")
-        page = rows[:size]
         response = pb.ListHistoryResponse()
-        convert.add_serialized(response, "messages", [wire for _, wire in page])
-        if len(rows) > size:
-            response.next_page_token = self._tokens.encode(page[-1][0], scope)
+        convert.add_serialized(response, "messages", page)
+        if last is not None:
+            response.next_page_token = self._tokens.encode(last, scope)
         return response
 
     async def LoadContext(
@@ -127,7 +117,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         # A paged context is a snapshot: later pages use the first page's time and end.
         token = self._tokens.decode(request.page_token, scope)
         snapshot = Snapshot(self._clock()) if token is None else Snapshot.from_token(token)
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             page = await handlers.context.load_page(
                 conn, owner, thread_id, options, snapshot, size, convert.context_key
             )
@@ -141,19 +131,14 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.ListThreadsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListThreadsResponse:
         owner = owner_id(context)
-        size = page_size(request.page_size)
-        scope = ["threads", owner]
-        raw = self._tokens.decode(request.page_token, scope)
-        after = None
-        if raw is not None:
-            update_time, thread_id = position_list(raw, 2)
-            after = store.ThreadKey(position_time(update_time), position_str(thread_id))
-        async with self._units.read() as conn:
-            rows = await store.list_threads(conn, owner, after, size + 1)
-        page = rows[:size]
-        token = ""
-        if len(rows) > size:
-            token = self._tokens.encode([page[-1].update_time.isoformat(), page[-1].id], scope)
+        page, token = await self._time_keyed_page(
+            request,
+            ["threads", owner],
+            lambda conn, after, n: store.list_threads(
+                conn, owner, store.ThreadKey(*after) if after else None, n
+            ),
+            lambda t: (t.update_time, t.id),
+        )
         return pb.ListThreadsResponse(
             threads=[convert.thread_to_pb(t) for t in page], next_page_token=token
         )
@@ -163,7 +148,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             thread = await store.get_thread(conn, owner, thread_id, counted=True)
         if thread is None:
             raise NotFound(f"thread {thread_id} not found")
@@ -174,7 +159,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetRunResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             run = await store.get_run(conn, owner, run_id)
         if run is None:
             raise NotFound(f"run {run_id} not found")
@@ -186,7 +171,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
         lease = runs.renewal(request.lease_holder, request.lease_seconds, self._clock())
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             run, held = await handlers.runs.renew_lease(conn, owner, run_id, lease)
         return pb.RenewRunLeaseResponse(run=convert.run_to_pb(run), held=held)
 
@@ -195,7 +180,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.RequestRunCancellationResponse:
         owner = owner_id(context)
         run_id = convert.identifier(request.run_id, "run_id")
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             run = await handlers.runs.request_cancellation(conn, owner, run_id)
         return pb.RequestRunCancellationResponse(run=convert.run_to_pb(run))
 
@@ -205,7 +190,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner_id(context)
         require_admin(context)
         limit = page_size(request.page_size, default=100)
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             expired = await handlers.runs.expire_leases(conn, self._clock(), limit)
         return pb.ExpireRunLeasesResponse(runs=[convert.expired_run_to_pb(r) for r in expired])
 
@@ -220,7 +205,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         size = page_size(request.page_size)
         scope = ["audit", owner, dataclasses.asdict(flt)]
         cursor = AuditCursor.from_token(self._tokens.decode(request.page_token, scope))
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             page = await handlers.audit.audit_page(conn, owner, flt, cursor, size)
         return pb.ListAuditResponse(
             messages=[convert.message_to_pb(m) for m in page.messages],
@@ -235,9 +220,14 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.DeleteThreadResponse:
         owner = owner_id(context)
         thread_id = convert.identifier(request.thread_id, "thread_id")
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             deletion, run_ids = await handlers.deletions.delete_thread(
-                conn, owner, thread_id, self._clock(), requested_by=owner, kind=DeletionKind.THREAD
+                conn,
+                owner,
+                thread_id,
+                self._clock(),
+                requested_by=owner,
+                kind=deletions.DeletionKind.THREAD,
             )
         return pb.DeleteThreadResponse(deletion=convert.deletion_to_pb(deletion), run_ids=run_ids)
 
@@ -245,7 +235,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
         owner = owner_id(context)
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             active = await store.active_run_ids(conn, owner)
             if not active:
                 counts = await store.delete_owner_data(conn, owner)
@@ -268,11 +258,11 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         requested_by = _requester(request.requested_by, owner, context)
         deletion = deletions.owner_deletion(owner, self._clock(), requested_by=requested_by)
         try:
-            async with self._units.write() as conn:
+            async with self._write() as conn:
                 current = await handlers.deletions.start_owner_deletion(conn, deletion)
         except Aborted:
             # A concurrent request started it first (one running deletion per owner).
-            async with self._units.read() as conn:
+            async with self._read() as conn:
                 current = await store.unfinished_owner_deletion(conn, owner)
             if current is None:
                 raise
@@ -286,7 +276,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
         counts = {k: v for k, v in request.deleted_counts.items() if v >= 0}
-        async with self._units.write() as conn:
+        async with self._write() as conn:
             updated = await handlers.deletions.record_step(
                 conn,
                 owner,
@@ -304,7 +294,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetDeletionResponse:
         owner = owner_id(context)
         deletion_id = convert.identifier(request.deletion_id, "deletion_id")
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             deletion = await handlers.deletions.get_deletion(conn, owner, deletion_id)
         return pb.GetDeletionResponse(deletion=convert.deletion_to_pb(deletion))
 
@@ -352,7 +342,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         if raw is not None:
             when, item_id = position_list(raw, 2)
             after = (position_time(when), position_str(item_id))
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             rows = await fetch(conn, after, size + 1)
         page = rows[:size]
         token = ""
@@ -369,7 +359,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         owner_id(context)
         require_admin(context)
         limit = page_size(request.page_size, default=100)
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             found = await store.unfinished_owner_deletions(conn, limit)
         return pb.ListUnfinishedDeletionsResponse(
             deletions=[convert.deletion_to_pb(d) for d in found]
@@ -383,7 +373,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.ListWebhookEventsResponse:
         events = await outbox.serve_list(
-            context, self._units.read(), tables.webhook_outbox, request.page_size
+            context, self._read(), tables.webhook_outbox, request.page_size
         )
         return pb.ListWebhookEventsResponse(events=events)
 
@@ -393,7 +383,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> pb.AcknowledgeWebhookEventsResponse:
         count = await outbox.serve_acknowledge(
-            context, self._units.write(), tables.webhook_outbox, request.event_ids
+            context, self._write(), tables.webhook_outbox, request.event_ids
         )
         return pb.AcknowledgeWebhookEventsResponse(acknowledged_count=count)
 
@@ -404,7 +394,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     ) -> pb.GetOwnerUsageResponse:
         owner = owner_id(context)
         start, end = core.usage_span(request.from_day, request.to_day)
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             found = await store.owner_usage(conn, owner, start, end)
         return pb.GetOwnerUsageResponse(days=[convert.usage_day_to_pb(d) for d in found])
 
@@ -414,12 +404,12 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         cutoff = deletions.retention_cutoff(self._clock(), days)
         if cutoff is None:
             return 0
-        async with self._units.read() as conn:
+        async with self._read() as conn:
             expired = await store.expired_threads(conn, cutoff, limit)
         done = 0
         for owner, thread_id in expired:
             try:
-                async with self._units.write() as conn:
+                async with self._write() as conn:
                     done += await handlers.deletions.expire_thread(
                         conn, owner, thread_id, cutoff, self._clock()
                     )

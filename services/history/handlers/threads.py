@@ -10,7 +10,7 @@ from services.history import convert, core, store
 from services.history.core import Message, NewMessage, Run, Thread
 from services.history.unit import Conn
 from shared.domain import RuntimeMode
-from shared.errors import InvalidArgument
+from shared.errors import InvalidArgument, NotFound
 
 
 async def open_thread(
@@ -76,6 +76,21 @@ async def append_messages(
     items = await _with_runs(conn, thread, items)
     _, stored = await append(conn, thread, items, "messages", now)
     return stored
+
+
+async def history_page(
+    conn: Conn, owner: str, thread_id: str, *, after: int | None, backward: bool, size: int
+) -> tuple[list[bytes], int | None]:
+    """A page of the thread's /history (serving copies), and the position the next page
+    starts after (None: this is the last)."""
+    rows = await store.history_page(
+        conn, owner, thread_id, after=after, backward=backward, limit=size + 1
+    )
+    # Rows prove the thread is the caller's; only an empty page needs the check.
+    if not rows and await store.get_thread(conn, owner, thread_id) is None:
+        raise NotFound(f"thread {thread_id} not found")
+    page = rows[:size]
+    return [wire for _, wire in page], page[-1][0] if len(rows) > size else None
 
 
 async def _with_runs(conn: Conn, thread: Thread, items: list[NewMessage]) -> list[NewMessage]:
