@@ -50,6 +50,7 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
         self._clock = clock
         self._tokens = tokens or PageTokens(Settings().page_token_secret)
 
+    # The units of work every RPC opens: a read, or a write (one transaction).
     def _read(self) -> AbstractAsyncContextManager[Conn]:
         return self._units.read()
 
