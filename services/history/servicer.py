@@ -46,6 +46,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     def __init__(
         self, engine: AsyncEngine, *, clock: Clock = utc_now, tokens: PageTokens | None = None
     ) -> None:
+        # The engine stays the servicer's, for what runs outside history's units of work.
+        self._engine = engine
         self._units = Units(engine)
         self._clock = clock
         self._tokens = tokens or PageTokens(Settings().page_token_secret)
