@@ -5,14 +5,16 @@ from __future__ import annotations
 import calendar
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from agentmesh.history.v1 import history_service_pb2 as pb
 from agentmesh.type.v1 import content_pb2, message_pb2
 from google.protobuf import json_format, timestamp_pb2
 
-from services.history import core
+from services.history import context, core, runs
+from services.history.audit import AuditFilter
+from services.history.context import ContextKey, ContextOptions
 from services.history.core import (
     Message,
     MultitaskStrategy,
@@ -24,6 +26,7 @@ from services.history.core import (
     UsageDay,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
+from services.history.runs import BeginRequest, Begun, FinishRequest
 from shared import timestamps, wire
 from shared.domain import (
     EXECUTOR_FROM_PB,
@@ -36,11 +39,12 @@ from shared.domain import (
     ExecutorKind,
     RuntimeMode,
     message_kind_from_pb,
+    runtime_mode_from_pb,
 )
 from shared.errors import InvalidArgument
-from shared.ids import check_identifier, optional_identifier
+from shared.ids import OWNER_RULE, check_identifier, is_owner_id, optional_identifier
 from shared.messages import Usage
-from shared.profiles import profile_to_pb
+from shared.profiles import profile_from_pb, profile_to_pb
 
 MAX_NAME = 200
 
@@ -303,17 +307,148 @@ def denial_to_pb(d: ToolDenial) -> pb.ToolDenial:
     )
 
 
+# --- threads and messages -----------------------------------------------------------------
+
+
+def append_request(
+    request: pb.AppendMessagesRequest,
+) -> tuple[str, RuntimeMode | None, list[NewMessage]]:
+    """An AppendMessages request's thread, mode (None: the thread's, which must exist) and
+    messages. Without a mode, the first message's origin names it."""
+    thread_id = identifier(request.thread_id, "thread_id")
+    items = new_messages(request.messages, "messages")
+    if not items:
+        raise InvalidArgument("messages", "must hold at least one message")
+    mode = optional_mode(request.runtime_mode, "runtime_mode")
+    if mode is None:
+        mode = next((m.origin for m in items if m.origin is not None), None)
+    return thread_id, mode, items
+
+
+def backward(direction: int) -> bool:
+    """Whether a ListHistory pages backward (newest first)."""
+    if direction not in (pb.DIRECTION_UNSPECIFIED, pb.DIRECTION_FORWARD, pb.DIRECTION_BACKWARD):
+        raise InvalidArgument("direction", "must be FORWARD or BACKWARD")
+    return direction == pb.DIRECTION_BACKWARD
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+def begin_request(request: pb.BeginRunRequest, owner: str, now: datetime) -> BeginRequest:
+    thread_id = identifier(request.thread_id, "thread_id")
+    run_id = identifier(request.run_id, "run_id")
+    mode = runtime_mode_from_pb(request.runtime_mode, "runtime_mode")
+    profile = profile_from_pb(request.profile, "profile")
+    inputs = new_messages(request.input_messages, "input_messages")
+    options = context_options(request.context, profile.history_policy.window)
+    strategy = multitask_strategy(request.multitask_strategy)
+    answers = [
+        identifier(call_id, f"answered_interrupt_ids[{i}]")
+        for i, call_id in enumerate(request.answered_interrupt_ids)
+    ]
+    lease = runs.begin_lease(request.lease_holder, request.lease_seconds, now)
+    begin = runs.Begin(owner, run_id, thread_id, mode, profile, strategy, lease, now)
+    return BeginRequest(begin, inputs, answers, options)
+
+
+def begun_to_pb(begun: Begun) -> pb.BeginRunResponse:
+    run = run_to_pb(begun.run)
+    run.ahead_run_ids.extend(begun.ahead)
+    return pb.BeginRunResponse(
+        thread=thread_to_pb(begun.thread),
+        run=run,
+        context_messages=[message_to_pb(m) for m in begun.context],
+    )
+
+
+def finish_request(request: pb.FinishRunRequest, owner: str, now: datetime) -> FinishRequest:
+    run_id = identifier(request.run_id, "run_id")
+    end = runs.run_end(run_state(request.state), request.error_code, request.error_message)
+    outputs = new_messages(request.output_messages, "output_messages")
+    denials = new_denials(request.tool_denials, "tool_denials")
+    spent = messages_usage(request.output_messages, "output_messages")
+    if request.HasField("unstored_usage"):
+        spent += usage(request.unstored_usage, "unstored_usage")
+    return FinishRequest(owner, runs.plan_finish(run_id, end, spent, now), outputs, denials)
+
+
+def expired_run_to_pb(r: Run) -> pb.Run:
+    """A run ExpireRunLeases ended (an admin call, across owners): with its owner."""
+    out = run_to_pb(r)
+    out.owner_id = r.owner_id
+    return out
+
+
+# --- the audit ---------------------------------------------------------------------------
+
+
+def audited_owner(owner: str) -> str:
+    """The owner an admin names to audit."""
+    if not is_owner_id(owner):
+        raise InvalidArgument("owner_id", OWNER_RULE)
+    return owner
+
+
+def audit_filter(f: pb.AuditFilter) -> AuditFilter:
+    if len(f.execution_profile_name) > 100:
+        raise InvalidArgument("filter.execution_profile_name", "must be at most 100 characters")
+    start = end = None
+    if f.HasField("start_time"):
+        start = timestamp(f.start_time, "filter.start_time")
+    if f.HasField("end_time"):
+        end = timestamp(f.end_time, "filter.end_time")
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument("filter.end_time", "must be after filter.start_time")
+    return AuditFilter(
+        origin=optional_mode(f.origin, "filter.origin"),
+        executor=optional_executor(f.executor, "filter.executor"),
+        execution_profile_name=f.execution_profile_name,
+        thread_id=optional_identifier(f.thread_id, "filter.thread_id"),
+        start_time=start,
+        end_time=end,
+    )
+
+
 # --- context options ----------------------------------------------------------------------
 
 
-def context_options(
-    opts: pb.ContextOptions, default_window: str = "all"
-) -> tuple[core.Window, Any, int]:
-    window = core.parse_window(opts.window or default_window, "context.window")
-    zone = core.parse_zone(opts.time_zone, "context.time_zone")
+def context_options(opts: pb.ContextOptions, default_window: str = "all") -> ContextOptions:
+    window = context.parse_window(opts.window or default_window, "context.window")
+    zone = context.parse_zone(opts.time_zone, "context.time_zone")
     if opts.max_chars < 0:
         raise InvalidArgument("context.max_chars", "must be 0 (no budget) or positive")
-    return window, zone, opts.max_chars
+    return ContextOptions(window, zone, opts.max_chars)
+
+
+def context_thread(thread_id: str, across_threads: bool) -> str | None:
+    """The thread of a LoadContext, or None for a context across the owner's threads."""
+    if not across_threads:
+        return identifier(thread_id, "thread_id")
+    if thread_id:
+        raise InvalidArgument("thread_id", "must be empty when across_threads is set")
+    return None
+
+
+def context_scope(
+    owner: str, thread_id: str | None, request: pb.LoadContextRequest, options: ContextOptions
+) -> list[Any]:
+    """What a LoadContext page token is good for: the same owner, thread and options."""
+    return [
+        "context",
+        owner,
+        thread_id,
+        request.across_threads,
+        request.context.window or "all",
+        options.zone.key,
+        options.max_chars,
+    ]
+
+
+def context_key(serving_copy: bytes) -> ContextKey:
+    """The context key of a stored serving copy (the columns it was stored from)."""
+    m = message_pb2.Message.FromString(serving_copy)
+    return ContextKey(m.created_at.ToDatetime(tzinfo=UTC), m.thread_id, m.position)
 
 
 _DELETION_KIND_TO_PB = {

@@ -3,10 +3,10 @@ Python): each a constant, or for a statement with variants a mapping of its vari
 line saying what it does and takes. These are the statements built once: the reads and
 writes of the run hot path (BeginRun, FinishRun, lease renewal) and of every page, with bound
 parameters only, so no call constructs a statement or computes a cache key; those marked
-`reused` run directly on asyncpg on PostgreSQL (services/history/pgdirect.py), and on
-sqlite3 in SQLite's write units (services/history/sqlitedirect.py). Statements
-whose shape depends on their arguments (filters, keysets, IN lists) are built where they
-are used, in services/history/store.py.
+`reused` (services/history/direct.py) run directly on asyncpg on PostgreSQL
+(services/history/pgdirect.py), and on sqlite3 in SQLite's write units
+(services/history/sqlitedirect.py). Statements whose shape depends on their arguments
+(filters, keysets, IN lists) are built where they are used, in services/history/store.py.
 
 Parameters are named (:o the owner, :t a thread, :r a run, ...); each statement's line
 names what it takes.
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.history.core import RunState
-from services.history.pgdirect import reused
+from services.history.direct import reused
 from services.history.tables import (
     MESSAGE_FIELDS,
     messages,
@@ -241,7 +241,7 @@ INSERT_RUN_IF_IDLE = reused(
     )
     .returning(_R.thread_seq)
 )
-# The state core.plan_finish gives for the run as it is: :state_if_cancel_requested for a
+# The state runs.plan_finish gives for the run as it is: :state_if_cancel_requested for a
 # run whose cancel was requested before it finished, :state for the others.
 _FINISHED_STATE = sa.case(
     (

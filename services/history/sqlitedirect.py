@@ -5,7 +5,7 @@ On the embedded backend history's engine runs SQLite on the event loop's thread
 (shared.db's inline SQLite), and SQLAlchemy's execution layer around each statement
 (execution context, greenlet hop, parameter and result processing through its generic
 paths, the aiosqlite cursor) cost about half of what SQLite itself did for the statements
-of a chat run. A statement marked `pgdirect.reused` is compiled once by SQLAlchemy's own
+of a chat run. A statement marked `direct.reused` is compiled once by SQLAlchemy's own
 SQLite dialect (the same SQL text and type processing it would use) and then executed on
 the sqlite3 connection directly, inside the unit's transaction, which SQLAlchemy still
 opens (BEGIN IMMEDIATE) and commits or rolls back. Any other statement goes through
@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.history import pgdirect
+from services.history import direct
 from shared import db
 
 
@@ -40,21 +40,16 @@ class Connection:
         self.dialect = sa.dialect
 
     async def execute(self, stmt: Any, params: Any = None) -> Any:
-        if id(stmt) not in pgdirect._REUSED:
+        if not direct.is_reused(stmt):
             return await self._sa.execute(stmt, params)
-        many = isinstance(params, list)
-        first = (params[0] if params else {}) if many else (params or {})
-        key = (id(stmt), tuple(first))
-        plan = _PLANS.get(key)
-        if plan is None:
-            plan = _PLANS[key] = pgdirect._plan(stmt, self.dialect, key[1])
+        plan, many, first = _PLANS.of(stmt, self.dialect, params)
         sql = plan.compiled.string
         try:
-            if many and len(params) > 1:
-                sql, rows = pgdirect._bound_many(plan, params)
+            if many:
+                sql, rows = direct.bound_many(plan, params)
                 self.raw.executemany(sql, rows).close()
-                return pgdirect.Result([])
-            sql, args = pgdirect._bound(plan, first)
+                return direct.Result([])
+            sql, args = direct.bound(plan, first)
             cursor = self.raw.execute(sql, args)
             try:
                 records = cursor.fetchall() if plan.returns_rows else []
@@ -66,7 +61,7 @@ class Connection:
             raise _sqlalchemy_error(sql, params, err) from err
         except sqlite3.Error as err:
             raise _sqlalchemy_error(sql, params, err) from err
-        return pgdirect._result(plan, records)
+        return direct.result(plan, records)
 
 
 def _sqlalchemy_error(sql: str, params: Any, err: sqlite3.Error) -> exc.StatementError:
@@ -74,8 +69,8 @@ def _sqlalchemy_error(sql: str, params: Any, err: sqlite3.Error) -> exc.Statemen
     return exc.DBAPIError.instance(sql, params, err, sqlite3.Error)
 
 
-# Plans by (statement id, parameter names), for SQLite (pgdirect keeps PostgreSQL's).
-_PLANS: dict[tuple[int, tuple[str, ...]], pgdirect._Plan] = {}
+# SQLite's plans, shared by every connection (pgdirect keeps PostgreSQL's).
+_PLANS = direct.Plans()
 
 
 async def connection(sa: AsyncConnection) -> Connection | AsyncConnection:

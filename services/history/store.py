@@ -23,21 +23,18 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.history import queries
+from services.history.audit import AuditFilter, DenialKey
+from services.history.context import ContextKey
 from services.history.core import (
-    BeginPlan,
-    FinishPlan,
-    Lease,
     LedgerEntry,
     Message,
     Run,
-    RunEnd,
     Thread,
     ToolDenial,
     UsageDay,
     ledger_entry,
 )
 from services.history.deletions import Deletion, DeletionKind, DeletionState
-from services.history.pgdirect import Conn
 from services.history.rows import (
     deletion_from_row,
     deletion_values,
@@ -50,6 +47,7 @@ from services.history.rows import (
     run_values,
     thread_from_row,
 )
+from services.history.runs import BeginPlan, FinishPlan, Lease, RunEnd
 from services.history.tables import (
     MESSAGE_FIELDS,
     deletions,
@@ -61,9 +59,10 @@ from services.history.tables import (
     usage_ledger,
     webhook_outbox,
 )
+from services.history.unit import Conn
 from shared import outbox
 from shared.db import is_postgres
-from shared.domain import ExecutorKind, RunState, RuntimeMode
+from shared.domain import RunState, RuntimeMode
 from shared.timestamps import rfc3339
 
 
@@ -201,15 +200,6 @@ async def history_page(
     if after is not None:
         params["a"] = after
     return [(r[0], r[1]) for r in (await conn.execute(stmt, params)).all()]
-
-
-@dataclass(frozen=True)
-class ContextKey:
-    """Where a message sits in a context: by position within a thread, by time across."""
-
-    created_at: datetime
-    thread_id: str
-    position: int
 
 
 def _after_key(key: ContextKey) -> sa.ColumnElement[bool]:
@@ -353,16 +343,6 @@ async def context_messages_served(
     rows = (await conn.execute(stmt)).all()
     found = [(message_from_row(r[:-1]), r[-1]) for r in rows]
     return found[::-1] if newest_first else found
-
-
-@dataclass(frozen=True)
-class AuditFilter:
-    origin: RuntimeMode | None = None
-    executor: ExecutorKind | None = None
-    execution_profile_name: str = ""
-    thread_id: str = ""
-    start_time: datetime | None = None
-    end_time: datetime | None = None
 
 
 def _audit_conditions(c: Any, owner_id: str, flt: AuditFilter) -> list[sa.ColumnElement[bool]]:
@@ -728,13 +708,6 @@ async def insert_denials(conn: Conn, denials: Sequence[ToolDenial]) -> None:
         index_elements=["owner_id", "run_id", "tool_call_id"]
     )
     await conn.execute(stmt, [denial_values(d) for d in denials])
-
-
-@dataclass(frozen=True)
-class DenialKey:
-    created_at: datetime
-    run_id: str
-    tool_call_id: str
 
 
 async def denial_page(

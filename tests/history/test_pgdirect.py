@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import pgdirect
-from services.history.pgdirect import reused
+from services.history.direct import reused
 from shared import db
 from shared.db import UtcDateTime
 from tests.conftest import PG_URL, drop_schemas, make_settings

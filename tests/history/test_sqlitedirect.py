@@ -16,7 +16,7 @@ from sqlalchemy import exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import sqlitedirect
-from services.history.pgdirect import reused
+from services.history.direct import reused
 from shared import db
 from shared.db import UtcDateTime
 from tests.conftest import make_settings

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import literal_column, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from services.history import pgdirect
+from services.history import direct, pgdirect
 from services.launcher import free_port
 from shared import db, errors
 from shared.server import GrpcServer, ServiceParts
@@ -26,7 +26,7 @@ from shared.settings import Settings
 from tests.conftest import PG_URL, USES_POSTGRES
 
 _SERVICE = "agentmesh.test.Store"
-_ONE = pgdirect.reused(select(literal_column("1")))
+_ONE = direct.reused(select(literal_column("1")))
 
 
 def _unavailable(exc: BaseException) -> bool:

@@ -70,3 +70,30 @@ def test_shared_modules_import_one_another_without_a_cycle() -> None:
     graph = _imports(modules)
     cycles = sorted(m for m in graph if m in _reachable(graph, m))
     assert cycles == []
+
+
+def test_history_modules_import_one_another_without_a_cycle() -> None:
+    # The two direct SQL layers once imported each other's private names; what they share
+    # is services/history/direct.py.
+    modules = {m: p for m, p in _modules().items() if m.startswith("services.history.")}
+    graph = _imports(modules)
+    cycles = sorted(m for m in graph if m in _reachable(graph, m))
+    assert cycles == []
+
+
+# History's rules, by aggregate, without I/O: unit tests reach them without a database.
+HISTORY_RULES = ("core", "context", "runs", "audit", "deletions", "visibility")
+
+
+def test_historys_rules_reach_no_store_unit_of_work_or_protobuf() -> None:
+    modules = _modules()
+    graph = _imports(modules)
+    rules = {f"services.history.{name}" for name in HISTORY_RULES}
+    for rule in sorted(rules):
+        outside = sorted(
+            m for m in _reachable(graph, rule) if m.startswith("services.") and m not in rules
+        )
+        assert outside == [], f"{rule} reaches {outside}"
+        source = modules[rule].read_text(encoding="utf-8")
+        for io in ("sqlalchemy", "grpc", "agentmesh."):
+            assert f"import {io}" not in source and f"from {io}" not in source, (rule, io)
