@@ -283,6 +283,9 @@ def _sqlite_pragmas(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
+        # Deleted and replaced content is overwritten with zeros, not left in free space of
+        # the file (an owner deletion must leave nothing on disk; shared/owner_data.py).
+        cur.execute("PRAGMA secure_delete=ON")
         cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cur.close()
         # Let SQLAlchemy's "begin" event issue BEGIN (the driver would issue a deferred one).

@@ -17,10 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.history import convert, core, deletions, pgdirect, sqlitedirect, store, tables
 from services.history.core import Message, NewMessage, Run, Thread
+from services.history.owner_data import REGISTRY
 from services.history.pgdirect import Conn
 from services.history.store import ContextKey
 from services.history.visibility import in_context
-from shared import outbox
+from shared import outbox, owner_data
 from shared.db import is_postgres
 from shared.domain import RuntimeMode, runtime_mode_from_pb
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
@@ -652,21 +653,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
-        owner = owner_id(context)
-        async with self._write() as conn:
-            active = await store.active_run_ids(conn, owner)
-            if not active:
-                counts = await store.delete_owner_data(conn, owner)
-            else:
-                await store.request_cancel(conn, owner, active)
-        if active:
-            # Raised after the commit, so the cancel requests stay: the runs' holders stop
-            # them at their next lease renewal and a retry then finds none in flight.
-            raise FailedPrecondition(
-                f"{len(active)} run(s) still in flight; their cancellation was requested, "
-                "retry when they have stopped",
-                reason="RUNS_IN_FLIGHT",
-            )
+        """Deprecated twin of agentmesh.platform.v1's, over the same registry."""
+        counts = await owner_data.delete_owner(self._engine, REGISTRY, owner_id(context))
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     async def StartOwnerDeletion(
