@@ -30,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from shared import heap, inproc, logs, metrics, owner_data, telemetry
+from shared.db import DATABASE as DATABASE
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 from shared.transport import (
@@ -42,10 +43,10 @@ from shared.version import VERSION
 
 log = logging.getLogger("agentmesh.server")
 
-# grpc.health.v1 names of the stores a service depends on (ServiceParts.dependencies), and
-# the entry that only says the process is alive (Kubernetes' liveness probe: an outage of
+# grpc.health.v1 names of the stores a service depends on (ServiceParts.dependencies; the
+# database's, DATABASE, is shared.db's, imported above), and the entry that only says the
+# process is alive (Kubernetes' liveness probe: an outage of
 # a store makes every replica unready, but restarting them would not bring it back).
-DATABASE = "database"
 EVENT_LOG = "event_log"
 LIVENESS = "liveness"
 # grpc.health.v1 name of the memory service's embedding model (ServiceParts.features): its
