@@ -229,13 +229,18 @@ async def export_page(
                     last = rows[-1]
                     return records, [index, [_json_value(last[c.name]) for c in key]]
                 index, after = index + 1, None
-    store_index = index - len(exported)
-    for i, store in enumerate(registry.stores):
-        if i < store_index:
-            continue
-        if len(records) >= limit:
-            return records, [len(exported) + i, None]
-        records.extend((store.name, row) for row in await store.export_owner(owner))
+    # A store's records page by their place in its export ([store index, records sent]).
+    skip = 0 if index < len(exported) or after is None else after
+    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+        raise bad_token()
+    for i in range(index - len(exported), len(registry.stores)):
+        store = registry.stores[i]
+        rows = (await store.export_owner(owner))[skip:]
+        room = limit - len(records)
+        records.extend((store.name, row) for row in rows[:room])
+        if len(rows) > room:
+            return records, [len(exported) + i, skip + room]
+        skip = 0
     return records, None
 
 

@@ -139,11 +139,17 @@ async def test_a_deletion_takes_every_registered_table_and_the_export_pages_over
 
 async def test_the_orchestrator_exports_and_deletes_an_owners_event_logs() -> None:
     log = InMemoryEventLog()
-    await log.append("alice/r1", [(1, b"")], close=True)
-    await log.append("bob/r2", [(1, b"")], close=True)
+    for key in ("alice/r1", "alice/r3", "bob/r2"):
+        await log.append(key, [(1, b"")], close=True)
     registry = orchestrator_registry(log)
     records, position = await owner_data.export_page(None, registry, "alice", None, 10)
     assert position is None
-    assert records == [("event_logs", {"run_id": "r1", "events": [{}]})]
-    assert await owner_data.delete_owner(None, registry, "alice") == {"event_logs": 1}
+    assert records == [
+        ("event_logs", {"run_id": "r1", "events": [{}]}),
+        ("event_logs", {"run_id": "r3", "events": [{}]}),
+    ]
+    first, position = await owner_data.export_page(None, registry, "alice", None, 1)
+    second, last = await owner_data.export_page(None, registry, "alice", position, 1)
+    assert first + second == records and last is None
+    assert await owner_data.delete_owner(None, registry, "alice") == {"event_logs": 2}
     assert await log.keys("alice/") == [] and await log.keys("bob/") == ["bob/r2"]
