@@ -235,10 +235,10 @@ async def export_page(
         raise bad_token()
     for i in range(index - len(exported), len(registry.stores)):
         store = registry.stores[i]
-        rows = (await store.export_owner(owner))[skip:]
+        held = (await store.export_owner(owner))[skip:]
         room = limit - len(records)
-        records.extend((store.name, row) for row in rows[:room])
-        if len(rows) > room:
+        records.extend((store.name, row) for row in held[:room])
+        if len(held) > room:
             return records, [len(exported) + i, skip + room]
         skip = 0
     return records, None
