@@ -19,7 +19,8 @@ from shared.settings import Settings
 from tests.grpc_helpers import channel, owner_md, running_service
 from tests.memory.conftest import Client, rpc_error
 
-Fixture = tuple[pb_grpc.PlatformServiceAsyncStub, Client, Client]
+# The async stub exists in the type stubs only.
+Fixture = tuple["pb_grpc.PlatformServiceAsyncStub", Client, Client]
 
 
 @pytest.fixture
