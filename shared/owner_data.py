@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import sqlite3
@@ -156,7 +157,8 @@ async def delete_tables(conn: AsyncConnection, registry: Registry, owner: str) -
 
 
 def _checkpoint(path: str) -> None:
-    with sqlite3.connect(path, timeout=5.0) as conn:
+    # TRUNCATE waits (the busy timeout) for readers of older snapshots to finish.
+    with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as conn:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     if busy:
         log.warning("WAL checkpoint after an owner deletion blocked by a reader (%s)", path)
