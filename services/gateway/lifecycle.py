@@ -319,10 +319,10 @@ async def owner_records(
 async def export_owner(
     clients: Clients, settings: Settings, webhooks: WebhookStore, owner: str
 ) -> dict[str, Any]:
-    """Everything the services hold for `owner`, as one JSON document: threads, runs, every
-    message (hidden ones included, as the audit shows them), refused tool calls, memories,
-    jobs and their runs, and the gateway's own: the owner's webhook endpoints (never their
-    secrets)."""
+    """Everything the services hold for `owner`, as one JSON document: `records`, every row
+    of every registered table (owner_records), and the readable views of the same: threads,
+    runs, every message (hidden ones included, as the audit shows them), refused tool calls,
+    memories, jobs and their runs, and the owner's webhook endpoints (never their secrets)."""
     timeout = settings.rpc_timeout_seconds
     try:
         endpoints = await webhooks.endpoints(owner, MAX_ENDPOINTS)
