@@ -61,6 +61,10 @@ def is_postgres(bind: _HasDialect) -> bool:
     return bind.dialect.name == "postgresql"
 
 
+# grpc.health.v1 name of a service's database as a dependency (shared.server re-exports it
+# with the other health names).
+DATABASE = "database"
+
 # How long a statement waits for another connection's lock on a SQLite file.
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -271,8 +275,6 @@ def health_checks(settings: Settings, service: str) -> dict[str, HealthCheck]:
     """The service's database as a dependency (shared.server.ServiceParts.dependencies,
     which closes the check when the server stops); none for SQLite, a file of the service's
     own host that cannot be lost apart from it."""
-    from shared.server import DATABASE
-
     return {DATABASE: HealthCheck(settings, service)} if settings.database_url else {}
 
 
@@ -283,6 +285,9 @@ def _sqlite_pragmas(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
+        # Deleted and replaced content is overwritten with zeros, not left in free space of
+        # the file (an owner deletion must leave nothing on disk; shared/owner_data.py).
+        cur.execute("PRAGMA secure_delete=ON")
         cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cur.close()
         # Let SQLAlchemy's "begin" event issue BEGIN (the driver would issue a deferred one).

@@ -11,7 +11,7 @@ sequence cursor because a PostgreSQL sequence number is taken at insert time and
 transaction can commit after a later one: a reader behind a cursor would skip it.
 
 Acknowledged events are pruned once older than the retention period; an owner's events go
-with the owner's data (`delete_owner`).
+with the owner's data (the table is in each service's owner-data registry, shared/owner_data.py).
 """
 
 from __future__ import annotations
@@ -170,11 +170,6 @@ async def acknowledge(
     return done
 
 
-async def delete_owner(conn: Conn, outbox: sa.Table, owner_id: str) -> int:
-    result = await conn.execute(sa.delete(outbox).where(outbox.c.owner_id == owner_id))
-    return int(result.rowcount or 0)
-
-
 def to_pb(event: Event) -> event_pb.WebhookEvent:
     out = event_pb.WebhookEvent(
         id=event.id,
@@ -196,7 +191,13 @@ def from_pb(event: event_pb.WebhookEvent) -> Event:
     )
 
 
-# --- the two RPCs, the same in every service with an outbox (the gateway calls them) -------
+# --- the two RPCs, served by every service's platform servicer (shared/owner_data.py) -----
+
+
+def admin_caller(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """The outbox is the gateway's deliverer's: an identity with the admin scope."""
+    owner_id(context)
+    require_admin(context)
 
 
 async def serve_list(
@@ -206,8 +207,7 @@ async def serve_list(
     requested_page_size: int,
 ) -> list[event_pb.WebhookEvent]:
     """ListWebhookEvents: admin scope; `unit` is the service's read unit of work."""
-    owner_id(context)
-    require_admin(context)
+    admin_caller(context)
     async with unit as conn:
         events = await pending(conn, outbox, requested_page_size)
     return [to_pb(e) for e in events]
@@ -220,8 +220,7 @@ async def serve_acknowledge(
     event_ids: Sequence[str],
 ) -> int:
     """AcknowledgeWebhookEvents: admin scope; `unit` is the service's write unit of work."""
-    owner_id(context)
-    require_admin(context)
+    admin_caller(context)
     retention_ms = Settings().webhook_outbox_retention_seconds * 1000
     async with unit as conn:
         return await acknowledge(conn, outbox, event_ids, at_ms=now_ms(), retention_ms=retention_ms)

@@ -29,7 +29,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from shared import heap, inproc, logs, metrics, telemetry
+from shared import heap, inproc, logs, metrics, owner_data, telemetry
+from shared.db import DATABASE as DATABASE
 from shared.interceptors import ServerInterceptor
 from shared.settings import Settings, get_settings
 from shared.transport import (
@@ -42,10 +43,10 @@ from shared.version import VERSION
 
 log = logging.getLogger("agentmesh.server")
 
-# grpc.health.v1 names of the stores a service depends on (ServiceParts.dependencies), and
-# the entry that only says the process is alive (Kubernetes' liveness probe: an outage of
+# grpc.health.v1 names of the stores a service depends on (ServiceParts.dependencies; the
+# database's, DATABASE, is shared.db's, imported above), and the entry that only says the
+# process is alive (Kubernetes' liveness probe: an outage of
 # a store makes every replica unready, but restarting them would not bring it back).
-DATABASE = "database"
 EVENT_LOG = "event_log"
 LIVENESS = "liveness"
 # grpc.health.v1 name of the memory service's embedding model (ServiceParts.features): its
@@ -77,6 +78,9 @@ class ServiceParts:
     # has its own health entry (SERVING while its check passes, UNKNOWN before the first),
     # and never changes the service's own status: it still serves.
     features: Mapping[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    # The platform contract over the service's owner-data registry (shared/owner_data.py),
+    # served like grpc.health.v1; None: the service holds no owner data (an empty registry).
+    owner_data: owner_data.PlatformServicer | None = None
 
 
 class GrpcServer:
@@ -129,7 +133,16 @@ class GrpcServer:
         target = cast(grpc.aio.Server, server)
         self.parts.register(target)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, target)
-        names = [*self.parts.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        platform = self.parts.owner_data or owner_data.PlatformServicer(
+            owner_data.Registry(self.name), None, None
+        )
+        owner_data.register(target, platform)
+        names = [
+            *self.parts.service_names,
+            owner_data.SERVICE_NAME,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        ]
         # The asyncio servicer on both (enable_server_reflection picks it for grpc.aio
         # servers only, and the in-process server is not one). The reflection stubs leave
         # its generated module untyped.

@@ -11,11 +11,13 @@ import grpc
 from agentmesh.history.v1 import history_service_pb2_grpc
 from agentmesh.memory.v1 import memory_service_pb2_grpc
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
+from agentmesh.platform.v1 import platform_service_pb2_grpc
 from agentmesh.scheduler.v1 import scheduler_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.gateway.convert import tool_sources_json
 from services.gateway.errors import from_rpc
+from shared import owner_data
 from shared.clients import open_channel
 from shared.identity import call_metadata
 from shared.logs import request_id_var
@@ -43,6 +45,11 @@ class Clients:
     memory: memory_service_pb2_grpc.MemoryServiceAsyncStub
     scheduler: scheduler_service_pb2_grpc.SchedulerServiceAsyncStub
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)
+
+    def platform(self, service: str) -> platform_service_pb2_grpc.PlatformServiceAsyncStub:
+        """The service's platform contract (agentmesh.platform.v1): its owner data and its
+        webhook outbox, the same for every service."""
+        return platform_service_pb2_grpc.PlatformServiceStub(self.channels[service])
 
     async def not_serving(self) -> dict[str, str]:
         """The peers that do not answer SERVING on grpc.health.v1 within a short deadline,
@@ -137,20 +144,27 @@ class Clients:
 
 def open_clients(settings: Settings) -> Clients:
     """Channels to every peer at settings.addr(name); call inside the serving event loop."""
+    # The platform contract is idempotent on every service (a deletion, an export, the
+    # outbox's listing and acknowledgement): safe to retry on UNAVAILABLE.
+    platform = owner_data.SERVICE_NAME
     channels = {
-        "orchestrator": open_channel(settings.addr("orchestrator"), peer="orchestrator"),
+        "orchestrator": open_channel(
+            settings.addr("orchestrator"), idempotent_services=[platform], peer="orchestrator"
+        ),
         # Reads, and writes keyed by ids the caller chose: safe to retry on UNAVAILABLE.
         "history": open_channel(
             settings.addr("history"),
-            idempotent_services=["agentmesh.history.v1.HistoryService"],
+            idempotent_services=["agentmesh.history.v1.HistoryService", platform],
             peer="history",
         ),
         "memory": open_channel(
             settings.addr("memory"),
-            idempotent_services=["agentmesh.memory.v1.MemoryService"],
+            idempotent_services=["agentmesh.memory.v1.MemoryService", platform],
             peer="memory",
         ),
-        "scheduler": open_channel(settings.addr("scheduler"), peer="scheduler"),
+        "scheduler": open_channel(
+            settings.addr("scheduler"), idempotent_services=[platform], peer="scheduler"
+        ),
     }
     orchestrator = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channels["orchestrator"])
     return Clients(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -20,14 +21,17 @@ from typing import Any
 from agentmesh.history.v1 import history_service_pb2 as history_pb
 from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
 from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as orchestrator_pb
+from agentmesh.platform.v1 import platform_service_pb2 as platform_pb
 from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.gateway import convert, jobs, store
-from services.gateway.clients import Clients, unary
+from services.gateway import convert, jobs
+from services.gateway.clients import PEERS, Clients, unary
 from services.gateway.errors import ApiError, store_unavailable
+from services.gateway.owner_data import REGISTRY
 from services.gateway.routes_webhooks import MAX_ENDPOINTS, endpoint_json
 from services.gateway.webhook_store import WebhookStore
+from shared import owner_data as shared_owner_data
 from shared.pagination import MAX_PAGE_SIZE
 from shared.settings import Settings
 
@@ -76,23 +80,12 @@ def deletion_json(d: history_pb.Deletion) -> dict[str, Any]:
     return out
 
 
-def _step_call(clients: Clients, service: str) -> tuple[Any, Any]:
-    if service == "scheduler":
-        return clients.scheduler.DeleteOwnerData, scheduler_pb.DeleteOwnerDataRequest()
-    if service == "memory":
-        return clients.memory.DeleteOwnerData, memory_pb.DeleteOwnerDataRequest()
-    if service == "orchestrator":
-        return clients.orchestrator.DeleteOwnerData, orchestrator_pb.DeleteOwnerDataRequest()
-    return clients.history.DeleteOwnerData, history_pb.DeleteOwnerDataRequest()
-
-
 async def _gateway_step(webhooks: WebhookStore, owner: str) -> dict[str, int]:
-    """The gateway's own step: the owner's webhook endpoints and deliveries, and its old
-    usage rows."""
+    """The gateway's own step, over its registry (owner_data.py): the owner's API keys (so
+    a deleted owner's key stops answering), quota override, webhook endpoints and
+    deliveries, and old usage rows."""
     try:
-        counts = await webhooks.delete_owner(owner)
-        counts.update(await store.delete_owner_usage(webhooks.engine, owner))
-        return counts
+        return await shared_owner_data.delete_owner(webhooks.engine, REGISTRY, owner)
     except SQLAlchemyError:
         log.warning("the gateway's step of an owner deletion failed", exc_info=True)
         raise store_unavailable() from None
@@ -146,10 +139,9 @@ async def _drive(
             if step.service == "gateway":
                 counts = await _gateway_step(webhooks, owner)
             else:
-                rpc, request = _step_call(clients, step.service)
                 reply = await unary(
-                    rpc,
-                    request,
+                    clients.platform(step.service).DeleteOwnerData,
+                    platform_pb.DeleteOwnerDataRequest(),
                     owner=owner,
                     service=step.service,
                     timeout=settings.rpc_timeout_seconds,
@@ -282,13 +274,55 @@ async def _all_pages(ask: Callable[[str], Awaitable[Any]], field: str) -> list[A
             return items
 
 
+async def owner_records(
+    clients: Clients, settings: Settings, webhooks: WebhookStore, owner: str
+) -> dict[str, dict[str, list[Any]]]:
+    """Every row each service's owner-data registry holds for `owner`, by service and table
+    (shared/owner_data.py): the export derived from the registries, so it has every table
+    with an owner column, whatever feature added it."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for service in PEERS:
+        tables: dict[str, list[Any]] = {}
+        token = ""
+        while True:
+            page = await unary(
+                clients.platform(service).ExportOwnerData,
+                platform_pb.ExportOwnerDataRequest(page_size=1000, page_token=token),
+                owner=owner,
+                service=service,
+                timeout=settings.rpc_timeout_seconds,
+            )
+            for record in page.records:
+                tables.setdefault(record.table, []).append(json.loads(record.row_json))
+            token = page.next_page_token
+            if not token:
+                break
+        out[service] = tables
+    tables = {}
+    position = None
+    try:
+        while True:
+            rows, position = await shared_owner_data.export_page(
+                webhooks.engine, REGISTRY, owner, position, 1000
+            )
+            for table, row in rows:
+                tables.setdefault(table, []).append(row)
+            if position is None:
+                break
+    except SQLAlchemyError:
+        log.warning("reading an owner's gateway records for the export failed", exc_info=True)
+        raise store_unavailable() from None
+    out["gateway"] = tables
+    return out
+
+
 async def export_owner(
     clients: Clients, settings: Settings, webhooks: WebhookStore, owner: str
 ) -> dict[str, Any]:
-    """Everything the services hold for `owner`, as one JSON document: threads, runs, every
-    message (hidden ones included, as the audit shows them), refused tool calls, memories,
-    jobs and their runs, and the gateway's own: the owner's webhook endpoints (never their
-    secrets)."""
+    """Everything the services hold for `owner`, as one JSON document: `records`, every row
+    of every registered table (owner_records), and the readable views of the same: threads,
+    runs, every message (hidden ones included, as the audit shows them), refused tool calls,
+    memories, jobs and their runs, and the owner's webhook endpoints (never their secrets)."""
     timeout = settings.rpc_timeout_seconds
     try:
         endpoints = await webhooks.endpoints(owner, MAX_ENDPOINTS)
@@ -366,6 +400,7 @@ async def export_owner(
         exported_jobs.append(exported)
     return {
         "ownerId": owner,
+        "records": await owner_records(clients, settings, webhooks, owner),
         "threads": [convert.thread_json(t) for t in threads],
         "runs": [convert.run_json(r) for r in agent_runs],
         "messages": convert.messages_json(messages, audit=True),

@@ -63,19 +63,6 @@ _PUT_QUOTA = text(
 )
 # Drop one owner's override: the deployment defaults apply again.
 _DELETE_QUOTA = text("DELETE FROM owner_quotas WHERE owner_id = :owner")
-# The usage rows an earlier version wrote (issue 23: an owner deletion removes them).
-_DELETE_USAGE = text("DELETE FROM usage_days WHERE owner_id = :owner")
-
-
-async def delete_owner_usage(engine: AsyncEngine, owner: str) -> dict[str, int]:
-    """The usage rows an earlier version counted at the gateway, of `owner`, deleted (usage
-    now comes from history's run records). The admin's quota override and the owner's API
-    keys are access settings, not data: they stay (revoke the keys to stop the owner)."""
-    async with engine.begin() as conn:
-        usage = await conn.execute(_DELETE_USAGE, {"owner": owner})
-    return {"usage_days": int(usage.rowcount or 0)}
-
-
 # Store a new API key (:id, :owner, :admin, :name, its secret's :hash) created at :now.
 _INSERT_KEY = text(
     "INSERT INTO api_keys (id, owner_id, admin, name, secret_sha256, create_time_ms) "

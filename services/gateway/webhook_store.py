@@ -163,11 +163,6 @@ _PRUNE_DELIVERIES = text(
     "DELETE FROM webhook_deliveries WHERE state IN ('succeeded', 'failed') "
     "AND last_attempt_ms < :before"
 )
-_DELETE_OWNER_DELIVERIES = text(
-    "DELETE FROM webhook_deliveries WHERE owner_id = :owner OR endpoint_owner_id = :owner"
-)
-_DELETE_OWNER_ENDPOINTS = text("DELETE FROM webhook_endpoints WHERE owner_id = :owner")
-_DELETE_OWNER_HEALTH = text("DELETE FROM webhook_endpoint_health WHERE endpoint_owner_id = :owner")
 _DELETE_HEALTH = text(
     "DELETE FROM webhook_endpoint_health WHERE endpoint_owner_id = :owner AND endpoint_id = :id"
 )
@@ -467,18 +462,6 @@ class WebhookStore:
         async with self.engine.begin() as conn:
             result = await conn.execute(_PRUNE_DELIVERIES, {"before": before_ms})
         return int(result.rowcount or 0)
-
-    async def delete_owner(self, owner: str) -> dict[str, int]:
-        """Every endpoint of `owner`, and every delivery of its events or to its endpoints."""
-        async with self.engine.begin() as conn:
-            deliveries = await conn.execute(_DELETE_OWNER_DELIVERIES, {"owner": owner})
-            endpoints = await conn.execute(_DELETE_OWNER_ENDPOINTS, {"owner": owner})
-            # Part of its endpoints (counted with them).
-            await conn.execute(_DELETE_OWNER_HEALTH, {"owner": owner})
-        return {
-            "webhookEndpoints": int(endpoints.rowcount or 0),
-            "webhookDeliveries": int(deliveries.rowcount or 0),
-        }
 
     async def take_lease(self, name: str, holder: str, now_ms: int, until_ms: int) -> bool:
         """Whether `holder` holds lease `name` until `until_ms` now (taken or renewed)."""

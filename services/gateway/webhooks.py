@@ -6,7 +6,7 @@ deliverer, the gateway's background task that moves events from the services' ou
 One deliverer per deployment is active: it holds a lease row in the gateway's store,
 renewed every poll, so any number of gateway replicas deliver each event once per endpoint
 (at least once: a delivery whose answer was lost is sent again, with the same webhook-id).
-A pass: for each service (history, memory, scheduler), list its unacknowledged events,
+A pass: for each service (every peer serves the outbox), list its unacknowledged events,
 record one delivery per matching endpoint (unique per endpoint and event), acknowledge the
 events; then start sending the deliveries that are due and record each attempt. The pass
 does not wait for its sends: each endpoint has its own sends in flight (at most
@@ -30,18 +30,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from agentmesh.history.v1 import history_service_pb2 as history_pb
-from agentmesh.memory.v1 import memory_service_pb2 as memory_pb
-from agentmesh.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from agentmesh.platform.v1 import platform_service_pb2 as platform_pb
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 from standardwebhooks import Webhook
 
 from services.gateway import convert
-from services.gateway.clients import Clients, unary
+from services.gateway.clients import PEERS, Clients, unary
 from services.gateway.errors import ApiError
 from services.gateway.webhook_store import (
     FAILED,
@@ -67,7 +65,8 @@ log = logging.getLogger(__name__)
 # The identity the deliverer calls the services with (admin scope): no owner's data.
 DELIVERER = "webhook-deliverer"
 LEASE = "webhook-deliverer"
-SOURCES = ("history", "memory", "scheduler")
+# Every peer serves the outbox of the platform contract (one without an outbox lists none).
+SOURCES = PEERS
 MAX_URL_CHARS = 2000
 MAX_ERROR_CHARS = 500
 # How much of a failed attempt's answer is read, for its lastError.
@@ -374,14 +373,6 @@ def signed_headers(secret: str, event_id: str, payload: str, at: datetime) -> di
     }
 
 
-# The request messages of each service's outbox RPCs (the same shape in each).
-_MESSAGES: dict[str, Any] = {
-    "history": history_pb,
-    "memory": memory_pb,
-    "scheduler": scheduler_pb,
-}
-
-
 async def _start_of(reply: httpx.Response, limit: int) -> str:
     """The first `limit` bytes of an answer's body, as text (the rest is not read)."""
     data = b""
@@ -497,10 +488,10 @@ class Deliverer:
         """Record the deliveries of one page of `service`'s events, then acknowledge them;
         how many events the page had."""
         timeout = self._settings.rpc_timeout_seconds
-        stub, messages = getattr(self._clients, service), _MESSAGES[service]
+        stub = self._clients.platform(service)
         listed = await unary(
             stub.ListWebhookEvents,
-            messages.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
+            platform_pb.ListWebhookEventsRequest(page_size=COLLECT_PAGE),
             owner=DELIVERER,
             service=service,
             timeout=timeout,
@@ -514,7 +505,7 @@ class Deliverer:
         await self._store.insert_deliveries(deliveries_for(events, endpoints, outbox.now_ms()))
         await unary(
             stub.AcknowledgeWebhookEvents,
-            messages.AcknowledgeWebhookEventsRequest(event_ids=[e.id for e in events]),
+            platform_pb.AcknowledgeWebhookEventsRequest(event_ids=[e.id for e in events]),
             owner=DELIVERER,
             service=service,
             timeout=timeout,

@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 from agentmesh.history.v1 import history_service_pb2, history_service_pb2_grpc
 
+from services.history.owner_data import REGISTRY
 from services.history.servicer import Clock, HistoryServicer, utc_now
-from shared import db
+from shared import db, owner_data
 from shared.pagination import PageTokens
 from shared.server import ServiceParts
 from shared.settings import Settings
@@ -62,4 +63,7 @@ async def build(settings: Settings, *, clock: Clock = utc_now) -> ServiceParts:
         on_stop=engine.dispose,
         background=background,
         dependencies=db.health_checks(settings, "history"),
+        owner_data=owner_data.PlatformServicer(
+            REGISTRY, engine, PageTokens(settings.page_token_secret)
+        ),
     )

@@ -19,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.history import convert, core, deletions, handlers, runs, store, tables
 from services.history.audit import AuditCursor
 from services.history.context import Snapshot
+from services.history.owner_data import REGISTRY
 from services.history.unit import Conn, Units
-from shared import outbox
+from shared import outbox, owner_data
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id, require_admin
 from shared.ids import is_owner_id
@@ -237,21 +238,8 @@ class HistoryServicer(pb_grpc.HistoryServiceServicer):
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
-        owner = owner_id(context)
-        async with self._write() as conn:
-            active = await store.active_run_ids(conn, owner)
-            if not active:
-                counts = await store.delete_owner_data(conn, owner)
-            else:
-                await store.request_cancel(conn, owner, active)
-        if active:
-            # Raised after the commit, so the cancel requests stay: the runs' holders stop
-            # them at their next lease renewal and a retry then finds none in flight.
-            raise FailedPrecondition(
-                f"{len(active)} run(s) still in flight; their cancellation was requested, "
-                "retry when they have stopped",
-                reason="RUNS_IN_FLIGHT",
-            )
+        """Deprecated twin of agentmesh.platform.v1's, over the same registry."""
+        counts = await owner_data.delete_owner(self._engine, REGISTRY, owner_id(context))
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     async def StartOwnerDeletion(

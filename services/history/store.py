@@ -776,18 +776,6 @@ async def delete_thread_data(conn: Conn, owner_id: str, thread_id: str) -> dict[
     return counts
 
 
-async def delete_owner_data(conn: Conn, owner_id: str) -> dict[str, int]:
-    """Delete every thread, message, run and tool denial of the owner (deletions stay)."""
-    counts = {
-        name: await _delete_where(conn, table, table.c.owner_id == owner_id)
-        for name, table in _OWNED_TABLES
-    }
-    counts["threads"] = await _delete_where(conn, threads, threads.c.owner_id == owner_id)
-    counts["webhookEvents"] = await outbox.delete_owner(conn, webhook_outbox, owner_id)
-    counts["usageEntries"] = await keep_usage_totals(conn, owner_id)
-    return counts
-
-
 async def expired_threads(conn: Conn, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
     """(owner_id, thread_id) of threads last updated before `cutoff`, oldest first."""
     stmt = (

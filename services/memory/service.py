@@ -12,8 +12,9 @@ from agentmesh.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from services.memory import conversation_tasks
 from services.memory.conversation_tasks import ConversationEmbedder
 from services.memory.embeddings import Embedder, EmbeddingClient, EmbeddingConfig
+from services.memory.owner_data import REGISTRY
 from services.memory.servicer import MemoryServicer
-from shared import db
+from shared import db, owner_data
 from shared.pagination import PageTokens
 from shared.server import EMBEDDING_MODEL, ServiceParts
 from shared.settings import Settings
@@ -67,4 +68,7 @@ async def build(settings: Settings) -> ServiceParts:
         # Search is hybrid while the model answers, lexical-only (degraded) otherwise: the
         # gateway's /readyz says which.
         features={} if embedder is None else {EMBEDDING_MODEL: embedder.client.check},
+        owner_data=owner_data.PlatformServicer(
+            REGISTRY, engine, PageTokens(settings.page_token_secret)
+        ),
     )

@@ -32,7 +32,8 @@ from services.memory.embeddings import (
     EmbeddingConfig,
     QueryVector,
 )
-from shared import metrics, outbox, pagination
+from services.memory.owner_data import REGISTRY
+from shared import metrics, outbox, owner_data, pagination
 from shared.errors import InvalidArgument
 from shared.identity import owner_id
 from shared.settings import Settings
@@ -226,10 +227,8 @@ class MemoryServicer(pb_grpc.MemoryServiceServicer):
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
-        owner = owner_id(context)
-        async with self.engine.begin() as conn:
-            counts = await store.delete_owner_data(conn, owner)
-            counts["conversationMessages"] = await conversation_store.delete_owner(conn, owner)
+        """Deprecated twin of agentmesh.platform.v1's, over the same registry."""
+        counts = await owner_data.delete_owner(self.engine, REGISTRY, owner_id(context))
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------

@@ -840,18 +840,3 @@ async def advance_watermark(
             reason="WATERMARK_MOVED",
         )
     return _watermark(row)
-
-
-async def delete_owner_data(conn: AsyncConnection, owner: str) -> dict[str, int]:
-    """Delete every memory of the owner, with its embedding and change record (which holds
-    its content), and every watermark; how many of each went."""
-    gone = await conn.execute(memories.delete().where(memories.c.owner_id == owner))
-    await conn.execute(memory_embeddings.delete().where(memory_embeddings.c.owner_id == owner))
-    recorded = await conn.execute(changes.delete().where(changes.c.owner_id == owner))
-    marks = await conn.execute(watermarks.delete().where(watermarks.c.owner_id == owner))
-    return {
-        "memories": int(gone.rowcount or 0),
-        "memoryChanges": int(recorded.rowcount or 0),
-        "watermarks": int(marks.rowcount or 0),
-        "webhookEvents": await outbox.delete_owner(conn, webhook_outbox, owner),
-    }

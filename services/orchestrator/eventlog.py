@@ -69,6 +69,9 @@ class EventLog(Protocol):
         """Drop every log whose key starts with `prefix` (a deletion of their runs' data),
         running or not; how many were dropped."""
 
+    async def keys(self, prefix: str) -> list[str]:
+        """The keys of the logs starting with `prefix` (an export of their runs' data)."""
+
     async def aclose(self) -> None:
         """Release connections."""
 
@@ -221,6 +224,9 @@ class InMemoryEventLog:
 
     async def delete_prefix(self, prefix: str) -> int:
         return self._drop([k for k in self._runs if k.startswith(prefix)])
+
+    async def keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self._runs if k.startswith(prefix))
 
     def _drop(self, gone: list[str]) -> int:
         for key in gone:
@@ -468,6 +474,12 @@ class RedisEventLog:
         async for k in self.redis.scan_iter(match=pattern, count=500):
             gone += int(await self.redis.delete(k))
         return gone
+
+    async def keys(self, prefix: str) -> list[str]:
+        pattern = _GLOB_SPECIAL.sub(r"\\\g<0>", self._key(prefix)) + "*"
+        skip = len(self._key(""))
+        found = [k async for k in self.redis.scan_iter(match=pattern, count=500)]
+        return sorted({(k.decode() if isinstance(k, bytes) else str(k))[skip:] for k in found})
 
     async def aclose(self) -> None:
         await self.redis.aclose()

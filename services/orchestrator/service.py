@@ -14,11 +14,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from services.orchestrator.clients import Peers
 from services.orchestrator.core import RunPolicy
 from services.orchestrator.eventlog import RedisEventLog, open_event_log
+from services.orchestrator.owner_data import registry as owner_data_registry
 from services.orchestrator.runs import RunManager
 from services.orchestrator.servicer import OrchestratorServicer
+from shared import owner_data
 from shared.admission import InFlight
 from shared.model.cards import CardError
 from shared.model.factory import agent_problem, check_endpoints
+from shared.pagination import PageTokens
 from shared.profiles import ProfileFileError, ProfileRegistry
 from shared.server import EVENT_LOG, ServiceParts
 from shared.settings import Settings
@@ -119,4 +122,7 @@ async def build(
         service_names=[SERVICE_NAME],
         on_stop=on_stop,
         dependencies={EVENT_LOG: event_log.check} if isinstance(event_log, RedisEventLog) else {},
+        owner_data=owner_data.PlatformServicer(
+            owner_data_registry(event_log), None, PageTokens(settings.page_token_secret)
+        ),
     )

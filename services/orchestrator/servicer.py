@@ -14,6 +14,7 @@ from agentmesh.type.v1 import run_event_pb2
 
 from services.orchestrator import convert, core
 from services.orchestrator.eventlog import EventLog
+from services.orchestrator.owner_data import RunEventLogs
 from services.orchestrator.runs import ActiveRun, RunManager
 from shared import telemetry, wire
 from shared.domain import RuntimeMode
@@ -159,10 +160,10 @@ class OrchestratorServicer(pb_grpc.OrchestratorServiceServicer):
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
-        owner = owner_id(context)
-        # Keys are "<owner>/<run id>" and owner ids hold no "/": this prefix is the owner's.
-        gone = await self.event_log.delete_prefix(core.event_log_key(owner, ""))
-        return pb.DeleteOwnerDataResponse(deleted_counts={"event_logs": gone})
+        """Deprecated twin of agentmesh.platform.v1's, over the same store."""
+        logs = RunEventLogs(self.event_log)
+        gone = await logs.delete_owner(owner_id(context))
+        return pb.DeleteOwnerDataResponse(deleted_counts={logs.name: gone})
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

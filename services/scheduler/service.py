@@ -11,9 +11,10 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2, scheduler_service_pb2_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.scheduler.dispatch import ClaimLoop, Dispatcher, replica_id
+from services.scheduler.owner_data import REGISTRY
 from services.scheduler.servicer import SchedulerServicer
 from services.scheduler.settings import SchedulerSettings
-from shared import db
+from shared import db, owner_data
 from shared.clients import open_channel
 from shared.pagination import PageTokens
 from shared.server import ServiceParts
@@ -67,4 +68,7 @@ async def build(settings: Settings, cfg: SchedulerSettings | None = None) -> Ser
         on_stop=on_stop,
         background=[loop.run_forever],
         dependencies=db.health_checks(settings, NAME),
+        owner_data=owner_data.PlatformServicer(
+            REGISTRY, engine, PageTokens(settings.page_token_secret)
+        ),
     )

@@ -17,8 +17,9 @@ from services.scheduler import schedule as sched
 from services.scheduler.convert import job_to_pb, run_to_pb, spec_from_pb
 from services.scheduler.core import Job, JobRun, JobStatus, RunState, RunTrigger
 from services.scheduler.dispatch import Dispatcher, Order
+from services.scheduler.owner_data import REGISTRY
 from services.scheduler.settings import SchedulerSettings
-from shared import outbox
+from shared import outbox, owner_data
 from shared.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from shared.identity import owner_id
 from shared.ids import check_identifier
@@ -176,9 +177,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def DeleteOwnerData(
         self, request: pb.DeleteOwnerDataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteOwnerDataResponse:
-        owner = owner_id(context)
-        async with self._engine.begin() as conn:
-            counts = await store.delete_owner_data(conn, owner)
+        """Deprecated twin of agentmesh.platform.v1's, over the same registry."""
+        counts = await owner_data.delete_owner(self._engine, REGISTRY, owner_id(context))
         return pb.DeleteOwnerDataResponse(deleted_counts=counts)
 
     # --- webhook outbox (shared/outbox.py; the gateway's deliverer, admin scope) ----------

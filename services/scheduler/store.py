@@ -45,7 +45,7 @@ from services.scheduler.rows import (
     utc,
 )
 from services.scheduler.schedule import ScheduleType
-from services.scheduler.tables import jobs, runs, webhook_outbox
+from services.scheduler.tables import jobs, runs
 from shared import outbox
 from shared.db import is_postgres
 from shared.timestamps import rfc3339
@@ -163,17 +163,6 @@ async def delete_job(conn: AsyncConnection, owner_id: str, job_id: str) -> bool:
         jobs.delete().where(jobs.c.owner_id == owner_id, jobs.c.id == job_id)
     )
     return result.rowcount == 1
-
-
-async def delete_owner_data(conn: AsyncConnection, owner_id: str) -> dict[str, int]:
-    """Delete every job and job run of the owner; how many of each went."""
-    gone_runs = await conn.execute(runs.delete().where(runs.c.owner_id == owner_id))
-    gone_jobs = await conn.execute(jobs.delete().where(jobs.c.owner_id == owner_id))
-    return {
-        "job_runs": int(gone_runs.rowcount or 0),
-        "jobs": int(gone_jobs.rowcount or 0),
-        "webhookEvents": await outbox.delete_owner(conn, webhook_outbox, owner_id),
-    }
 
 
 async def mark_ran(conn: AsyncConnection, owner_id: str, job_id: str, ran_at: datetime) -> None:

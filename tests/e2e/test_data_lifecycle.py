@@ -256,7 +256,14 @@ def test_deleting_an_owner_empties_every_service_and_keeps_the_record(suite: Sui
     assert counts["history"]["threads"] >= 1
     assert counts["orchestrator"]["event_logs"] >= 1  # the chat run's stream
     # Usage is history's run records now: the gateway holds no usage rows of its own.
-    assert counts["gateway"] == {"webhookEndpoints": 0, "webhookDeliveries": 0, "usage_days": 0}
+    assert counts["gateway"] == {
+        "webhookEndpoints": 0,
+        "webhookDeliveries": 0,
+        "webhook_endpoint_health": 0,
+        "apiKeys": 0,
+        "quotaOverrides": 0,
+        "usage_days": 0,
+    }
 
     emptied = _export(suite, owner)
     assert [emptied[k] for k in ("threads", "runs", "messages", "memories", "jobs")] == [[]] * 5

@@ -18,10 +18,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.gateway.clients import Clients
+from services.gateway.owner_data import REGISTRY
 from services.gateway.quota import Quota
 from services.gateway.routes_runs import StreamEnd
-from services.gateway.store import GatewayStore, QuotaOverride, delete_owner_usage
+from services.gateway.store import GatewayStore, QuotaOverride
 from services.gateway.usage import TOKENS_CACHE_SECONDS, OwnerUsage
+from shared import owner_data
 from shared.settings import Settings
 from tests.gateway.conftest import Peers, app_client, bearer, gateway_settings, run_body
 
@@ -443,8 +445,9 @@ async def test_an_owner_deletion_removes_the_usage_rows_an_earlier_version_count
     async with store.engine.begin() as conn:
         for who, day in ((owner, "2026-11-30"), (owner, "2026-12-01"), (other, "2026-12-01")):
             await conn.execute(legacy, {"owner": who, "day": day})
-    assert await delete_owner_usage(store.engine, owner) == {"usage_days": 2}
-    assert await delete_owner_usage(store.engine, owner) == {"usage_days": 0}  # idempotent
+    assert (await owner_data.delete_owner(store.engine, REGISTRY, owner))["usage_days"] == 2
+    again = await owner_data.delete_owner(store.engine, REGISTRY, owner)
+    assert again["usage_days"] == 0  # idempotent
     async with store.engine.connect() as conn:
         left = await conn.execute(
             text("SELECT owner_id FROM usage_days WHERE owner_id IN (:a, :b)"),

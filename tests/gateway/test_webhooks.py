@@ -20,10 +20,11 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from services.gateway import webhooks
+from services.gateway.owner_data import REGISTRY
 from services.gateway.store import GatewayStore
 from services.gateway.webhook_store import Endpoint, EndpointHealth, WebhookStore
 from services.launcher import free_port
-from shared import outbox
+from shared import outbox, owner_data
 from shared.settings import Settings
 from tests.gateway.conftest import bearer
 from tests.webhook_receiver import Receiver
@@ -220,7 +221,8 @@ async def test_a_delivery_is_recorded_once_claimed_once_and_replayed(
     assert [x.id for x in await store.claim_due(now_ms=3000, until_ms=9000, limit=10)] == [d.id]
     assert await store.delivery(d.id, "bob") is None
     assert (await store.delivery(d.id, "alice")) is not None
-    assert await store.delete_owner("alice") == {"webhookEndpoints": 0, "webhookDeliveries": 1}
+    gone = await owner_data.delete_owner(store.engine, REGISTRY, "alice")
+    assert (gone["webhookEndpoints"], gone["webhookDeliveries"]) == (0, 1)
 
 
 async def test_finished_deliveries_leave_the_log_after_the_retention(store: WebhookStore) -> None:

@@ -134,6 +134,8 @@ async def test_owner_data_waits_for_runs_in_flight_then_goes(history: History) -
         "tool_denials": 0,
         "webhookEvents": 2,
         "usageEntries": 2,
+        "interrupt_answers": 0,
+        "owner_sequences": 1,
     }
     again = await history.stub.DeleteOwnerData(pb.DeleteOwnerDataRequest(), metadata=history.md())
     assert set(again.deleted_counts.values()) == {0}

@@ -254,6 +254,8 @@ class HistoryServiceServicer:
         """Delete everything history holds for the caller (threads, messages, runs, tool denials);
         Deletion records stay. Idempotent. While runs are in flight it requests their
         cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -303,6 +305,8 @@ class HistoryServiceServicer:
 
     def ListWebhookEvents(self, request, context):
         """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -311,6 +315,8 @@ class HistoryServiceServicer:
     def AcknowledgeWebhookEvents(self, request, context):
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

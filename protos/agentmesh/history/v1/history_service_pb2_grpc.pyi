@@ -7,6 +7,7 @@ from agentmesh.history.v1 import history_service_pb2 as _history_service_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -66,11 +72,15 @@ class HistoryServiceStub:
     a Deletion audit record (counts only, no content). FAILED_PRECONDITION, reason
     THREAD_BUSY, while a run of the thread is queued or running.
     """
-    DeleteOwnerData: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.DeleteOwnerDataRequest, _history_service_pb2.DeleteOwnerDataResponse]
-    """Delete everything history holds for the caller (threads, messages, runs, tool denials);
-    Deletion records stay. Idempotent. While runs are in flight it requests their
-    cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _grpc.UnaryUnaryMultiCallable[_history_service_pb2.DeleteOwnerDataRequest, _history_service_pb2.DeleteOwnerDataResponse]:
+        """Delete everything history holds for the caller (threads, messages, runs, tool denials);
+        Deletion records stay. Idempotent. While runs are in flight it requests their
+        cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     StartOwnerDeletion: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.StartOwnerDeletionRequest, _history_service_pb2.StartOwnerDeletionResponse]
     """The caller's running owner deletion, or a new one with every step pending."""
     RecordDeletionStep: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.RecordDeletionStepRequest, _history_service_pb2.RecordDeletionStepResponse]
@@ -83,12 +93,21 @@ class HistoryServiceStub:
     """The caller's deletion records, newest first (the audit of what was deleted)."""
     ListUnfinishedDeletions: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.ListUnfinishedDeletionsRequest, _history_service_pb2.ListUnfinishedDeletionsResponse]
     """Admin only: owner deletions not finished yet, of every owner (for the resumer)."""
-    ListWebhookEvents: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.ListWebhookEventsRequest, _history_service_pb2.ListWebhookEventsResponse]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.AcknowledgeWebhookEventsRequest, _history_service_pb2.AcknowledgeWebhookEventsResponse]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_history_service_pb2.ListWebhookEventsRequest, _history_service_pb2.ListWebhookEventsResponse]:
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_history_service_pb2.AcknowledgeWebhookEventsRequest, _history_service_pb2.AcknowledgeWebhookEventsResponse]:
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     GetOwnerUsage: _grpc.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]
     """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
     when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
@@ -134,11 +153,15 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     a Deletion audit record (counts only, no content). FAILED_PRECONDITION, reason
     THREAD_BUSY, while a run of the thread is queued or running.
     """
-    DeleteOwnerData: _aio.UnaryUnaryMultiCallable[_history_service_pb2.DeleteOwnerDataRequest, _history_service_pb2.DeleteOwnerDataResponse]  # type: ignore[assignment]
-    """Delete everything history holds for the caller (threads, messages, runs, tool denials);
-    Deletion records stay. Idempotent. While runs are in flight it requests their
-    cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _aio.UnaryUnaryMultiCallable[_history_service_pb2.DeleteOwnerDataRequest, _history_service_pb2.DeleteOwnerDataResponse]:  # type: ignore[override]
+        """Delete everything history holds for the caller (threads, messages, runs, tool denials);
+        Deletion records stay. Idempotent. While runs are in flight it requests their
+        cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     StartOwnerDeletion: _aio.UnaryUnaryMultiCallable[_history_service_pb2.StartOwnerDeletionRequest, _history_service_pb2.StartOwnerDeletionResponse]  # type: ignore[assignment]
     """The caller's running owner deletion, or a new one with every step pending."""
     RecordDeletionStep: _aio.UnaryUnaryMultiCallable[_history_service_pb2.RecordDeletionStepRequest, _history_service_pb2.RecordDeletionStepResponse]  # type: ignore[assignment]
@@ -151,12 +174,21 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     """The caller's deletion records, newest first (the audit of what was deleted)."""
     ListUnfinishedDeletions: _aio.UnaryUnaryMultiCallable[_history_service_pb2.ListUnfinishedDeletionsRequest, _history_service_pb2.ListUnfinishedDeletionsResponse]  # type: ignore[assignment]
     """Admin only: owner deletions not finished yet, of every owner (for the resumer)."""
-    ListWebhookEvents: _aio.UnaryUnaryMultiCallable[_history_service_pb2.ListWebhookEventsRequest, _history_service_pb2.ListWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _aio.UnaryUnaryMultiCallable[_history_service_pb2.AcknowledgeWebhookEventsRequest, _history_service_pb2.AcknowledgeWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_history_service_pb2.ListWebhookEventsRequest, _history_service_pb2.ListWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_history_service_pb2.AcknowledgeWebhookEventsRequest, _history_service_pb2.AcknowledgeWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     GetOwnerUsage: _aio.UnaryUnaryMultiCallable[_history_service_pb2.GetOwnerUsageRequest, _history_service_pb2.GetOwnerUsageResponse]  # type: ignore[assignment]
     """The caller's usage per UTC day, from the usage ledger (one entry per finished run, kept
     when its thread is deleted; an owner deletion keeps its sums per day) and the runs in
@@ -278,6 +310,7 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         THREAD_BUSY, while a run of the thread is queued or running.
         """
 
+    @_deprecated("""Delete everything history holds for the caller (threads, messages, runs, tool denials);\nDeletion records stay. Idempotent. While runs are in flight it requests their\ncancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def DeleteOwnerData(
         self,
@@ -287,6 +320,8 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """Delete everything history holds for the caller (threads, messages, runs, tool denials);
         Deletion records stay. Idempotent. While runs are in flight it requests their
         cancellation and answers FAILED_PRECONDITION, reason RUNS_IN_FLIGHT (retry later).
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
 
     @_abc_1.abstractmethod
@@ -337,14 +372,19 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_history_service_pb2.ListUnfinishedDeletionsResponse, _abc.Awaitable[_history_service_pb2.ListUnfinishedDeletionsResponse]]:
         """Admin only: owner deletions not finished yet, of every owner (for the resumer)."""
 
+    @_deprecated("""Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def ListWebhookEvents(
         self,
         request: _history_service_pb2.ListWebhookEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_history_service_pb2.ListWebhookEventsResponse, _abc.Awaitable[_history_service_pb2.ListWebhookEventsResponse]]:
-        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
+    @_deprecated("""Webhook outbox: the gateway has recorded these events' deliveries; they are pruned\nafter the retention period.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def AcknowledgeWebhookEvents(
         self,
@@ -353,6 +393,8 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_history_service_pb2.AcknowledgeWebhookEventsResponse, _abc.Awaitable[_history_service_pb2.AcknowledgeWebhookEventsResponse]]:
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
 
     @_abc_1.abstractmethod

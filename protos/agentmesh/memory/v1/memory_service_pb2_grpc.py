@@ -190,6 +190,8 @@ class MemoryServiceServicer:
 
     def DeleteOwnerData(self, request, context):
         """Delete every memory and watermark of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -197,6 +199,8 @@ class MemoryServiceServicer:
 
     def ListWebhookEvents(self, request, context):
         """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,6 +209,8 @@ class MemoryServiceServicer:
     def AcknowledgeWebhookEvents(self, request, context):
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

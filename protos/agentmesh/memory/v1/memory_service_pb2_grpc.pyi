@@ -7,6 +7,7 @@ from agentmesh.memory.v1 import memory_service_pb2 as _memory_service_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -59,14 +65,28 @@ class MemoryServiceStub:
     """Compare-and-set: moves the watermark only if it is still at expected_position
     (empty = never advanced); otherwise ABORTED, so of two concurrent runs one wins.
     """
-    DeleteOwnerData: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteOwnerDataRequest, _memory_service_pb2.DeleteOwnerDataResponse]
-    """Delete every memory and watermark of the caller. Idempotent."""
-    ListWebhookEvents: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListWebhookEventsRequest, _memory_service_pb2.ListWebhookEventsResponse]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.AcknowledgeWebhookEventsRequest, _memory_service_pb2.AcknowledgeWebhookEventsResponse]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteOwnerDataRequest, _memory_service_pb2.DeleteOwnerDataResponse]:
+        """Delete every memory and watermark of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListWebhookEventsRequest, _memory_service_pb2.ListWebhookEventsResponse]:
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.AcknowledgeWebhookEventsRequest, _memory_service_pb2.AcknowledgeWebhookEventsResponse]:
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     IndexConversation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.IndexConversationRequest, _memory_service_pb2.IndexConversationResponse]
     """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
     a model's context: chat user messages and agent replies) to the conversation index.
@@ -122,14 +142,28 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """Compare-and-set: moves the watermark only if it is still at expected_position
     (empty = never advanced); otherwise ABORTED, so of two concurrent runs one wins.
     """
-    DeleteOwnerData: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteOwnerDataRequest, _memory_service_pb2.DeleteOwnerDataResponse]  # type: ignore[assignment]
-    """Delete every memory and watermark of the caller. Idempotent."""
-    ListWebhookEvents: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListWebhookEventsRequest, _memory_service_pb2.ListWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.AcknowledgeWebhookEventsRequest, _memory_service_pb2.AcknowledgeWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteOwnerDataRequest, _memory_service_pb2.DeleteOwnerDataResponse]:  # type: ignore[override]
+        """Delete every memory and watermark of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListWebhookEventsRequest, _memory_service_pb2.ListWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_memory_service_pb2.AcknowledgeWebhookEventsRequest, _memory_service_pb2.AcknowledgeWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
     IndexConversation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.IndexConversationRequest, _memory_service_pb2.IndexConversationResponse]  # type: ignore[assignment]
     """Conversation recall: adds the caller's chat messages (what the visibility mask lets into
     a model's context: chat user messages and agent replies) to the conversation index.
@@ -237,22 +271,31 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         (empty = never advanced); otherwise ABORTED, so of two concurrent runs one wins.
         """
 
+    @_deprecated("""Delete every memory and watermark of the caller. Idempotent.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def DeleteOwnerData(
         self,
         request: _memory_service_pb2.DeleteOwnerDataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteOwnerDataResponse, _abc.Awaitable[_memory_service_pb2.DeleteOwnerDataResponse]]:
-        """Delete every memory and watermark of the caller. Idempotent."""
+        """Delete every memory and watermark of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
+    @_deprecated("""Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def ListWebhookEvents(
         self,
         request: _memory_service_pb2.ListWebhookEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.ListWebhookEventsResponse, _abc.Awaitable[_memory_service_pb2.ListWebhookEventsResponse]]:
-        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
+    @_deprecated("""Webhook outbox: the gateway has recorded these events' deliveries; they are pruned\nafter the retention period.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def AcknowledgeWebhookEvents(
         self,
@@ -261,6 +304,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.AcknowledgeWebhookEventsResponse, _abc.Awaitable[_memory_service_pb2.AcknowledgeWebhookEventsResponse]]:
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
 
     @_abc_1.abstractmethod

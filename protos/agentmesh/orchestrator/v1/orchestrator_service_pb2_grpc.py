@@ -108,6 +108,8 @@ class OrchestratorServiceServicer:
 
     def DeleteOwnerData(self, request, context):
         """Drop the event log of every run of the caller (an owner deletion). Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

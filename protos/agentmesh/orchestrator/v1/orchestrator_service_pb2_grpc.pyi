@@ -7,6 +7,7 @@ from agentmesh.orchestrator.v1 import orchestrator_service_pb2 as _orchestrator_
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -43,8 +49,13 @@ class OrchestratorServiceStub:
     """The deployment's server-side tools, and which of them a chat run on a profile may call."""
     DeleteRunEvents: _grpc.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteRunEventsRequest, _orchestrator_service_pb2.DeleteRunEventsResponse]
     """Drop the event logs of the caller's runs named (their thread was deleted)."""
-    DeleteOwnerData: _grpc.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteOwnerDataRequest, _orchestrator_service_pb2.DeleteOwnerDataResponse]
-    """Drop the event log of every run of the caller (an owner deletion). Idempotent."""
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _grpc.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteOwnerDataRequest, _orchestrator_service_pb2.DeleteOwnerDataResponse]:
+        """Drop the event log of every run of the caller (an owner deletion). Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
 @_typing.type_check_only
 class OrchestratorServiceAsyncStub(OrchestratorServiceStub):
@@ -61,8 +72,13 @@ class OrchestratorServiceAsyncStub(OrchestratorServiceStub):
     """The deployment's server-side tools, and which of them a chat run on a profile may call."""
     DeleteRunEvents: _aio.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteRunEventsRequest, _orchestrator_service_pb2.DeleteRunEventsResponse]  # type: ignore[assignment]
     """Drop the event logs of the caller's runs named (their thread was deleted)."""
-    DeleteOwnerData: _aio.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteOwnerDataRequest, _orchestrator_service_pb2.DeleteOwnerDataResponse]  # type: ignore[assignment]
-    """Drop the event log of every run of the caller (an owner deletion). Idempotent."""
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _aio.UnaryUnaryMultiCallable[_orchestrator_service_pb2.DeleteOwnerDataRequest, _orchestrator_service_pb2.DeleteOwnerDataResponse]:  # type: ignore[override]
+        """Drop the event log of every run of the caller (an owner deletion). Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
 class OrchestratorServiceServicer(metaclass=_abc_1.ABCMeta):
     """Runs: resolves the execution profile, drives history, router and executor, numbers
@@ -107,12 +123,16 @@ class OrchestratorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_orchestrator_service_pb2.DeleteRunEventsResponse, _abc.Awaitable[_orchestrator_service_pb2.DeleteRunEventsResponse]]:
         """Drop the event logs of the caller's runs named (their thread was deleted)."""
 
+    @_deprecated("""Drop the event log of every run of the caller (an owner deletion). Idempotent.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def DeleteOwnerData(
         self,
         request: _orchestrator_service_pb2.DeleteOwnerDataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_orchestrator_service_pb2.DeleteOwnerDataResponse, _abc.Awaitable[_orchestrator_service_pb2.DeleteOwnerDataResponse]]:
-        """Drop the event log of every run of the caller (an owner deletion). Idempotent."""
+        """Drop the event log of every run of the caller (an owner deletion). Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
 def add_OrchestratorServiceServicer_to_server(servicer: OrchestratorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -171,6 +171,8 @@ class SchedulerServiceServicer:
 
     def DeleteOwnerData(self, request, context):
         """Delete every job and job run of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -178,6 +180,8 @@ class SchedulerServiceServicer:
 
     def ListWebhookEvents(self, request, context):
         """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +190,8 @@ class SchedulerServiceServicer:
     def AcknowledgeWebhookEvents(self, request, context):
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

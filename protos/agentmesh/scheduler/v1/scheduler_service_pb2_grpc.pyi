@@ -7,6 +7,7 @@ from agentmesh.scheduler.v1 import scheduler_service_pb2 as _scheduler_service_p
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
+import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -15,6 +16,11 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -46,14 +52,28 @@ class SchedulerServiceStub:
     ListJobRuns: _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListJobRunsRequest, _scheduler_service_pb2.ListJobRunsResponse]
     EnsureDefaultJobs: _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.EnsureDefaultJobsRequest, _scheduler_service_pb2.EnsureDefaultJobsResponse]
     """Creates the owner's default jobs (the daily 10:00-local memory job) if missing."""
-    DeleteOwnerData: _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.DeleteOwnerDataRequest, _scheduler_service_pb2.DeleteOwnerDataResponse]
-    """Delete every job and job run of the caller. Idempotent."""
-    ListWebhookEvents: _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListWebhookEventsRequest, _scheduler_service_pb2.ListWebhookEventsResponse]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.AcknowledgeWebhookEventsRequest, _scheduler_service_pb2.AcknowledgeWebhookEventsResponse]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.DeleteOwnerDataRequest, _scheduler_service_pb2.DeleteOwnerDataResponse]:
+        """Delete every job and job run of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListWebhookEventsRequest, _scheduler_service_pb2.ListWebhookEventsResponse]:
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _grpc.UnaryUnaryMultiCallable[_scheduler_service_pb2.AcknowledgeWebhookEventsRequest, _scheduler_service_pb2.AcknowledgeWebhookEventsResponse]:
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
 @_typing.type_check_only
 class SchedulerServiceAsyncStub(SchedulerServiceStub):
@@ -73,14 +93,28 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     ListJobRuns: _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListJobRunsRequest, _scheduler_service_pb2.ListJobRunsResponse]  # type: ignore[assignment]
     EnsureDefaultJobs: _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.EnsureDefaultJobsRequest, _scheduler_service_pb2.EnsureDefaultJobsResponse]  # type: ignore[assignment]
     """Creates the owner's default jobs (the daily 10:00-local memory job) if missing."""
-    DeleteOwnerData: _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.DeleteOwnerDataRequest, _scheduler_service_pb2.DeleteOwnerDataResponse]  # type: ignore[assignment]
-    """Delete every job and job run of the caller. Idempotent."""
-    ListWebhookEvents: _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListWebhookEventsRequest, _scheduler_service_pb2.ListWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
-    AcknowledgeWebhookEvents: _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.AcknowledgeWebhookEventsRequest, _scheduler_service_pb2.AcknowledgeWebhookEventsResponse]  # type: ignore[assignment]
-    """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
-    after the retention period.
-    """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def DeleteOwnerData(self) -> _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.DeleteOwnerDataRequest, _scheduler_service_pb2.DeleteOwnerDataResponse]:  # type: ignore[override]
+        """Delete every job and job run of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def ListWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.ListWebhookEventsRequest, _scheduler_service_pb2.ListWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
+    @_builtins.property
+    @_deprecated("""This method has been marked as deprecated using proto method options.""")
+    def AcknowledgeWebhookEvents(self) -> _aio.UnaryUnaryMultiCallable[_scheduler_service_pb2.AcknowledgeWebhookEventsRequest, _scheduler_service_pb2.AcknowledgeWebhookEventsResponse]:  # type: ignore[override]
+        """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
+        after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
 class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Per-owner automation jobs on local-time schedules, each slot dispatched exactly once.
@@ -158,22 +192,31 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_scheduler_service_pb2.EnsureDefaultJobsResponse, _abc.Awaitable[_scheduler_service_pb2.EnsureDefaultJobsResponse]]:
         """Creates the owner's default jobs (the daily 10:00-local memory job) if missing."""
 
+    @_deprecated("""Delete every job and job run of the caller. Idempotent.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def DeleteOwnerData(
         self,
         request: _scheduler_service_pb2.DeleteOwnerDataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_service_pb2.DeleteOwnerDataResponse, _abc.Awaitable[_scheduler_service_pb2.DeleteOwnerDataResponse]]:
-        """Delete every job and job run of the caller. Idempotent."""
+        """Delete every job and job run of the caller. Idempotent.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
+    @_deprecated("""Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def ListWebhookEvents(
         self,
         request: _scheduler_service_pb2.ListWebhookEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_service_pb2.ListWebhookEventsResponse, _abc.Awaitable[_scheduler_service_pb2.ListWebhookEventsResponse]]:
-        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first."""
+        """Webhook outbox (gateway, admin scope): the events not acknowledged yet, oldest first.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
+        """
 
+    @_deprecated("""Webhook outbox: the gateway has recorded these events' deliveries; they are pruned\nafter the retention period.\nDeprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data\nregistry (shared/owner_data.py); this twin answers the same.""")
     @_abc_1.abstractmethod
     def AcknowledgeWebhookEvents(
         self,
@@ -182,6 +225,8 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_scheduler_service_pb2.AcknowledgeWebhookEventsResponse, _abc.Awaitable[_scheduler_service_pb2.AcknowledgeWebhookEventsResponse]]:
         """Webhook outbox: the gateway has recorded these events' deliveries; they are pruned
         after the retention period.
+        Deprecated: agentmesh.platform.v1.PlatformService serves it over the service's owner-data
+        registry (shared/owner_data.py); this twin answers the same.
         """
 
 def add_SchedulerServiceServicer_to_server(servicer: SchedulerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
