@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
@@ -252,6 +253,7 @@ async def test_an_empty_thread_offers_example_prompts(console: Console) -> None:
     await console.open()
     welcome = page.locator("#welcome")
     assert "router" in (await welcome.text_content() or "")
+    await console.shot("chat-empty")
     example = welcome.locator(".example").first
     prompt = await example.text_content()
     await example.click()
@@ -517,12 +519,44 @@ async def test_the_audit_marks_hidden_messages(console: Console) -> None:
     console.no_errors()
 
 
+async def test_an_api_key_loses_the_audit_tab_at_its_first_403(
+    browser: Browser, slow_suite: Suite
+) -> None:
+    """The console cannot read an API key's scope (no API tells a caller's roles): it offers
+    the Audit tab until the audit answers the key 403."""
+    owner = f"key-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=slow_suite.gateway_url, timeout=30) as http:
+        made = http.post(
+            "/api/v1/admin/api-keys",
+            json={"ownerId": owner, "name": "console"},
+            headers={"Authorization": f"Bearer {token('ops', admin=True)}"},
+        )
+        assert made.status_code == 201, made.text
+    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    c = Console(await context.new_page(), slow_suite, owner)
+    try:
+        await c.page.goto(f"{slow_suite.gateway_url}/#token={made.json()['key']}")
+        tab = c.page.locator('#nav a[data-view="audit"]')
+        await tab.wait_for()
+        await tab.click()
+        await c.page.fill("#audit-owner", owner)
+        await c.page.click("#audit-search")
+        await c.page.locator("#audit-error .error", has_text="403 PERMISSION_DENIED").wait_for()
+        await tab.wait_for(state="hidden")
+        c.no_errors()
+    finally:
+        c.close()
+        await context.close()
+
+
 async def test_the_console_fits_a_narrow_window(browser: Browser, slow_suite: Suite) -> None:
     context = await browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US")
     c = Console(await context.new_page(), slow_suite, f"narrow-{uuid.uuid4().hex[:8]}")
     try:
         c.client.create_memory("User reads long Russian novels on the train", kind="preference")
         await c.open()
+        await c.page.wait_for_selector("#welcome")
+        await c.shot("narrow-chat-empty")
         await c.page.fill("#chat-input", 'use the memory_search tool with {"query": "x"}')
         await c.page.click("#send")
         await c.page.wait_for_selector(".tl-end")
