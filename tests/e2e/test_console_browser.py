@@ -581,9 +581,10 @@ async def test_the_console_fits_a_narrow_window(browser: Browser, slow_suite: Su
                 ".map(e => e.scrollWidth - e.clientWidth))"
             )
             assert overflow <= 0, f"{route} is {overflow}px wider than the window"
-            # No id broken over lines: each on one line, shown short, whole in its title.
+            # No id broken over lines: each on one line, shown short (a prefix of 15 at most,
+            # 8 characters and "…"), whole in its title.
             ids = await c.page.evaluate(IDS_ON_ONE_LINE)
-            broken = [i for i in ids if i[2] != 1 or len(i[1]) > 20]
+            broken = [i for i in ids if i[2] != 1 or len(i[1]) > 24]
             assert not broken, f"{route}: {broken}"
             seen += len(ids)
             name = route.strip("#/").replace("/", "-").replace(thread, "thread")

@@ -67,7 +67,7 @@ function runsTable(job, runs) {
       h("td", {}, mono(r.runId, `#/threads/${pathId(`automation:${job.id}`)}`)),
       h("td", {}, r.errors?.length
         ? h("ol", { class: "attempt-errors" }, r.errors.map((e) => h("li", {}, h("span", { class: "muted small" }, `attempt ${e.attempt} · ${when(e.time)}`), h("div", { class: "error-inline" }, e.error))))
-        : "—")))));
+        : "—")))), "Runs");
 }
 
 async function renderJob(root, jobId, editing) {

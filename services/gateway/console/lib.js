@@ -239,7 +239,9 @@ export function pretty(text) {
 // in its title and behind a copy button.
 export function shortId(id) {
   const [, prefix, rest] = String(id).match(/^((?:[a-z]+[-_:])*)(.*)$/is);
-  return rest.length > 10 ? `${prefix}${rest.slice(0, 8)}…` : String(id);
+  if (rest.length <= 10) return String(id);
+  // A prefix too long to be one (a uuid's letters-only group) is not kept whole.
+  return prefix.length <= 15 ? `${prefix}${rest.slice(0, 8)}…` : `${String(id).slice(0, 12)}…`;
 }
 
 async function copyText(text) {
