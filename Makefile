@@ -53,11 +53,14 @@ chromium:
 		fi; \
 	fi
 
-## The console's AG-UI client bundle (committed): @ag-ui/client bundled by esbuild into one ESM file.
+## The console's vendored bundles (committed), each one ESM file bundled by esbuild: the AG-UI
+## client (@ag-ui/client) and the Markdown renderer with its sanitizer (marked, DOMPurify).
+ESBUILD_CONSOLE := tools/node/node_modules/.bin/esbuild --bundle --format=esm --minify \
+	--target=es2020 --legal-comments=eof
+
 console-vendor: tools
-	tools/node/node_modules/.bin/esbuild tools/node/console-vendor.mjs --bundle --format=esm \
-		--minify --target=es2020 --legal-comments=eof \
-		--outfile=services/gateway/console/vendor/ag-ui-client.js
+	$(ESBUILD_CONSOLE) tools/node/console-vendor.mjs --outfile=services/gateway/console/vendor/ag-ui-client.js
+	$(ESBUILD_CONSOLE) tools/node/console-markdown.mjs --outfile=services/gateway/console/vendor/markdown.js
 
 model-server: $(MODEL_STAMP)
 

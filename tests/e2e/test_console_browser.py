@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
@@ -24,6 +25,8 @@ from tests.e2e.conftest import token
 pytestmark = pytest.mark.e2e
 
 SHOTS = ROOT / "results" / "console"
+# axe-core from the npm registry (tools/node, pinned): put into the page by the test only.
+AXE = ROOT / "tools" / "node" / "node_modules" / "axe-core" / "axe.min.js"
 # The scripted model's seconds per token: slow enough that a reply is seen while it streams.
 TOKEN_LATENCY = "0.03"
 
@@ -53,10 +56,11 @@ async def browser() -> AsyncIterator[Browser]:
 class Console:
     """One browser page signed in as `owner`, collecting the page's own errors."""
 
-    def __init__(self, page: Page, suite: Suite, owner: str) -> None:
+    def __init__(self, page: Page, suite: Suite, owner: str, *, admin: bool = False) -> None:
         self.page = page
         self.suite = suite
         self.owner = owner
+        self.admin = admin
         self.errors: list[str] = []
         self._client: Client | None = None
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
@@ -73,7 +77,7 @@ class Console:
     def client(self) -> Client:
         """The owner's API client (closed with the page)."""
         if self._client is None:
-            self._client = Client(self.suite.gateway_url, token(self.owner))
+            self._client = Client(self.suite.gateway_url, token(self.owner, admin=self.admin))
         return self._client
 
     def close(self) -> None:
@@ -81,7 +85,8 @@ class Console:
             self._client.close()
 
     async def open(self, route: str = "#/chat") -> None:
-        await self.page.goto(f"{self.suite.gateway_url}/#token={token(self.owner)}")
+        signed = token(self.owner, admin=self.admin)
+        await self.page.goto(f"{self.suite.gateway_url}/#token={signed}")
         await self.page.wait_for_selector("#nav:not([hidden])")
         if route != "#/chat":
             await self.page.evaluate("(r) => { location.hash = r }", route)
@@ -98,6 +103,22 @@ class Console:
 
     def no_errors(self) -> None:
         assert not self.errors, self.errors
+
+
+async def messages_drawn(page: Page) -> list[list[str]]:
+    """The conversation as drawn: each message's class, id and markup, its times left out."""
+    drawn: list[list[str]] = await page.locator("#messages > .msg").evaluate_all(
+        "els => els.map(e => { const c = e.cloneNode(true);"
+        " c.querySelectorAll('time').forEach(t => t.remove());"
+        " return [e.className, e.dataset.messageId, c.innerHTML] })"
+    )
+    return drawn
+
+
+# Every id on the page drawn on one line, short, its whole self in its title and data-id.
+IDS_ON_ONE_LINE = """() => [...document.querySelectorAll('.id')]
+    .filter(e => e.getClientRects().length)
+    .map(e => [e.dataset.id ?? e.title, e.textContent, e.getClientRects().length])"""
 
 
 @pytest.fixture
@@ -136,6 +157,8 @@ async def test_a_chat_run_streams_its_text_and_its_steps(console: Console) -> No
     assert all(
         (done and when.endswith("ms")) or when.endswith(" s") for _, done, when in steps[1:3]
     )
+    # The run's record, read once the stream ended.
+    await page.locator("#run-head", has_text="stored as").wait_for(timeout=10_000)
     head = await page.locator("#run-head").text_content()
     assert head and "succeeded" in head and "tokens" in head and "chat_default" in head
     # What streamed is what history stored.
@@ -156,12 +179,87 @@ async def test_a_chat_run_streams_its_text_and_its_steps(console: Console) -> No
     assert await page.locator("#messages .tool-card", has_text="memory_search").count() == 1
     await console.shot("chat-tool-call")
 
-    # Reloading shows the thread's /history: the same messages, as stored.
+    # Reloading shows the thread's /history: the same messages, as stored, and drawn the same
+    # as they were live (no kind labels, the tool call on its message, its result apart).
+    live = await messages_drawn(page)
     await page.click("#reload-history")
     await page.wait_for_function(
         "n => document.querySelectorAll('#messages > .msg').length === n",
         arg=len(client.history(thread).messages),
     )
+    stored_drawn = await messages_drawn(page)
+    assert stored_drawn == live
+    assert not any(k in str(stored_drawn) for k in ("user_message", "agent_reply", "tool_call"))
+    console.no_errors()
+
+
+async def test_a_reply_renders_its_markdown_and_no_html_in_it_runs(console: Console) -> None:
+    """The scripted model echoes the message, so the reply carries its Markdown and its HTML:
+    the Markdown is rendered; the HTML is shown as text, and nothing of it runs (the page's
+    CSP would also refuse it, and log that as an error, which no_errors catches)."""
+    page, client = console.page, console.client
+    await console.open()
+    text = (
+        "**bold** and `inline`\n\n```\nprint(1)\n```\n\n- one\n- two\n\n"
+        "[a link](javascript:window.pwned=3) and [another](https://example.org/)\n\n"
+        '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+    )
+    await page.fill("#chat-input", text)
+    await page.click("#send")
+    await page.wait_for_selector(".tl-end")
+    reply = page.locator("#messages .msg-assistant .bubble").last
+    assert await reply.locator("strong").text_content() == "bold"
+    assert await reply.locator("p code").first.text_content() == "inline"
+    assert await reply.locator("pre code").text_content() == "print(1)\n"
+    assert await reply.locator("li").all_text_contents() == ["one", "two"]
+    shown = await reply.text_content() or ""
+    assert "<script>window.pwned = 1</script>" in shown, shown
+    assert '<img src=x onerror="window.pwned = 2">' in shown, shown
+    # No markup of the model's: no script, no image, no handler, no javascript: link (a link
+    # to the web opens apart from the console).
+    found = await page.evaluate(
+        "() => [document.querySelectorAll('#messages script, #messages img').length,"
+        " [...document.querySelectorAll('#messages *')].filter(e => [...e.attributes]"
+        ".some(a => a.name.startsWith('on'))).length,"
+        " [...document.querySelectorAll('#messages .bubble a')].map(a => [a.textContent,"
+        " a.getAttribute('href'), a.target, a.rel]), window.pwned ?? null]"
+    )
+    assert found == [
+        0,
+        0,
+        [["a link", None, "_blank", "noopener noreferrer"],
+         ["another", "https://example.org/", "_blank", "noopener noreferrer"]],
+        None,
+    ], found  # fmt: skip
+    # The user's own message is plain text, as typed.
+    assert await page.locator("#messages .msg-user .bubble").last.text_content() == text
+    await console.shot("chat-markdown")
+
+    # After a reload, the stored reply is drawn as the live one was.
+    thread = (await page.evaluate("location.hash")).split("/", 2)[2]
+    live = await messages_drawn(page)
+    await page.reload()
+    await page.wait_for_function(
+        "n => document.querySelectorAll('#messages > .msg').length === n",
+        arg=len(client.history(thread).messages),
+    )
+    assert await messages_drawn(page) == live
+    assert await page.evaluate("window.pwned ?? null") is None
+    console.no_errors()
+
+
+async def test_an_empty_thread_offers_example_prompts(console: Console) -> None:
+    page = console.page
+    await console.open()
+    welcome = page.locator("#welcome")
+    assert "router" in (await welcome.text_content() or "")
+    await console.shot("chat-empty")
+    example = welcome.locator(".example").first
+    prompt = await example.text_content()
+    await example.click()
+    await page.wait_for_selector(".tl-end")
+    assert await page.locator("#messages .msg-user .bubble").text_content() == prompt
+    assert await welcome.count() == 0
     console.no_errors()
 
 
@@ -173,7 +271,7 @@ async def test_stop_cancels_the_run_on_the_server(console: Console) -> None:
     await page.wait_for_function(
         "() => document.querySelector('.msg-assistant .bubble.streaming')?.textContent.length > 0"
     )
-    run_id = await page.locator("#run-head .id").first.text_content()
+    run_id = await page.locator("#run-head .id").first.get_attribute("data-id")
     await page.click("#stop")
     await page.locator(".tl-end", has_text="run cancelled").wait_for()
     assert await page.locator("#send").is_visible()
@@ -244,7 +342,9 @@ async def test_a_job_created_and_triggered_shows_its_run_and_the_memory_it_wrote
     cells = await row.locator("td").all_text_contents()
     assert cells[2] == "manual" and cells[3] == "1", cells
     [job_run] = client.job_runs(job_id).runs
-    assert job_run.run_id and job_run.run_id in cells[6]
+    run_cell = row.locator("td").nth(6).locator(".id")
+    assert job_run.run_id and await run_cell.get_attribute("data-id") == job_run.run_id
+    assert await run_cell.get_attribute("title") == job_run.run_id
     await console.shot("job-triggered")
 
     # The memory it wrote, with where it came from.
@@ -256,7 +356,7 @@ async def test_a_job_created_and_triggered_shows_its_run_and_the_memory_it_wrote
     prov = card.locator(".prov-run")
     await prov.locator(".badge", has_text="succeeded").wait_for()
     assert memory.source_run_id == job_run.run_id
-    assert job_run.run_id in (await prov.text_content() or "")
+    assert await prov.locator(f'.id[data-id="{job_run.run_id}"]').count() == 1
     assert await prov.locator(f'a[href="#/threads/automation%3A{job_id}"]').count() == 1
     await card.get_by_role("button", name="Show 1 source message").click()
     await card.locator(".prov-messages .bubble", has_text="I love green tea").wait_for()
@@ -398,12 +498,16 @@ async def test_the_audit_marks_hidden_messages(console: Console) -> None:
     client.trigger_job(job.id)
     assert wait_for_job_run(client, job.id).state == "succeeded"
     await console.open("#/audit")
-    # A user token: the admin endpoint's 403, as the API says it.
+    # A user token: no Audit tab (its claims have no admin scope); the page, reached by its
+    # address, shows the admin endpoint's 403 as the API says it.
+    audit_tab = page.locator('#nav a[data-view="audit"]')
+    assert await audit_tab.is_hidden()
     await page.click("#audit-search")
     await page.locator("#audit-error .error", has_text="403 PERMISSION_DENIED").wait_for()
     await page.fill("#admin-token", token("auditor", admin=True))
     await page.select_option("#audit-origin", "automation")
     await page.click("#audit-search")
+    await audit_tab.wait_for()  # an admin token given: the tab is offered
     hidden = page.locator("#audit-messages tr.is-hidden", has_text="Extract durable facts now.")
     await hidden.wait_for()
     assert await hidden.locator(".badge", has_text="hidden").count() == 1
@@ -415,18 +519,54 @@ async def test_the_audit_marks_hidden_messages(console: Console) -> None:
     console.no_errors()
 
 
+async def test_an_api_key_loses_the_audit_tab_at_its_first_403(
+    browser: Browser, slow_suite: Suite
+) -> None:
+    """The console cannot read an API key's scope (no API tells a caller's roles): it offers
+    the Audit tab until the audit answers the key 403."""
+    owner = f"key-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=slow_suite.gateway_url, timeout=30) as http:
+        made = http.post(
+            "/api/v1/admin/api-keys",
+            json={"ownerId": owner, "name": "console"},
+            headers={"Authorization": f"Bearer {token('ops', admin=True)}"},
+        )
+        assert made.status_code == 201, made.text
+    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    c = Console(await context.new_page(), slow_suite, owner)
+    try:
+        await c.page.goto(f"{slow_suite.gateway_url}/#token={made.json()['key']}")
+        tab = c.page.locator('#nav a[data-view="audit"]')
+        await tab.wait_for()
+        await tab.click()
+        await c.page.fill("#audit-owner", owner)
+        await c.page.click("#audit-search")
+        await c.page.locator("#audit-error .error", has_text="403 PERMISSION_DENIED").wait_for()
+        await tab.wait_for(state="hidden")
+        c.no_errors()
+    finally:
+        c.close()
+        await context.close()
+
+
 async def test_the_console_fits_a_narrow_window(browser: Browser, slow_suite: Suite) -> None:
     context = await browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US")
     c = Console(await context.new_page(), slow_suite, f"narrow-{uuid.uuid4().hex[:8]}")
     try:
         c.client.create_memory("User reads long Russian novels on the train", kind="preference")
         await c.open()
+        await c.page.wait_for_selector("#welcome")
+        await c.shot("narrow-chat-empty")
         await c.page.fill("#chat-input", 'use the memory_search tool with {"query": "x"}')
         await c.page.click("#send")
         await c.page.wait_for_selector(".tl-end")
+        thread = (await c.page.evaluate("location.hash")).split("/", 2)[2]
+        seen = 0
         for route in (
             "#/chat",
+            f"#/chat/{thread}",
             "#/threads",
+            f"#/threads/{thread}",
             "#/memories",
             "#/automation",
             "#/automation/new",
@@ -441,11 +581,89 @@ async def test_the_console_fits_a_narrow_window(browser: Browser, slow_suite: Su
                 ".map(e => e.scrollWidth - e.clientWidth))"
             )
             assert overflow <= 0, f"{route} is {overflow}px wider than the window"
-            await c.shot("narrow-" + route.strip("#/").replace("/", "-"))
+            # No id broken over lines: each on one line, shown short (a prefix of 15 at most,
+            # 8 characters and "…"), whole in its title.
+            ids = await c.page.evaluate(IDS_ON_ONE_LINE)
+            broken = [i for i in ids if i[2] != 1 or len(i[1]) > 24]
+            assert not broken, f"{route}: {broken}"
+            seen += len(ids)
+            name = route.strip("#/").replace("/", "-").replace(thread, "thread")
+            await c.shot("narrow-" + name)
+        assert seen >= 10, seen
         c.no_errors()
     finally:
         c.close()
         await context.close()
+
+
+AXE_SERIOUS = """async () => {
+  const result = await axe.run(document, { resultTypes: ["violations"] });
+  return result.violations.filter((v) => ["serious", "critical"].includes(v.impact))
+    .map((v) => ({ rule: v.id, impact: v.impact,
+                   nodes: v.nodes.slice(0, 5).map((n) => n.target.join(" ")) }));
+}"""
+
+
+async def test_axe_finds_nothing_serious_on_any_page(browser: Browser, slow_suite: Suite) -> None:
+    """axe-core on every page, at desktop and phone width, as an admin with a run, a memory and
+    a job to show: 0 serious and 0 critical violations. axe is injected by the test (the page's
+    CSP admits only the gateway's own scripts, so this one context bypasses it)."""
+    if not AXE.is_file():
+        pytest.fail("axe-core is missing: `make tools` installs it (tools/node)")
+    context = await browser.new_context(
+        viewport={"width": 1400, "height": 900}, locale="en-US", bypass_csp=True
+    )
+    c = Console(await context.new_page(), slow_suite, f"axe-{uuid.uuid4().hex[:8]}", admin=True)
+    page = c.page
+    try:
+        c.client.create_memory("User drinks green tea", kind="preference")
+        job = c.client.create_job(memory_job("Find durable facts."))
+        c.client.trigger_job(job.id)
+        assert wait_for_job_run(c.client, job.id).state == "succeeded"
+        await c.open()
+        welcome = await axe_violations(page, "#welcome")
+        await page.fill("#chat-input", 'use the memory_search tool with {"query": "**tea**"}')
+        await page.click("#send")
+        await page.wait_for_selector(".tl-end")
+        thread = (await page.evaluate("location.hash")).split("/", 2)[2]
+        assert await page.locator('#nav a[data-view="audit"]').is_visible()  # an admin's token
+        pages = {
+            f"#/chat/{thread}": "#messages .msg-assistant .bubble",
+            "#/threads": "#threads-table tbody tr",
+            f"#/threads/{thread}": "#runs-table tr[data-run-id]",
+            "#/memories": "#memory-list .memory",
+            "#/automation": "#jobs-table tbody tr",
+            f"#/automation/{job.id}": "#job-runs tbody tr",
+            "#/automation/new": "#job-form",
+            "#/audit": "#audit-messages tbody tr",
+            "#/chat": "#welcome",
+        }
+        found = {"desktop #/chat (empty)": welcome}
+        for width, height in ((1400, 900), (390, 844)):
+            await page.set_viewport_size({"width": width, "height": height})
+            for route, ready in pages.items():
+                if route != f"#/chat/{thread}" or width != 1400:
+                    await page.evaluate("(r) => { location.hash = r }", route)
+                found[f"{width}px {route}"] = await axe_violations(page, ready)
+        await page.evaluate("() => localStorage.clear()")
+        await page.goto(slow_suite.gateway_url)
+        found["sign in"] = await axe_violations(page, "#token-input")
+        serious = {where: v for where, v in found.items() if v}
+        assert not serious, serious
+        c.no_errors()
+    finally:
+        c.close()
+        await context.close()
+
+
+async def axe_violations(page: Page, ready: str) -> list[dict[str, Any]]:
+    """The serious and critical violations axe-core finds once `ready` shows."""
+    await page.wait_for_selector(ready)
+    await page.wait_for_timeout(200)  # the rest of the view's requests
+    if not await page.evaluate("typeof axe !== 'undefined'"):
+        await page.add_script_tag(path=str(AXE))
+    found: list[dict[str, Any]] = await page.evaluate(AXE_SERIOUS)
+    return found
 
 
 async def test_signing_in_with_a_bad_token_shows_the_401(

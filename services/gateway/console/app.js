@@ -1,5 +1,5 @@
 // The console's shell: sign-in (a bearer token), navigation, and the views.
-import { api, claims, clear, errorBox, h, session } from "./lib.js";
+import { api, claims, clear, errorBox, h, mayAudit, session } from "./lib.js";
 import * as audit from "./audit.js";
 import * as automation from "./automation.js";
 import * as chat from "./chat.js";
@@ -97,11 +97,19 @@ async function route() {
   }
 }
 
+// The Audit tab only for whom it can answer (the page stays at #/audit, to give an admin token).
+function showTabs() {
+  nav.querySelector('[data-view="audit"]').hidden = !mayAudit();
+}
+
 function start() {
   nav.hidden = false;
+  showTabs();
   showWho();
   route();
 }
+
+window.addEventListener("agentmesh:roles", showTabs);
 
 takeTokenFromUrl();
 window.addEventListener("hashchange", () => (takeTokenFromUrl() ? start() : route()));

@@ -1,6 +1,6 @@
 // Audit (admin): every message and refused tool call of one owner, hidden ones included and
 // marked; filters by origin, executor, profile, thread and time.
-import { api, badge, claims, clear, empty, guarded, h, mono, moreButton, session, table, when } from "./lib.js";
+import { api, badge, browserZone, claims, clear, empty, guarded, h, mono, moreButton, session, table, when } from "./lib.js";
 
 function select(id, options) {
   return h("select", { id }, h("option", { value: "" }, "any"), options.map((o) => h("option", { value: o }, o)));
@@ -37,7 +37,7 @@ export async function render(root) {
     mine?.admin ? null : label("Admin token", tokenInput),
     h("div", { class: "grid4" },
       label("Owner", owner), label("Origin", origin), label("Executor", executor), label("Profile", profile),
-      label("Thread", thread), label("From (your time)", start), label("Until", end),
+      label("Thread", thread), label(`From (your zone, ${browserZone()})`, start), label(`Until (your zone, ${browserZone()})`, end),
       h("div", { class: "field end" }, h("button", { class: "btn primary", type: "submit", id: "audit-search" }, "Search"))));
   clear(
     root,
@@ -49,9 +49,9 @@ export async function render(root) {
   );
   clear(results,
       h("h2", {}, "Messages"),
-      table("audit-messages", ["Time", "Thread", "Role / kind", "Content", "Origin · executor · profile", "Visibility"], rows),
+      table("audit-messages", [`Time (${browserZone()})`, "Thread", "Role / kind", "Content", "Origin · executor · profile", "Visibility"], rows, "Messages"),
       h("h2", {}, "Refused tool calls"),
-      table("audit-denials", ["Time", "Thread", "Tool", "Reason", "Origin · executor · profile", "Arguments sha256"], denials),
+      table("audit-denials", [`Time (${browserZone()})`, "Thread", "Tool", "Reason", "Origin · executor · profile", "Arguments sha256"], denials, "Refused tool calls"),
       more);
   let shown = { messages: 0, denials: 0 };
   const query = (token) => ({
@@ -66,7 +66,17 @@ export async function render(root) {
     page_token: token,
   });
   const load = async (token, filters) => {
-    const page = await guarded(errorSlot, () => api("GET", "/api/v1/admin/audit", { query: filters, token: adminToken() }));
+    const page = await guarded(errorSlot, async () => {
+      const given = session.adminToken();
+      try {
+        return await api("GET", "/api/v1/admin/audit", { query: filters, token: adminToken() });
+      } catch (err) {
+        if (err.status === 403 && !given) session.denyAudit();
+        throw err;
+      } finally {
+        window.dispatchEvent(new Event("agentmesh:roles"));
+      }
+    });
     if (!page) return;
     results.hidden = false;
     if (!token) {

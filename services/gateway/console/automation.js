@@ -53,18 +53,21 @@ function fact(label, ...value) {
 
 function runsTable(job, runs) {
   if (!runs.length) return empty("No runs yet: trigger the job, or wait for its next slot.");
-  const columns = ["Slot (job's time)", "State", "Trigger", "Attempt", "Dispatched", "Finished", "Run", "Errors"];
+  // Two zones in one table: the slot is the job's wall time, the rest the browser's.
+  const yours = browserZone();
+  const columns = [`Slot (job's zone, ${job.timezone})`, "State", "Trigger", "Attempt", `Dispatched (your zone, ${yours})`,
+    `Finished (your zone, ${yours})`, "Run", "Errors"];
   return table("job-runs", columns, h("tbody", {}, runs.map((r) => h("tr", { "data-job-run-id": r.id, "data-state": r.state },
       h("td", {}, when(r.scheduledSlot, job.timezone)),
-      h("td", {}, badge(r.state), r.nextAttemptTime ? h("div", { class: "muted small" }, `next attempt ${when(r.nextAttemptTime)}`) : null),
+      h("td", {}, badge(r.state), r.nextAttemptTime ? h("div", { class: "muted small" }, `next attempt ${when(r.nextAttemptTime)} (your zone)`) : null),
       h("td", {}, r.trigger),
       h("td", { class: "num" }, String(r.attempt)),
       h("td", {}, when(r.dispatchTime)),
       h("td", {}, when(r.finishTime)),
-      h("td", {}, r.runId ? h("a", { href: `#/threads/${pathId(`automation:${job.id}`)}`, title: "the job's thread" }, mono(r.runId)) : "—"),
+      h("td", {}, mono(r.runId, `#/threads/${pathId(`automation:${job.id}`)}`)),
       h("td", {}, r.errors?.length
         ? h("ol", { class: "attempt-errors" }, r.errors.map((e) => h("li", {}, h("span", { class: "muted small" }, `attempt ${e.attempt} · ${when(e.time)}`), h("div", { class: "error-inline" }, e.error))))
-        : "—")))));
+        : "—")))), "Runs");
 }
 
 async function renderJob(root, jobId, editing) {
@@ -124,8 +127,8 @@ async function renderJob(root, jobId, editing) {
       fact("Schedule", schedule(job)),
       fact("Time zone", job.timezone),
       fact("Next run", nextRun(job)),
-      fact("Next slot", job.nextSlotTime ? when(job.nextSlotTime, job.timezone) : "—"),
-      fact("Last run", job.lastRunTime ? when(job.lastRunTime, job.timezone) : "—"),
+      fact("Next slot", job.nextSlotTime ? [when(job.nextSlotTime, job.timezone), h("span", { class: "muted small" }, ` ${job.timezone}`)] : "—"),
+      fact("Last run", job.lastRunTime ? [when(job.lastRunTime, job.timezone), h("span", { class: "muted small" }, ` ${job.timezone}`)] : "—"),
       fact("Prompt", h("div", { class: "prompt" }, job.config?.prompt ?? "")),
       fact("Tools", (job.config?.tools ?? []).length ? job.config.tools.map((t) => [h("code", {}, t), " "]) : "—"),
       fact("Profile", `${p.name ?? "—"} · router ${p.enableRouter ? "on" : "off"} · ${p.executor ?? "—"}`,
@@ -134,7 +137,7 @@ async function renderJob(root, jobId, editing) {
       fact("Jitter", `${job.jitterSeconds ?? 0} s`),
       fact("Id", mono(job.id)),
       fact("Version", String(job.version)),
-      fact("Thread", h("a", { href: `#/threads/${pathId(`automation:${job.id}`)}` }, mono(`automation:${job.id}`))));
+      fact("Thread", mono(`automation:${job.id}`, `#/threads/${pathId(`automation:${job.id}`)}`)));
   };
   show();
   await loadRuns();

@@ -4,8 +4,19 @@
 import { HttpAgent } from "./vendor/ag-ui-client.js";
 import {
   api, ApiError, badge, browserZone, clear, empty, errorBox, guarded, h, messageView, mono,
-  moreButton, ms, newId, pathId, pretty, put, session, when,
+  copyButton, moreButton, ms, newId, pathId, pretty, put, replyBubble, session, shortId, toolCallView, when,
 } from "./lib.js";
+
+const now = () => new Date().toISOString();
+
+const EXAMPLES = [
+  "What do you remember about me?",
+  "Write a Python function that reverses a string, in a code block",
+  "Plan a three-day trip to Lisbon, as a list",
+];
+const STAGES = "Each run goes through the router, which decides which tools the reply may use, then the "
+  + "worker, the agent that writes the reply and calls those tools. Memory is what it knows about "
+  + "you (facts your memory job or you saved, on the Memories page), recalled into every run.";
 
 // One run's timeline: every stage as a row with its offset and duration (the server's event
 // timestamps), drawn as a waterfall against the run's length so far.
@@ -219,13 +230,14 @@ export async function render(root, params) {
   let running = null;
 
   const threadList = h("nav", { class: "thread-list", id: "chat-threads" });
-  const messages = h("div", { class: "messages", id: "messages" });
+  // Scrollable, so it takes focus (a keyboard scrolls it) and has a name.
+  const messages = h("div", { class: "messages", id: "messages", tabindex: 0, role: "log", "aria-label": "Messages" });
   const errorSlot = h("div", { id: "chat-error" });
   const timeline = h("ol", { class: "timeline", id: "timeline" });
   const runHead = h("div", { class: "run-head", id: "run-head" }, empty("No run yet: send a message and its stages show here as they stream."));
   const title = h("h2", { class: "conv-title" });
-  const input = h("textarea", { id: "chat-input", rows: 2, placeholder: "Message (Enter sends, Shift+Enter a new line)" });
-  const profile = h("input", { id: "chat-profile", class: "profile-input", placeholder: "profile: chat_default", autocomplete: "off", spellcheck: "false" });
+  const input = h("textarea", { id: "chat-input", rows: 2, "aria-label": "Message", placeholder: "Message (Enter sends, Shift+Enter a new line)" });
+  const profile = h("input", { id: "chat-profile", class: "profile-input", "aria-label": "Profile", placeholder: "profile: chat_default", autocomplete: "off", spellcheck: "false" });
   const send = h("button", { class: "btn primary", id: "send", type: "submit" }, "Send");
   const stop = h("button", { class: "btn danger", id: "stop", type: "button", hidden: true }, "Stop");
   const reload = h("button", { class: "btn ghost small", type: "button", id: "reload-history", title: "GET …/history" }, "Reload history");
@@ -263,18 +275,34 @@ export async function render(root, params) {
       .sort((a, b) => (b.updateTime ?? "").localeCompare(a.updateTime ?? ""));
     if (!chats.length) threadList.append(empty("No conversations yet."));
     for (const t of chats) {
+      const active = t.id === thread;
       threadList.append(
-        h("a", { href: `#/chat/${pathId(t.id)}`, class: t.id === thread ? "thread active" : "thread" },
-          h("span", { class: "thread-id" }, t.id),
-          h("span", { class: "muted small" }, `${t.messageCount} messages · ${when(t.updateTime)}`)),
+        h("div", { class: active ? "thread active" : "thread" },
+          h("a", { href: `#/chat/${pathId(t.id)}`, "aria-current": active ? "page" : null },
+            h("code", { class: "id thread-id", title: t.id, "data-id": t.id }, shortId(t.id)),
+            h("span", { class: "small thread-facts" }, `${t.messageCount} messages · ${when(t.updateTime)}`)),
+          copyButton(t.id)),
       );
     }
+  }
+
+  // An empty thread: what to try, and what the run panel's stages are.
+  function welcome() {
+    return h("div", { class: "welcome", id: "welcome" },
+      h("p", { class: "welcome-lead" }, "Say something to start, or try one of these:"),
+      h("div", { class: "examples" }, EXAMPLES.map((text) => h("button", {
+        class: "btn example", type: "button", onclick: () => {
+          input.value = text;
+          composer.requestSubmit();
+        },
+      }, text))),
+      h("p", { class: "muted small" }, STAGES));
   }
 
   async function loadHistory() {
     clear(messages);
     if (!thread) {
-      messages.append(empty("Say something to start a thread."));
+      messages.append(welcome());
       return;
     }
     const older = async (token) => {
@@ -290,7 +318,7 @@ export async function render(root, params) {
       if (!token) scroll();
     };
     await older(undefined);
-    if (!messages.childElementCount && !errorSlot.childElementCount) messages.append(empty("No messages in this thread's history yet."));
+    if (!messages.childElementCount && !errorSlot.childElementCount) messages.append(welcome());
   }
 
   function setRunning(on) {
@@ -308,10 +336,10 @@ export async function render(root, params) {
       clear(messages);
       showTitle();
     }
-    for (const e of messages.querySelectorAll(".empty")) e.remove();
+    for (const e of messages.querySelectorAll(".empty, .welcome")) e.remove();
     const runId = newId("run");
     const messageId = newId("m");
-    messages.append(messageView({ id: messageId, role: "user", content: text, createdAt: new Date().toISOString() }));
+    messages.append(messageView({ id: messageId, role: "user", content: text, createdAt: now() }));
     scroll();
     const tl = new Timeline(timeline, runHead, runId);
     const agent = new HttpAgent({
@@ -320,8 +348,15 @@ export async function render(root, params) {
       threadId: thread,
     });
     agent.messages = [{ id: messageId, role: "user", content: text }];
-    const bubbles = new Map();
-    const toolCards = new Map();
+    const replies = new Map();
+    const thoughts = new Map();
+    const toolCalls = new Map();
+    // The assistant message `id` streams into, made the first time it is named.
+    const messageEl = (id) => {
+      let el = messages.querySelector(`.msg[data-message-id="${CSS.escape(id)}"]`);
+      if (!el) messages.append((el = messageView({ id, role: "assistant", createdAt: now() })));
+      return el;
+    };
     running = { runId };
     setRunning(true);
     const subscriber = {
@@ -329,55 +364,55 @@ export async function render(root, params) {
       onStepStartedEvent: ({ event }) => tl.stepStarted(event),
       onStepFinishedEvent: ({ event }) => tl.stepFinished(event),
       onTextMessageStartEvent: ({ event }) => {
-        const bubble = h("div", { class: "bubble streaming" });
-        messages.append(h("div", { class: "msg msg-assistant", "data-message-id": event.messageId },
-          h("div", { class: "msg-meta" }, h("span", { class: "role" }, "assistant")), bubble));
-        bubbles.set(event.messageId, bubble);
+        const reply = replyBubble();
+        reply.el.classList.add("streaming");
+        messageEl(event.messageId).querySelector(".msg-meta").after(reply.el);
+        replies.set(event.messageId, reply);
         tl.textStarted(event);
         scroll();
       },
       onTextMessageContentEvent: ({ event }) => {
-        bubbles.get(event.messageId)?.append(event.delta);
+        replies.get(event.messageId)?.add(event.delta);
         tl.textDelta(event);
         scroll();
       },
       onTextMessageEndEvent: ({ event }) => {
-        bubbles.get(event.messageId)?.classList.remove("streaming");
+        const reply = replies.get(event.messageId);
+        reply?.end();
+        reply?.el.classList.remove("streaming");
         tl.textEnded(event);
+        scroll();
       },
+      // A tool call goes on the assistant message that makes it, its result in a message of
+      // its own: as /history has them.
       onToolCallStartEvent: ({ event }) => {
         tl.toolStarted(event);
-        const args = h("pre", { class: "code" });
-        const result = h("pre", { class: "code" }, "…");
-        const card = h("div", { class: "msg msg-tool tool-card", "data-tool-call-id": event.toolCallId },
-          h("div", { class: "tool-title" }, "calls ", h("strong", {}, event.toolCallName), " ", mono(event.toolCallId)),
-          args, h("div", { class: "small muted" }, "result"), result);
-        toolCards.set(event.toolCallId, { args, result, text: "" });
-        messages.append(card);
+        const call = toolCallView({ id: event.toolCallId, function: { name: event.toolCallName, arguments: "" } });
+        messageEl(event.parentMessageId ?? event.toolCallId).append(call.el);
+        toolCalls.set(event.toolCallId, { args: call.args, text: "" });
         scroll();
       },
       onToolCallArgsEvent: ({ event }) => {
         tl.toolArgs(event);
-        const c = toolCards.get(event.toolCallId);
+        const c = toolCalls.get(event.toolCallId);
         if (c) c.args.textContent = c.text += event.delta;
       },
       onToolCallEndEvent: ({ event }) => {
         tl.toolEnded(event);
-        const c = toolCards.get(event.toolCallId);
+        const c = toolCalls.get(event.toolCallId);
         if (c) c.args.textContent = pretty(c.text);
       },
       onToolCallResultEvent: ({ event }) => {
         tl.toolResult(event);
-        const c = toolCards.get(event.toolCallId);
-        if (c) c.result.textContent = pretty(event.content);
+        messages.append(messageView({ id: event.messageId, role: "tool", toolCallId: event.toolCallId, content: event.content, createdAt: now() }));
         scroll();
       },
       onReasoningMessageContentEvent: ({ event }) => {
-        let el = bubbles.get(`reasoning:${event.messageId}`);
+        let el = thoughts.get(`reasoning:${event.messageId}`);
         if (!el) {
           el = h("div", { class: "bubble reasoning" });
           messages.append(h("div", { class: "msg msg-reasoning" }, h("div", { class: "msg-meta" }, h("span", { class: "role" }, "thinking")), el));
-          bubbles.set(`reasoning:${event.messageId}`, el);
+          thoughts.set(`reasoning:${event.messageId}`, el);
         }
         el.append(event.delta);
       },
@@ -386,7 +421,7 @@ export async function render(root, params) {
         tl.finished(event);
         // A stopped run keeps what it streamed (stored as interrupted): say so on its reply.
         if (event.outcome?.type === "cancelled") {
-          for (const bubble of bubbles.values()) bubble.parentElement?.querySelector(".msg-meta")?.append(badge("stopped", "cancelled"));
+          for (const reply of replies.values()) reply.el.parentElement?.querySelector(".msg-meta")?.append(badge("stopped", "cancelled"));
         }
       },
       onRunErrorEvent: ({ event }) => tl.failed(event),

@@ -1,8 +1,11 @@
 // Shared pieces of the console: DOM building, the HTTP API, errors, times and badges.
-// Everything the API returns is put into the page as text (never as HTML).
+// Everything the API returns is put into the page as text (never as HTML), except a reply's
+// Markdown, which markdown() renders to sanitized nodes.
+import { DOMPurify, Marked } from "./vendor/markdown.js";
 
 const TOKEN_KEY = "agentmesh.token";
 const ADMIN_KEY = "agentmesh.adminToken";
+const AUDIT_DENIED_KEY = "agentmesh.auditDenied";
 
 // ---- DOM ---------------------------------------------------------------------------------------
 
@@ -37,12 +40,18 @@ export function clear(el, ...children) {
 
 export const session = {
   token: () => localStorage.getItem(TOKEN_KEY) || "",
-  setToken: (t) => localStorage.setItem(TOKEN_KEY, t),
+  setToken: (t) => {
+    localStorage.setItem(TOKEN_KEY, t);
+    sessionStorage.removeItem(AUDIT_DENIED_KEY);
+  },
   adminToken: () => sessionStorage.getItem(ADMIN_KEY) || "",
   setAdminToken: (t) => (t ? sessionStorage.setItem(ADMIN_KEY, t) : sessionStorage.removeItem(ADMIN_KEY)),
+  // The audit answered the signed-in token 403: it has no admin scope.
+  denyAudit: () => sessionStorage.setItem(AUDIT_DENIED_KEY, "1"),
   signOut: () => {
     localStorage.removeItem(TOKEN_KEY);
     sessionStorage.removeItem(ADMIN_KEY);
+    sessionStorage.removeItem(AUDIT_DENIED_KEY);
   },
 };
 
@@ -57,6 +66,15 @@ export function claims(token) {
   } catch {
     return null;
   }
+}
+
+// Whether to offer the Audit tab. No API tells a caller's roles: a token's own claims do (the
+// admin scope), or an admin token given on the Audit page; a credential the console cannot read
+// (an API key) is offered it until the audit first answers it 403.
+export function mayAudit() {
+  if (session.adminToken()) return true;
+  const c = claims(session.token());
+  return c ? c.admin : sessionStorage.getItem(AUDIT_DENIED_KEY) !== "1";
 }
 
 // ---- the API -----------------------------------------------------------------------------------
@@ -123,7 +141,7 @@ export function errorBox(err) {
       ? h("div", { class: "error-extra" }, Object.entries(err.extra).map(([k, v]) =>
           h("span", {}, h("code", {}, k), " ", typeof v === "string" ? v : JSON.stringify(v))))
       : null,
-    err.requestId ? h("div", { class: "muted small" }, "request id ", h("code", {}, err.requestId)) : null,
+    err.requestId ? h("div", { class: "muted small" }, "request id ", mono(err.requestId)) : null,
   );
 }
 
@@ -201,9 +219,10 @@ export function badge(text, kind) {
   return h("span", { class: `badge badge-${kind ?? text}` }, text);
 }
 
-// A listing's table: its header cells, and the tbody the view fills.
-export function table(id, columns, body) {
-  return h("div", { class: "table-wrap" },
+// A listing's table: its header cells, and the tbody the view fills. Its box scrolls sideways
+// on a narrow window, so it takes focus (a keyboard scrolls it) and is named.
+export function table(id, columns, body, label = id.replace(/-/g, " ")) {
+  return h("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": label },
     h("table", { class: "table", id }, h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))), body));
 }
 
@@ -216,8 +235,64 @@ export function pretty(text) {
   }
 }
 
-export function mono(text) {
-  return h("code", { class: "id", title: text }, text);
+// An id as people read it: short (its prefix and 8 characters), never wrapped, the whole id
+// in its title and behind a copy button.
+export function shortId(id) {
+  const [, prefix, rest] = String(id).match(/^((?:[a-z]+[-_:])*)(.*)$/is);
+  if (rest.length <= 10) return String(id);
+  // A prefix too long to be one (a uuid's letters-only group) is not kept whole.
+  return prefix.length <= 15 ? `${prefix}${rest.slice(0, 8)}…` : `${String(id).slice(0, 12)}…`;
+}
+
+async function copyText(text) {
+  // The Clipboard API needs a secure context (https or localhost); elsewhere the old way.
+  if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+  const area = h("textarea", { class: "copy-buffer", readonly: true, "aria-hidden": "true" });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  document.execCommand("copy");
+  area.remove();
+  return undefined;
+}
+
+// Two overlapping sheets, drawn inline (no font has to carry the glyph).
+function copyIcon() {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  for (const [k, v] of Object.entries({ viewBox: "0 0 16 16", width: 12, height: 12, "aria-hidden": "true", fill: "none", stroke: "currentColor", "stroke-width": 1.5 })) {
+    svg.setAttribute(k, String(v));
+  }
+  for (const [x, y] of [[5, 5], [2, 2]]) {
+    const rect = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+    for (const [k, v] of Object.entries({ x, y, width: 9, height: 9, rx: 1.5 })) rect.setAttribute(k, String(v));
+    svg.append(rect);
+  }
+  return svg;
+}
+
+export function copyButton(text, what = "id") {
+  const button = h("button", { class: "copy", type: "button", title: `Copy ${what}`, "aria-label": `Copy ${what} ${text}` }, copyIcon());
+  button.addEventListener("click", async (event) => {
+    event.preventDefault();
+    event.stopPropagation();
+    let done = true;
+    try {
+      await copyText(text);
+    } catch {
+      done = false;
+    }
+    button.classList.add(done ? "copied" : "not-copied");
+    setTimeout(() => button.classList.remove("copied", "not-copied"), 1500);
+  });
+  return button;
+}
+
+// An id, short, with its copy button; with `href`, the short id is a link there (the button
+// beside it, not inside: a button in a link is neither valid nor reachable).
+export function mono(id, href) {
+  if (!id) return h("span", { class: "muted" }, "—");
+  const code = h("code", { class: "id", title: id, "data-id": id }, shortId(id));
+  return h("span", { class: "id-chip" }, href ? h("a", { href }, code) : code, copyButton(id));
 }
 
 export function newId(prefix) {
@@ -248,7 +323,7 @@ export async function listing(root, { title, intro, action, id, columns, path, k
   const more = h("div", { class: "more" });
   clear(root, h("section", { class: "page" },
     h("div", { class: "page-head" }, h("h1", {}, title), h("p", { class: "muted" }, intro), action ?? null),
-    errorSlot, table(id, columns, body), more));
+    errorSlot, table(id, columns, body, title), more));
   const load = async (token) => {
     const page = await guarded(errorSlot, () => api("GET", path, { query: { page_size: 50, page_token: token } }));
     if (!page) return;
@@ -282,15 +357,89 @@ export function confirmButton(label, confirmLabel, act, cls = "btn danger") {
   return button;
 }
 
-// A stored message (history, audit) as a chat bubble or a tool card.
+// ---- messages ----------------------------------------------------------------------------------
+
+const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
+
+// A reply is Markdown (GitHub's flavour, a newline a line break). HTML written in it is shown
+// as the text it is, never as markup; an image is a link to it (the console loads nothing
+// from another origin). What marked makes then goes through DOMPurify, kept to the tags
+// Markdown makes and no attribute but a link's, as the second wall.
+const md = new Marked({
+  gfm: true,
+  breaks: true,
+  renderer: {
+    html: ({ text }) => escapeHtml(text),
+    image: ({ href, text }) => `<a href="${escapeHtml(href)}">${escapeHtml(text || href)}</a>`,
+  },
+});
+const PURIFY = {
+  ALLOWED_TAGS: ["a", "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code",
+    "pre", "blockquote", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td"],
+  ALLOWED_ATTR: ["href", "title", "start"],
+  ALLOW_DATA_ATTR: false,
+  RETURN_DOM_FRAGMENT: true,
+};
+DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName === "A") {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  }
+});
+
+export function markdown(text) {
+  return DOMPurify.sanitize(md.parse(String(text ?? "")).trim(), PURIFY);
+}
+
+// A reply's bubble that renders its Markdown as it streams (at most once a frame).
+export function replyBubble(text = "") {
+  const bubble = h("div", { class: "bubble md" });
+  let source = text;
+  let pending = 0;
+  const draw = () => {
+    pending = 0;
+    bubble.replaceChildren(markdown(source));
+  };
+  draw();
+  return {
+    el: bubble,
+    add(delta) {
+      source += delta;
+      if (!pending) pending = requestAnimationFrame(draw);
+    },
+    end() {
+      if (pending) cancelAnimationFrame(pending);
+      draw();
+    },
+  };
+}
+
+function textOf(m) {
+  if (typeof m.content === "string") return m.content;
+  return Array.isArray(m.content) ? m.content.filter((p) => p.type === "text").map((p) => p.text).join("") : "";
+}
+
+// A tool call an assistant message makes: its name, id and arguments (filled as they stream).
+export function toolCallView(c) {
+  const args = h("pre", { class: "code tool-args" }, pretty(c.function?.arguments ?? ""));
+  const el = h("div", { class: "tool-card", "data-tool-call-id": c.id },
+    h("div", { class: "tool-title" }, "calls ", h("strong", {}, c.function?.name), " ", mono(c.id)), args);
+  return { el, args };
+}
+
+// A message, stored (history, audit) or live (the chat builds the same from the stream): a
+// chat bubble (a reply's Markdown rendered), its tool calls, or a tool's result. Only the audit
+// shows a message's kind: a thread reads the same live and after a reload.
 export function messageView(m, { audit = false } = {}) {
   const hidden = m.metadata?.hiddenFromUser;
   const meta = h(
     "div",
     { class: "msg-meta" },
     h("span", { class: "role" }, m.role),
-    m.kind ? h("span", {}, m.kind) : null,
+    audit && m.kind ? h("span", {}, m.kind) : null,
     m.createdAt ? h("time", { datetime: m.createdAt, title: m.createdAt }, when(m.createdAt)) : null,
+    m.finishedReason === "interrupted" ? badge("stopped", "cancelled") : null,
     audit && hidden ? badge("hidden", "hidden") : null,
     audit && m.visibilityMask !== undefined ? h("span", { title: "visibility mask" }, `mask ${m.visibilityMask}`) : null,
   );
@@ -304,21 +453,9 @@ export function messageView(m, { audit = false } = {}) {
       h("pre", { class: "code" }, pretty(typeof m.content === "string" ? m.content : JSON.stringify(m.content))),
     );
   }
-  const text = typeof m.content === "string"
-    ? m.content
-    : Array.isArray(m.content) ? m.content.filter((p) => p.type === "text").map((p) => p.text).join("") : "";
-  return h(
-    "div",
-    { class: cls, "data-message-id": m.id },
-    meta,
-    text ? h("div", { class: "bubble" }, text) : null,
-    (m.toolCalls ?? []).map((c) =>
-      h(
-        "div",
-        { class: "tool-card" },
-        h("div", { class: "tool-title" }, "calls ", h("strong", {}, c.function?.name), " ", mono(c.id)),
-        h("pre", { class: "code" }, pretty(c.function?.arguments ?? "")),
-      ),
-    ),
-  );
+  const text = textOf(m);
+  const body = m.role === "assistant"
+    ? (text ? replyBubble(text).el : null)
+    : (text ? h("div", { class: "bubble" }, text) : null);
+  return h("div", { class: cls, "data-message-id": m.id }, meta, body, (m.toolCalls ?? []).map((c) => toolCallView(c).el));
 }

@@ -40,7 +40,7 @@ function provenance(m) {
       (run) => {
         runLine.append(
           badge(run.state), " on ",
-          h("a", { href: `#/threads/${pathId(run.threadId)}` }, mono(run.threadId)),
+          mono(run.threadId, `#/threads/${pathId(run.threadId)}`),
           h("span", { class: "muted" }, ` · ${run.origin ?? ""} · profile ${run.profile?.name ?? "—"} · ${when(run.finishTime ?? run.createTime)}`),
         );
       },
@@ -213,16 +213,21 @@ function card(m, onForget) {
   return el;
 }
 
-// A new memory of the caller's own (the same fact again is the API's 200 with it rewritten).
+// A new memory of the caller's own, saved as written (no run, no model): the same fact again
+// is the API's 200 with it rewritten.
 function creator(onSaved) {
-  const content = h("input", { id: "memory-new", placeholder: "Tell the assistant something to remember", autocomplete: "off", maxlength: 2000 });
+  const content = h("input", { id: "memory-new", placeholder: "e.g. I am vegetarian", autocomplete: "off", maxlength: 2000 });
   // No kind: `fact` for a new memory, and an existing one's kind kept (api-endpoints.md).
-  const kind = h("select", { id: "memory-new-kind", title: "kind" },
-    h("option", { value: "" }, "kind…"), KINDS.map((k) => h("option", { value: k }, k)));
+  const kind = h("select", { id: "memory-new-kind" },
+    h("option", { value: "" }, "fact (default)"), KINDS.map((k) => h("option", { value: k }, k)));
   const errorSlot = h("div", { id: "memory-new-error" });
-  const form = h("form", { class: "memory-new" },
-    h("div", { class: "searchbar" }, h("label", { class: "field grow", "data-for": "content" }, content), kind,
-      h("button", { class: "btn", type: "submit", id: "memory-save" }, "Save memory")),
+  const form = h("form", { class: "card memory-new", "aria-labelledby": "memory-new-title" },
+    h("h2", { id: "memory-new-title" }, "Save a memory directly"),
+    h("p", { class: "muted small" }, "Written as you type it, without a run: the assistant recalls it like the ones it saved."),
+    h("div", { class: "memory-new-row" },
+      field("Memory", "content", content),
+      field("Kind", "kind", kind),
+      h("div", { class: "field end" }, h("button", { class: "btn", type: "submit", id: "memory-save" }, "Save memory"))),
     errorSlot);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -243,20 +248,23 @@ export async function render(root) {
   const errorSlot = h("div", {});
   const list = h("div", { class: "memory-list", id: "memory-list" });
   const more = h("div", { class: "more" });
-  const query = h("input", { type: "search", id: "memory-query", placeholder: "Search your memories", autocomplete: "off" });
-  const form = h("form", { class: "searchbar" }, query,
-    h("button", { class: "btn primary", type: "submit" }, "Search"));
+  const query = h("input", { type: "search", id: "memory-query", placeholder: "words or meaning, e.g. drinks", autocomplete: "off" });
+  const form = h("form", { class: "memory-search", role: "search" },
+    h("label", { class: "field-label", for: "memory-query" }, "Search your memories"),
+    h("div", { class: "searchbar" }, query, h("button", { class: "btn primary", type: "submit" }, "Search")));
   const status = h("p", { class: "muted small", id: "memory-status" });
   clear(
     root,
     h("section", { class: "page" },
       h("div", { class: "page-head" }, h("h1", {}, "Memories"),
         h("p", { class: "muted" }, "What the memory agent saved about you, where each memory came from and how it changed; edit or forget any of it.")),
-      form, creator((m) => {
+      creator((m) => {
         list.querySelector(`[data-memory-id="${CSS.escape(m.id)}"]`)?.remove();
         list.querySelector(".empty")?.remove();
         list.prepend(card(m, forget));
-      }), status, errorSlot, list, more),
+      }),
+      h("h2", {}, "Your memories"),
+      form, status, errorSlot, list, more),
   );
   const forget = (el) => {
     el.remove();
