@@ -160,6 +160,7 @@ bench: install bench-peer pgvector
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.memory_search $(MEMORY_BENCH_ARGS)
 	$(BIN)/python -m bench.memory_quality $(MEMORY_QUALITY_ARGS)
+	$(BIN)/python -m bench.streaming $(STREAMING_BENCH_ARGS)
 
 ## Memory search alone: recall@5 / MRR, lexical vs hybrid; latency at 100,000 memories.
 bench-memory: install pgvector
